@@ -1,0 +1,57 @@
+# Front end for the CMake build. The README's two commands are `make run`
+# (main job) and `make test` (all tests); both install dependencies first.
+BUILD      ?= build
+JOBS       ?= $(shell nproc)
+CMAKE_ARGS ?=
+CTEST_ARGS ?=
+
+.PHONY: all build deps configure test run bench format format-check \
+        asan-test tsan-test experiments clean
+
+all: build
+
+deps:
+	@tools/install_deps.sh
+
+configure:
+	@cmake -S . -B $(BUILD) $(CMAKE_ARGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j$(JOBS)
+
+# Dependencies + build + every test (unit, integration, conformance).
+test: deps
+	@$(MAKE) --no-print-directory build
+	@cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
+
+# Dependencies + build + the main job: transport_test server and client over
+# the software NIC on loopback, printing throughput.
+run: deps
+	@$(MAKE) --no-print-directory build
+	@tools/run_main_job.sh $(BUILD)
+
+bench: deps
+	@$(MAKE) --no-print-directory build
+	@tools/run_benchmarks.sh $(BUILD)
+
+experiments: deps
+	@$(MAKE) --no-print-directory build
+	@tools/run_experiments.sh $(BUILD)
+
+format:
+	@git ls-files '*.h' '*.cc' '*.cu' | xargs clang-format -i
+
+format-check:
+	@git ls-files '*.h' '*.cc' '*.cu' | xargs clang-format --dry-run -Werror
+
+# ASan+UBSan and TSan builds of everything, with the full test suite.
+asan-test: deps
+	@$(MAKE) --no-print-directory test BUILD=build-asan \
+	    CMAKE_ARGS="-DUCCL_SANITIZE=asan -DCMAKE_BUILD_TYPE=RelWithDebInfo"
+
+tsan-test: deps
+	@$(MAKE) --no-print-directory test BUILD=build-tsan \
+	    CMAKE_ARGS="-DUCCL_SANITIZE=tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo"
+
+clean:
+	rm -rf build build-asan build-tsan

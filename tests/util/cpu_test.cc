@@ -1,0 +1,119 @@
+// Tests for CPU lists, pinning and NUMA lookups; topology is read from a fake
+// sysfs tree built in a temp dir so results do not depend on the machine.
+#include "util/cpu.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+namespace uccl {
+namespace {
+
+TEST(CpuListTest, ParsesRangesAndSingles) {
+  auto r = parse_cpu_list("0-3,8, 10-11\n");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(format_cpu_list(*r), "0-3,8,10-11");
+  EXPECT_EQ(format_cpu_list({5, 1, 2, 2, 3}), "1-3,5");
+  auto empty = parse_cpu_list("");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+}
+
+TEST(CpuListTest, RejectsGarbage) {
+  for (const char* bad : {"a", "3-1", "1-", "-2", "1,,x", "0-99999999"}) {
+    auto r = parse_cpu_list(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(PinTest, PinsToAnAllowedCpu) {
+  std::vector<int> cpus = allowed_cpus();
+  ASSERT_FALSE(cpus.empty());
+  int target = cpus.back();
+  std::thread t([&] {
+    ASSERT_TRUE(pin_current_thread(target).ok());
+    // The scheduler must move us there before we next run.
+    sched_yield();
+    EXPECT_EQ(current_cpu(), target);
+  });
+  t.join();
+}
+
+TEST(PinTest, InvalidCpuIsAnError) {
+  EXPECT_EQ(pin_current_thread(-1).code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(pin_current_thread(CPU_SETSIZE + 5).ok());
+}
+
+class FakeSysfs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/uccl_sysfs_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    // Two nodes: node0 = cpus 0-3, node1 = cpus 4-7; NIC eth9 on node 1.
+    write("devices/system/node/node0/cpulist", "0-3\n");
+    write("devices/system/node/node1/cpulist", "4-7\n");
+    for (int c = 0; c < 8; ++c) {
+      mkdirs("devices/system/cpu/cpu" + std::to_string(c) + "/node" +
+             std::to_string(c / 4));
+    }
+    write("class/net/eth9/device/numa_node", "1\n");
+    write("class/net/veth0/device/numa_node", "-1\n");
+  }
+  void TearDown() override {
+    std::string cmd = "rm -rf '" + root_ + "'";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  void mkdirs(const std::string& rel) {
+    std::string path = root_;
+    size_t pos = 0;
+    while (pos != std::string::npos) {
+      pos = rel.find('/', pos + 1);
+      path = root_ + "/" + rel.substr(0, pos);
+      mkdir(path.c_str(), 0755);
+    }
+  }
+  void write(const std::string& rel, const std::string& text) {
+    mkdirs(rel.substr(0, rel.rfind('/')));
+    std::ofstream(root_ + "/" + rel) << text;
+  }
+  std::string root_;
+};
+
+TEST_F(FakeSysfs, NumaLookups) {
+  EXPECT_EQ(numa_node_of_cpu(2, root_), 0);
+  EXPECT_EQ(numa_node_of_cpu(6, root_), 1);
+  EXPECT_EQ(numa_node_of_cpu(99, root_), -1);
+  EXPECT_EQ(cpus_of_numa_node(1, root_), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_TRUE(cpus_of_numa_node(5, root_).empty());
+  EXPECT_EQ(numa_node_of_netdev("eth9", root_), 1);
+  EXPECT_EQ(numa_node_of_netdev("veth0", root_), -1);
+  EXPECT_EQ(numa_node_of_netdev("missing", root_), -1);
+}
+
+TEST_F(FakeSysfs, EngineCoresPreferTheNicsNode) {
+  std::vector<int> allowed{0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(choose_engine_cores(3, 1, allowed, root_),
+            (std::vector<int>{7, 6, 5}));
+  // More engines than node-local cores: spill to the other node.
+  EXPECT_EQ(choose_engine_cores(6, 1, allowed, root_),
+            (std::vector<int>{7, 6, 5, 4, 3, 2}));
+  // Unknown node: any core, highest first.
+  EXPECT_EQ(choose_engine_cores(2, -1, allowed, root_),
+            (std::vector<int>{7, 6}));
+  // Node's cores not allowed (cgroup): fall back to what is allowed.
+  EXPECT_EQ(choose_engine_cores(2, 1, {0, 1}, root_), (std::vector<int>{1, 0}));
+  // Fewer cores than engines: wrap.
+  EXPECT_EQ(choose_engine_cores(3, -1, {2}, root_),
+            (std::vector<int>{2, 2, 2}));
+  EXPECT_TRUE(choose_engine_cores(0, 0, allowed, root_).empty());
+}
+
+}  // namespace
+}  // namespace uccl

@@ -1,0 +1,122 @@
+// Tests for the small utilities: clocks, CRC32C (vectors, hardware vs
+// portable, fused copy), data patterns and the log forwarder.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "util/clock.h"
+#include "util/crc32c.h"
+#include "util/logging.h"
+#include "util/pattern.h"
+
+namespace uccl {
+namespace {
+
+TEST(ClockTest, ManualClockMovesOnlyWhenTold) {
+  ManualClock c(100);
+  EXPECT_EQ(c.now_ns(), 100u);
+  EXPECT_EQ(c.now_ns(), 100u);
+  c.advance_us(2);
+  EXPECT_EQ(c.now_ns(), 2100u);
+  c.set_ns(5000);
+  EXPECT_EQ(c.now_us(), 5u);
+}
+
+TEST(ClockTest, SystemClockIsMonotonic) {
+  Clock* c = SystemClock::get();
+  uint64_t a = c->now_ns();
+  uint64_t b = c->now_ns();
+  EXPECT_LE(a, b);
+  EXPECT_GT(a, 0u);
+}
+
+TEST(Crc32cTest, KnownVectors) {
+  EXPECT_EQ(crc32c(0, "123456789", 9), 0xE3069283u);
+  uint8_t buf[32];
+  std::memset(buf, 0, sizeof(buf));
+  EXPECT_EQ(crc32c(0, buf, 32), 0x8A9136AAu);  // RFC 3720 B.4
+  std::memset(buf, 0xff, sizeof(buf));
+  EXPECT_EQ(crc32c(0, buf, 32), 0x62A8AB43u);
+  for (int i = 0; i < 32; ++i) buf[i] = static_cast<uint8_t>(i);
+  EXPECT_EQ(crc32c(0, buf, 32), 0x46DD794Eu);
+  EXPECT_EQ(crc32c_portable(0, buf, 32), 0x46DD794Eu);
+  EXPECT_EQ(crc32c(0, buf, 0), 0u);
+}
+
+TEST(Crc32cTest, HardwareMatchesPortableAtAllSizesAndAlignments) {
+  std::mt19937_64 rng(12345);
+  std::vector<uint8_t> data(3 * 8192 * 2 + 1000);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  for (size_t len : {1ul, 7ul, 8ul, 9ul, 767ul, 768ul, 769ul, 4096ul, 24575ul,
+                     24576ul, 24577ul, 50000ul, 3 * 8192 * 2ul}) {
+    for (size_t align = 0; align < 8; ++align) {
+      if (align + len > data.size()) continue;
+      uint32_t want = crc32c_portable(0, data.data() + align, len);
+      EXPECT_EQ(crc32c(0, data.data() + align, len), want)
+          << "len " << len << " align " << align;
+      std::vector<uint8_t> dst(len);
+      EXPECT_EQ(crc32c_copy(0, dst.data(), data.data() + align, len), want);
+      EXPECT_EQ(std::memcmp(dst.data(), data.data() + align, len), 0);
+    }
+  }
+}
+
+TEST(Crc32cTest, IncrementalEqualsWhole) {
+  std::string s(100000, 'x');
+  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>(i * 31);
+  uint32_t whole = crc32c(0, s.data(), s.size());
+  uint32_t part = crc32c(0, s.data(), 33333);
+  part = crc32c(part, s.data() + 33333, s.size() - 33333);
+  EXPECT_EQ(whole, part);
+}
+
+TEST(Crc32cTest, DetectsSingleBitFlip) {
+  std::vector<uint8_t> d(65536, 0x5a);
+  uint32_t a = crc32c(0, d.data(), d.size());
+  d[40000] ^= 0x10;
+  EXPECT_NE(crc32c(0, d.data(), d.size()), a);
+}
+
+TEST(PatternTest, FillThenCheckAtAnyOffset) {
+  std::vector<uint8_t> buf(10000);
+  fill_pattern(buf.data(), buf.size(), 77, 13);
+  EXPECT_EQ(find_pattern_mismatch(buf.data(), buf.size(), 77, 13), -1);
+  // A sub-range checks against the same global offsets.
+  EXPECT_EQ(find_pattern_mismatch(buf.data() + 100, 500, 77, 113), -1);
+  EXPECT_NE(find_pattern_mismatch(buf.data(), buf.size(), 78, 13), -1);
+  for (size_t i = 0; i < 50; ++i) {
+    EXPECT_EQ(buf[i], pattern_byte(77, 13 + i));
+  }
+}
+
+TEST(PatternTest, ReportsFirstBadByte) {
+  std::vector<uint8_t> buf(4096);
+  fill_pattern(buf.data(), buf.size(), 5);
+  buf[1234] ^= 1;
+  buf[3000] ^= 1;
+  EXPECT_EQ(find_pattern_mismatch(buf.data(), buf.size(), 5), 1234);
+}
+
+std::vector<std::string>* g_forwarded = nullptr;
+void capture(int, const char*, int, const char* msg, size_t len) {
+  g_forwarded->emplace_back(msg, len);
+}
+
+TEST(LoggingTest, ForwarderReceivesMessages) {
+  init_logging("misc_util_test");
+  std::vector<std::string> lines;
+  g_forwarded = &lines;
+  set_log_forwarder(capture);
+  LOG(WARNING) << "forward me " << 42;
+  set_log_forwarder(nullptr);
+  LOG(INFO) << "not forwarded";
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], "forward me 42");
+  g_forwarded = nullptr;
+}
+
+}  // namespace
+}  // namespace uccl

@@ -1,0 +1,181 @@
+// CPU pinning and NUMA topology helpers (see cpu.h). Everything here reads
+// sysfs text files; nothing aborts when a file is missing.
+#include "util/cpu.h"
+
+#include <dirent.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace uccl {
+namespace {
+
+bool read_first_line(const std::string& path, std::string* out) {
+  std::ifstream f(path);
+  if (!f) return false;
+  std::getline(f, *out);
+  return true;
+}
+
+bool parse_nonneg_int(const std::string& s, int* out) {
+  if (s.empty() || s.size() > 9) return false;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  *out = std::atoi(s.c_str());
+  return true;
+}
+
+}  // namespace
+
+Result<std::vector<int>> parse_cpu_list(const std::string& text) {
+  std::set<int> cpus;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    // Trim spaces and trailing newline.
+    item.erase(0, item.find_first_not_of(" \t\n"));
+    item.erase(item.find_last_not_of(" \t\n") + 1);
+    if (item.empty()) continue;
+    size_t dash = item.find('-');
+    int lo, hi;
+    if (dash == std::string::npos) {
+      if (!parse_nonneg_int(item, &lo)) {
+        return InvalidArgument("bad cpu '" + item + "' in cpu list '" + text +
+                               "'");
+      }
+      hi = lo;
+    } else if (!parse_nonneg_int(item.substr(0, dash), &lo) ||
+               !parse_nonneg_int(item.substr(dash + 1), &hi) || hi < lo) {
+      return InvalidArgument("bad range '" + item + "' in cpu list '" + text +
+                             "'");
+    }
+    if (hi - lo > 65536) {
+      return InvalidArgument("range '" + item + "' too large in cpu list");
+    }
+    for (int c = lo; c <= hi; ++c) cpus.insert(c);
+  }
+  return std::vector<int>(cpus.begin(), cpus.end());
+}
+
+std::string format_cpu_list(const std::vector<int>& cpus_in) {
+  std::vector<int> cpus(cpus_in);
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(cpus[i]);
+    if (j > i) out += "-" + std::to_string(cpus[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+Status pin_thread(pthread_t thread, int cpu) {
+  if (cpu < 0 || cpu >= CPU_SETSIZE) {
+    return InvalidArgument("cpu " + std::to_string(cpu) + " out of range");
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  int rc = pthread_setaffinity_np(thread, sizeof(set), &set);
+  if (rc != 0) return ErrnoStatus("pin to cpu " + std::to_string(cpu), rc);
+  return Status::OK();
+}
+
+Status pin_current_thread(int cpu) { return pin_thread(pthread_self(), cpu); }
+
+int current_cpu() { return sched_getcpu(); }
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> out;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  }
+  return out;
+}
+
+int numa_node_of_cpu(int cpu, const std::string& sysfs_root) {
+  std::string dir =
+      sysfs_root + "/devices/system/cpu/cpu" + std::to_string(cpu);
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return -1;
+  int node = -1;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    int n;
+    if (name.rfind("node", 0) == 0 && parse_nonneg_int(name.substr(4), &n)) {
+      node = n;
+      break;
+    }
+  }
+  closedir(d);
+  return node;
+}
+
+std::vector<int> cpus_of_numa_node(int node, const std::string& sysfs_root) {
+  std::string line;
+  if (node < 0 || !read_first_line(sysfs_root + "/devices/system/node/node" +
+                                       std::to_string(node) + "/cpulist",
+                                   &line)) {
+    return {};
+  }
+  auto r = parse_cpu_list(line);
+  return r.ok() ? *r : std::vector<int>{};
+}
+
+int numa_node_of_netdev(const std::string& ifname,
+                        const std::string& sysfs_root) {
+  std::string line;
+  if (!read_first_line(sysfs_root + "/class/net/" + ifname + "/device/numa_node",
+                       &line)) {
+    return -1;
+  }
+  int n;
+  return parse_nonneg_int(line, &n) ? n : -1;  // "-1" means unknown too
+}
+
+std::string pci_path_of_netdev(const std::string& ifname,
+                               const std::string& sysfs_root) {
+  std::string link = sysfs_root + "/class/net/" + ifname + "/device";
+  char* real = realpath(link.c_str(), nullptr);
+  if (real == nullptr) return "";
+  std::string out = real;
+  free(real);
+  return out;
+}
+
+std::vector<int> choose_engine_cores(int n, int numa_node,
+                                     const std::vector<int>& allowed,
+                                     const std::string& sysfs_root) {
+  std::vector<int> out;
+  if (n <= 0 || allowed.empty()) return out;
+  std::vector<int> near, far;
+  std::vector<int> node_cpus = cpus_of_numa_node(numa_node, sysfs_root);
+  std::set<int> node_set(node_cpus.begin(), node_cpus.end());
+  for (int c : allowed) {
+    (numa_node < 0 || node_set.count(c) ? near : far).push_back(c);
+  }
+  if (near.empty()) near.swap(far);
+  // Highest-numbered first: low cores tend to take interrupts and the
+  // application's own threads.
+  std::sort(near.rbegin(), near.rend());
+  std::sort(far.rbegin(), far.rend());
+  std::vector<int> order(near);
+  order.insert(order.end(), far.begin(), far.end());
+  for (int i = 0; i < n; ++i) out.push_back(order[i % order.size()]);
+  return out;
+}
+
+}  // namespace uccl

@@ -1,0 +1,45 @@
+// CPU pinning and NUMA topology helpers: parse core lists ("0-3,8"), pin
+// threads, and find the cores near a NIC from sysfs (root injectable for tests).
+#pragma once
+
+#include <pthread.h>
+
+#include <string>
+#include <vector>
+
+#include "uccl/status.h"
+
+namespace uccl {
+
+// Parses a Linux cpu list such as "0-3,8,10-11" into sorted unique ids.
+Result<std::vector<int>> parse_cpu_list(const std::string& text);
+// The inverse of parse_cpu_list: compresses runs ("0-3,8").
+std::string format_cpu_list(const std::vector<int>& cpus);
+
+// Pins the calling thread (or `thread`) to one CPU.
+Status pin_current_thread(int cpu);
+Status pin_thread(pthread_t thread, int cpu);
+// CPU the calling thread runs on now, -1 if unknown.
+int current_cpu();
+// CPUs this process may run on (sched_getaffinity), sorted.
+std::vector<int> allowed_cpus();
+
+// Topology lookups read under `sysfs_root` (normally "/sys"); -1 or empty
+// when unknown (e.g. no NUMA support, virtual NIC).
+int numa_node_of_cpu(int cpu, const std::string& sysfs_root = "/sys");
+std::vector<int> cpus_of_numa_node(int node,
+                                   const std::string& sysfs_root = "/sys");
+int numa_node_of_netdev(const std::string& ifname,
+                        const std::string& sysfs_root = "/sys");
+// PCI path of a network interface ("/sys/devices/pci0000:00/..."), or "".
+std::string pci_path_of_netdev(const std::string& ifname,
+                               const std::string& sysfs_root = "/sys");
+
+// Default cores for `n` engine threads near `numa_node` (-1 = anywhere):
+// the highest-numbered allowed CPUs of that node first (core 0 usually takes
+// interrupts), then the rest, wrapping when there are fewer CPUs than engines.
+std::vector<int> choose_engine_cores(int n, int numa_node,
+                                     const std::vector<int>& allowed,
+                                     const std::string& sysfs_root = "/sys");
+
+}  // namespace uccl

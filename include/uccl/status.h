@@ -118,7 +118,8 @@ inline Status Internal(std::string m) {
 }
 
 // Status from an errno value: "<what>: <strerror(err)>", mapped to the
-// closest code (EAGAIN -> kUnavailable, ECONNREFUSED -> kConnectionFailed, ...).
+// closest code (EAGAIN -> kUnavailable, ECONNREFUSED -> kConnectionFailed,
+// ...).
 Status ErrnoStatus(const std::string& what, int err);
 
 // A value or the Status explaining why there is none.
@@ -140,6 +141,7 @@ class Result {
   T&& value() && { return std::move(*value_); }
   T& operator*() & { return *value_; }
   const T& operator*() const& { return *value_; }
+  T&& operator*() && { return std::move(*value_); }
   T* operator->() { return &*value_; }
   const T* operator->() const { return &*value_; }
 
@@ -157,15 +159,16 @@ class Result {
 #define UCCL_STATUS_CONCAT(a, b) UCCL_STATUS_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function if `expr` is not OK.
-#define UCCL_RETURN_IF_ERROR(expr)            \
-  do {                                        \
-    ::uccl::Status _uccl_st = (expr);         \
-    if (!_uccl_st.ok()) return _uccl_st;      \
+#define UCCL_RETURN_IF_ERROR(expr)       \
+  do {                                   \
+    ::uccl::Status _uccl_st = (expr);    \
+    if (!_uccl_st.ok()) return _uccl_st; \
   } while (0)
 
 // `lhs = value of expr` or return its Status. `lhs` may declare a variable.
-#define UCCL_ASSIGN_OR_RETURN(lhs, expr) \
-  UCCL_ASSIGN_OR_RETURN_IMPL(UCCL_STATUS_CONCAT(_uccl_res_, __LINE__), lhs, expr)
+#define UCCL_ASSIGN_OR_RETURN(lhs, expr)                                    \
+  UCCL_ASSIGN_OR_RETURN_IMPL(UCCL_STATUS_CONCAT(_uccl_res_, __LINE__), lhs, \
+                             expr)
 #define UCCL_ASSIGN_OR_RETURN_IMPL(res, lhs, expr) \
   auto res = (expr);                               \
   if (!res.ok()) return res.status();              \

@@ -1,0 +1,651 @@
+// Software NIC in one process: every QP type x opcode at sizes 0 B .. 1 GiB
+// byte-exact, UD/GRH, SRQ, RC recovery under loss/reorder/duplication, UC
+// loss semantics, RNR, access errors, and API misuse.
+#include "transport/udp/soft_nic.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <tuple>
+
+#include "tests/transport/nic_test_util.h"
+#include "transport/udp/wire.h"
+#include "util/pattern.h"
+
+namespace uccl::transport::testing {
+namespace {
+
+uint32_t mtu_of(Side* s) {
+  return static_cast<udp::SoftDevice*>(s->dev.get())->mtu();
+}
+const udp::SoftCounters& cnt(Side* s) {
+  return static_cast<udp::SoftDevice*>(s->dev.get())->counters();
+}
+uint64_t udp_rx(Side* s) { return cnt(s).rx_packets; }
+
+bool needs_recv(WrOpcode op) {
+  return op == WrOpcode::kWriteWithImm || op == WrOpcode::kSend ||
+         op == WrOpcode::kSendWithImm;
+}
+
+// Runs one transfer of `len` bytes from a to b (READ: b's data into a) and
+// checks the bytes and completions.
+void transfer_once(Side* a, Side* b, WrOpcode op, uint32_t len, uint64_t seed) {
+  SCOPED_TRACE(std::string(wr_opcode_name(op)) + " len=" + std::to_string(len));
+  a->send_wcs.clear();
+  b->recv_wcs.clear();
+  Side* src = op == WrOpcode::kRead ? b : a;
+  Side* dst = op == WrOpcode::kRead ? a : b;
+  fill_pattern(src->buf.data(), len, seed);
+  std::memset(dst->buf.data(), 0, std::min<size_t>(dst->buf.size(), len + 64));
+  if (needs_recv(op)) {
+    ASSERT_TRUE(b->post_recv(7, 0, len).ok());
+  }
+  uint64_t b_rx_before = udp_rx(b);
+  ASSERT_TRUE(
+      a->post_send(op, 42, 0, len, b->addr(), b->mr->rkey(), 0xabcd1234).ok());
+  ASSERT_TRUE(drive({a, b}, [&] { return !a->send_wcs.empty(); }))
+      << "no send completion";
+  EXPECT_EQ(a->send_wcs[0].status, WcStatus::kSuccess)
+      << wc_status_name(a->send_wcs[0].status);
+  EXPECT_EQ(a->send_wcs[0].wr_id, 42u);
+  if (needs_recv(op)) {
+    ASSERT_TRUE(drive({a, b}, [&] { return !b->recv_wcs.empty(); }))
+        << "no receive completion";
+    const WorkCompletion& wc = b->recv_wcs[0];
+    EXPECT_EQ(wc.status, WcStatus::kSuccess);
+    EXPECT_EQ(wc.wr_id, 7u);
+    EXPECT_EQ(wc.byte_len, len);
+    EXPECT_EQ(wc.opcode, op == WrOpcode::kWriteWithImm ? WcOpcode::kRecvWriteImm
+                                                       : WcOpcode::kRecv);
+    EXPECT_EQ(wc.with_imm, op != WrOpcode::kSend);
+    if (wc.with_imm) {
+      EXPECT_EQ(wc.imm_data, 0xabcd1234u);
+    }
+    EXPECT_GT(wc.timestamp_ns, 0u);
+  } else if (op == WrOpcode::kWrite && a->qp->type() == QpType::kUC) {
+    // UC WRITE has no remote completion: wait for every packet to arrive.
+    uint64_t want =
+        b_rx_before + std::max<uint64_t>(1, (len + mtu_of(a) - 1) / mtu_of(a));
+    ASSERT_TRUE(drive({a, b}, [&] { return udp_rx(b) >= want; }));
+  }
+  EXPECT_EQ(find_pattern_mismatch(dst->buf.data(), len, seed), -1);
+}
+
+class OpMatrix : public ::testing::TestWithParam<std::tuple<QpType, WrOpcode>> {
+};
+
+TEST_P(OpMatrix, ByteExactAcrossSizes) {
+  auto [type, op] = GetParam();
+  constexpr size_t kMax = 16u << 20;
+  auto a = Side::make(type, kMax + 4096);
+  auto b = Side::make(type, kMax + 4096);
+  ASSERT_TRUE(a && b);
+  connect_pair(a.get(), b.get());
+  const uint32_t mtu = mtu_of(a.get());
+  uint64_t seed = 1;
+  for (uint32_t len : {0u, 1u, 63u, 4096u, mtu - 1, mtu, mtu + 1, 3 * mtu + 17,
+                       (1u << 20) + 3, static_cast<uint32_t>(kMax)}) {
+    transfer_once(a.get(), b.get(), op, len, ++seed);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_EQ(counter(*b->dev, "drop_bad_crc"), 0);
+}
+
+#ifndef UCCL_SANITIZER_BUILD
+TEST_P(OpMatrix, OneGiB) {
+  auto [type, op] = GetParam();
+  constexpr uint32_t kLen = 1u << 30;
+  auto a = Side::make(type, kLen);
+  auto b = Side::make(type, kLen);
+  ASSERT_TRUE(a && b);
+  connect_pair(a.get(), b.get());
+  transfer_once(a.get(), b.get(), op, kLen, 99);
+}
+#endif
+
+INSTANTIATE_TEST_SUITE_P(
+    RcUc, OpMatrix,
+    ::testing::Values(std::make_tuple(QpType::kRC, WrOpcode::kWrite),
+                      std::make_tuple(QpType::kRC, WrOpcode::kWriteWithImm),
+                      std::make_tuple(QpType::kRC, WrOpcode::kSend),
+                      std::make_tuple(QpType::kRC, WrOpcode::kSendWithImm),
+                      std::make_tuple(QpType::kRC, WrOpcode::kRead),
+                      std::make_tuple(QpType::kUC, WrOpcode::kWrite),
+                      std::make_tuple(QpType::kUC, WrOpcode::kWriteWithImm),
+                      std::make_tuple(QpType::kUC, WrOpcode::kSend),
+                      std::make_tuple(QpType::kUC, WrOpcode::kSendWithImm)),
+    [](const auto& info) {
+      std::string n = std::string(qp_type_name(std::get<0>(info.param))) + "_" +
+                      wr_opcode_name(std::get<1>(info.param));
+      for (auto& c : n) {
+        if (c == '-') c = '_';
+      }
+      return n;
+    });
+
+// ------------------------------------------------------------------ UD
+
+struct UdPair {
+  std::unique_ptr<Side> a, b;
+  std::unique_ptr<AddressHandle> ah;  // a -> b
+};
+
+UdPair make_ud(uint32_t buf = 1 << 20) {
+  UdPair p;
+  p.a = Side::make(QpType::kUD, buf);
+  p.b = Side::make(QpType::kUD, buf);
+  EXPECT_TRUE(p.a->qp->activate().ok());
+  EXPECT_TRUE(p.b->qp->activate().ok());
+  auto ah = p.a->dev->create_ah(p.a->pd.get(), p.b->qp->local_info().addr);
+  EXPECT_TRUE(ah.ok()) << ah.status();
+  p.ah = std::move(*ah);
+  return p;
+}
+
+Status ud_send(UdPair& p, uint32_t len, uint32_t qkey, WrOpcode op,
+               uint64_t wr_id = 1) {
+  Sge sge{p.a->addr(), len, p.a->mr->lkey()};
+  SendWr wr;
+  wr.wr_id = wr_id;
+  wr.opcode = op;
+  wr.sg_list = &sge;
+  wr.num_sge = len ? 1 : 0;
+  wr.ah = p.ah.get();
+  wr.remote_qpn = p.b->qp->qpn();
+  wr.remote_qkey = qkey;
+  wr.imm_data = 77;
+  return p.a->qp->post_send(&wr, nullptr);
+}
+
+TEST(UdTest, DatagramsUpToMtuWithGrh) {
+  UdPair p = make_ud();
+  const uint32_t mtu = mtu_of(p.a.get());
+  uint64_t seed = 5;
+  for (uint32_t len : {0u, 1u, 100u, mtu}) {
+    for (WrOpcode op : {WrOpcode::kSend, WrOpcode::kSendWithImm}) {
+      p.b->recv_wcs.clear();
+      p.a->send_wcs.clear();
+      fill_pattern(p.a->buf.data(), len, ++seed);
+      ASSERT_TRUE(p.b->post_recv(3, 0, kGrhBytes + len).ok());
+      ASSERT_TRUE(ud_send(p, len, QpConfig().qkey, op).ok());
+      ASSERT_TRUE(drive({p.a.get(), p.b.get()},
+                        [&] { return !p.b->recv_wcs.empty(); }));
+      const WorkCompletion& wc = p.b->recv_wcs[0];
+      EXPECT_EQ(wc.status, WcStatus::kSuccess);
+      EXPECT_EQ(wc.byte_len, kGrhBytes + len);
+      EXPECT_EQ(wc.src_qp, p.a->qp->qpn());
+      EXPECT_EQ(wc.with_imm, op == WrOpcode::kSendWithImm);
+      EXPECT_EQ(p.b->buf[0] >> 4, 6) << "GRH version";
+      EXPECT_EQ(find_pattern_mismatch(p.b->buf.data() + kGrhBytes, len, seed),
+                -1);
+    }
+  }
+}
+
+TEST(UdTest, AboveMtuIsRejectedAtPost) {
+  UdPair p = make_ud(1 << 20);
+  const uint32_t mtu = mtu_of(p.a.get());
+  Status st = ud_send(p, mtu + 1, QpConfig().qkey, WrOpcode::kSend);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("exceeds the path MTU"), std::string::npos) << st;
+}
+
+TEST(UdTest, WrongQkeyAndNoReceiveAreDroppedAndCounted) {
+  UdPair p = make_ud();
+  ASSERT_TRUE(p.b->post_recv(3, 0, 4096).ok());
+  ASSERT_TRUE(ud_send(p, 10, 0xdead, WrOpcode::kSend).ok());
+  ASSERT_TRUE(drive({p.a.get(), p.b.get()},
+                    [&] { return counter(*p.b->dev, "drop_qkey") == 1; }));
+  EXPECT_TRUE(p.b->recv_wcs.empty());
+  // The receive is still there: a good datagram uses it.
+  ASSERT_TRUE(ud_send(p, 10, QpConfig().qkey, WrOpcode::kSend).ok());
+  ASSERT_TRUE(
+      drive({p.a.get(), p.b.get()}, [&] { return !p.b->recv_wcs.empty(); }));
+  ASSERT_TRUE(ud_send(p, 10, QpConfig().qkey, WrOpcode::kSend).ok());
+  ASSERT_TRUE(drive({p.a.get(), p.b.get()},
+                    [&] { return counter(*p.b->dev, "drop_no_recv") == 1; }));
+}
+
+// ------------------------------------------------------------------ SRQ
+
+TEST(SrqTest, TwoQpsShareOneSrq) {
+  auto dev_b = open_device("udp:lo", Side::no_faults());
+  ASSERT_TRUE(dev_b.ok());
+  auto pd = std::move(*(*dev_b)->alloc_pd());
+  auto cq = std::move(*(*dev_b)->create_cq(256));
+  auto srq = std::move(*(*dev_b)->create_srq(pd.get(), 64, 1));
+  std::vector<uint8_t> rbuf(8 * 4096);
+  auto mr = std::move(*pd->reg_mr(rbuf.data(), rbuf.size(),
+                                  kAccessLocalWrite | kAccessRemoteWrite));
+  for (int i = 0; i < 8; ++i) {
+    Sge sge{reinterpret_cast<uint64_t>(rbuf.data()) + i * 4096, 4096,
+            mr->lkey()};
+    RecvWr wr;
+    wr.wr_id = 100 + i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ASSERT_TRUE(srq->post_recv(&wr, nullptr).ok());
+  }
+  std::vector<std::unique_ptr<Side>> senders;
+  std::vector<std::unique_ptr<QueuePair>> qps;
+  for (int i = 0; i < 2; ++i) {
+    senders.push_back(Side::make(QpType::kRC, 4096));
+    QpConfig cfg;
+    cfg.type = QpType::kRC;
+    cfg.pd = pd.get();
+    cfg.send_cq = cq.get();
+    cfg.recv_cq = cq.get();
+    cfg.srq = srq.get();
+    qps.push_back(std::move(*(*dev_b)->create_qp(cfg)));
+    ASSERT_TRUE(qps[i]->connect(senders[i]->qp->local_info()).ok());
+    ASSERT_TRUE(senders[i]->qp->connect(qps[i]->local_info()).ok());
+    EXPECT_EQ(qps[i]->post_recv(nullptr, nullptr).code(),
+              StatusCode::kInvalidArgument);
+  }
+  std::vector<WorkCompletion> got;
+  for (int i = 0; i < 2; ++i) {
+    for (int k = 0; k < 3; ++k) {
+      fill_pattern(senders[i]->buf.data(), 1000, i * 10 + k);
+      ASSERT_TRUE(senders[i]->post_send(WrOpcode::kSend, k, 0, 1000).ok());
+      ASSERT_TRUE(drive({senders[i].get()}, [&] {
+        WorkCompletion wc[8];
+        int n = cq->poll(8, wc);
+        got.insert(got.end(), wc, wc + n);
+        return got.size() == static_cast<size_t>(i * 3 + k + 1);
+      }));
+      const WorkCompletion& wc = got.back();
+      ASSERT_EQ(wc.status, WcStatus::kSuccess);
+      EXPECT_EQ(wc.qp_num, qps[i]->qpn());
+      uint64_t slot = wc.wr_id - 100;
+      EXPECT_EQ(
+          find_pattern_mismatch(rbuf.data() + slot * 4096, 1000, i * 10 + k),
+          -1);
+    }
+  }
+  // Six distinct receives were consumed, in posting order.
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].wr_id, 100 + i);
+}
+
+// ------------------------------------------------------------ reliability
+
+DeviceOptions with_faults(const std::string& tx, const std::string& rx,
+                          uint64_t seed) {
+  DeviceOptions o = Side::no_faults();
+  o.faults.tx = *FaultSpec::parse(tx);
+  o.faults.rx = *FaultSpec::parse(rx);
+  o.faults.seed = seed;
+  return o;
+}
+
+TEST(RcReliabilityTest, InOrderAndIntactUnderLossReorderDuplication) {
+  const std::string faults = "drop=0.05,reorder=0.05:3,dup=0.05,corrupt=0.01";
+  QpConfig cfg;
+  cfg.rc.timeout = 8;  // ~1 ms retransmit timer
+  cfg.max_send_wr = 512;
+  cfg.max_recv_wr = 512;
+  auto a =
+      Side::make(QpType::kRC, 8 << 20, with_faults(faults, faults, 11), cfg);
+  auto b =
+      Side::make(QpType::kRC, 8 << 20, with_faults(faults, faults, 12), cfg);
+  ASSERT_TRUE(a && b);
+  connect_pair(a.get(), b.get());
+  // 300 SENDs of varied sizes (0 .. 3 fragments), 64 slots reused in turn.
+  const int kMsgs = 300;
+  const uint32_t kSlot = 3 * mtu_of(a.get()) / 2 + 1000;
+  ASSERT_LE(64ull * kSlot, a->buf.size());
+  for (int i = 0; i < kMsgs; ++i) {
+    ASSERT_TRUE(b->post_recv(i, (i % 64) * uint64_t{kSlot}, kSlot).ok());
+  }
+  int posted = 0, checked = 0;
+  auto len_of = [&](int i) {
+    return static_cast<uint32_t>((i * 7919) % kSlot);
+  };
+  auto off_of = [&](int i) { return (i % 64) * uint64_t{kSlot}; };
+  bool ok = drive(
+      {a.get(), b.get()},
+      [&] {
+        // Keep up to 8 messages in flight; each from its own source offset.
+        while (posted < kMsgs && posted - checked < 8) {
+          fill_pattern(a->buf.data() + off_of(posted), len_of(posted), posted);
+          EXPECT_TRUE(a->post_send(WrOpcode::kSendWithImm, posted,
+                                   off_of(posted), len_of(posted), 0, 0, posted)
+                          .ok());
+          ++posted;
+        }
+        while (checked < static_cast<int>(b->recv_wcs.size())) {
+          const WorkCompletion& wc = b->recv_wcs[checked];
+          EXPECT_EQ(wc.status, WcStatus::kSuccess);
+          EXPECT_EQ(wc.wr_id, static_cast<uint64_t>(checked)) << "out of order";
+          EXPECT_EQ(wc.imm_data, static_cast<uint32_t>(checked));
+          EXPECT_EQ(wc.byte_len, len_of(checked));
+          EXPECT_EQ(find_pattern_mismatch(b->buf.data() + off_of(checked),
+                                          len_of(checked), checked),
+                    -1)
+              << "message " << checked;
+          ++checked;
+        }
+        return checked == kMsgs && a->send_wcs.size() == kMsgs;
+      },
+      120000);
+  ASSERT_TRUE(ok) << "posted " << posted << " checked " << checked << "\nA:\n"
+                  << a->dev->counters_text() << "\nB:\n"
+                  << b->dev->counters_text();
+  for (int i = 0; i < kMsgs; ++i) {
+    EXPECT_EQ(a->send_wcs[i].wr_id, static_cast<uint64_t>(i));
+    EXPECT_EQ(a->send_wcs[i].status, WcStatus::kSuccess);
+  }
+  // The faults really happened and were repaired.
+  EXPECT_GT(counter(*a->dev, "fault_tx_dropped"), 0);
+  EXPECT_GT(counter(*b->dev, "fault_rx_duplicated"), 0);
+  EXPECT_GT(counter(*a->dev, "rc_retransmits"), 0);
+  EXPECT_GT(counter(*b->dev, "drop_bad_crc") + counter(*a->dev, "drop_bad_crc"),
+            0);
+}
+
+TEST(RcReliabilityTest, LargeWritesAndReadsUnderLoss) {
+  const std::string faults = "drop=0.05,reorder=0.02:4,dup=0.02";
+  QpConfig cfg;
+  cfg.rc.timeout = 8;
+  auto a = Side::make(QpType::kRC, 4 << 20, with_faults(faults, "", 3), cfg);
+  auto b = Side::make(QpType::kRC, 4 << 20, with_faults(faults, "", 4), cfg);
+  connect_pair(a.get(), b.get());
+  for (int round = 0; round < 4; ++round) {
+    transfer_once(a.get(), b.get(), WrOpcode::kWrite, 4 << 20, 100 + round);
+    transfer_once(a.get(), b.get(), WrOpcode::kRead, 4 << 20, 200 + round);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(UcSemanticsTest, LostFragmentMeansNoCompletion) {
+  auto a = Side::make(QpType::kUC, 1 << 20);
+  auto b = Side::make(QpType::kUC, 1 << 20);
+  connect_pair(a.get(), b.get());
+  const uint32_t len = 4 * mtu_of(a.get()) + 100;  // five fragments
+  FaultInjector* f = a->dev->fault_injector();
+  f->set_spec(Direction::kTx, *FaultSpec::parse("drop=0.5"));
+  ASSERT_TRUE(b->post_recv(1, 0, len).ok());
+  int lost = 0;
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    uint64_t dropped_before = f->counters(Direction::kTx).dropped;
+    size_t done_before = b->recv_wcs.size();
+    ASSERT_TRUE(a->post_send(WrOpcode::kWriteWithImm, attempt, 0, len,
+                             b->addr(), b->mr->rkey(), attempt)
+                    .ok());
+    ASSERT_TRUE(drive({a.get(), b.get()}, [&] {
+      return a->send_wcs.size() == size_t(attempt) + 1;
+    }));
+    // Every datagram that was not dropped has reached b.
+    ASSERT_TRUE(drive({a.get(), b.get()}, [&] {
+      return udp_rx(b.get()) ==
+             cnt(a.get()).tx_packets - f->counters(Direction::kTx).dropped;
+    }));
+    if (f->counters(Direction::kTx).dropped > dropped_before) {
+      ++lost;
+      EXPECT_EQ(b->recv_wcs.size(), done_before)
+          << "UC completed a message that lost a fragment";
+    } else {
+      ASSERT_EQ(b->recv_wcs.size(), done_before + 1);
+      ASSERT_TRUE(b->post_recv(1, 0, len).ok());
+    }
+  }
+  EXPECT_GT(lost, 0);
+  // Without faults the next message uses the receive that is still posted.
+  f->set_spec(Direction::kTx, FaultSpec());
+  size_t before = b->recv_wcs.size();
+  fill_pattern(a->buf.data(), len, 9);
+  ASSERT_TRUE(a->post_send(WrOpcode::kWriteWithImm, 1000, 0, len, b->addr(),
+                           b->mr->rkey(), 1000)
+                  .ok());
+  ASSERT_TRUE(
+      drive({a.get(), b.get()}, [&] { return b->recv_wcs.size() > before; }));
+  EXPECT_EQ(b->recv_wcs.back().imm_data, 1000u);
+  EXPECT_EQ(find_pattern_mismatch(b->buf.data(), len, 9), -1);
+}
+
+// ------------------------------------------------------------ RNR / errors
+
+TEST(RcErrorsTest, RnrRetriesUntilReceiveIsPosted) {
+  QpConfig cfg;
+  cfg.rc.min_rnr_timer = 1;  // 10 us
+  auto a = Side::make(QpType::kRC, 4096, Side::no_faults(), cfg);
+  auto b = Side::make(QpType::kRC, 4096, Side::no_faults(), cfg);
+  connect_pair(a.get(), b.get());
+  fill_pattern(a->buf.data(), 500, 3);
+  ASSERT_TRUE(a->post_send(WrOpcode::kSend, 1, 0, 500).ok());
+  ASSERT_TRUE(drive({a.get(), b.get()},
+                    [&] { return counter(*b->dev, "rnr_naks_sent") >= 3; }));
+  EXPECT_TRUE(a->send_wcs.empty());
+  ASSERT_TRUE(b->post_recv(9, 0, 4096).ok());
+  ASSERT_TRUE(drive({a.get(), b.get()}, [&] {
+    return !a->send_wcs.empty() && !b->recv_wcs.empty();
+  }));
+  EXPECT_EQ(a->send_wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(b->recv_wcs[0].byte_len, 500u);
+  EXPECT_EQ(find_pattern_mismatch(b->buf.data(), 500, 3), -1);
+}
+
+TEST(RcErrorsTest, RnrRetryLimitFailsTheSend) {
+  QpConfig cfg;
+  cfg.rc.min_rnr_timer = 1;
+  cfg.rc.rnr_retry = 2;
+  auto a = Side::make(QpType::kRC, 4096, Side::no_faults(), cfg);
+  auto b = Side::make(QpType::kRC, 4096, Side::no_faults(), cfg);
+  connect_pair(a.get(), b.get());
+  ASSERT_TRUE(a->post_send(WrOpcode::kSend, 1, 0, 100).ok());
+  ASSERT_TRUE(a->post_send(WrOpcode::kSend, 2, 0, 100).ok());
+  ASSERT_TRUE(
+      drive({a.get(), b.get()}, [&] { return a->send_wcs.size() == 2; }));
+  EXPECT_EQ(a->send_wcs[0].status, WcStatus::kRnrRetryExceeded);
+  EXPECT_EQ(a->send_wcs[1].status, WcStatus::kWrFlushError);
+  EXPECT_EQ(a->qp->state(), QpState::kError);
+}
+
+TEST(RcErrorsTest, RemoteAccessErrorCompletesWithErrorAndFlushes) {
+  auto a = Side::make(QpType::kRC, 8192);
+  auto b = Side::make(QpType::kRC, 8192);
+  connect_pair(a.get(), b.get());
+  // Past the end of b's region.
+  ASSERT_TRUE(
+      a->post_send(WrOpcode::kWrite, 1, 0, 4096, b->addr(4097), b->mr->rkey())
+          .ok());
+  ASSERT_TRUE(
+      a->post_send(WrOpcode::kWrite, 2, 0, 16, b->addr(), b->mr->rkey()).ok());
+  ASSERT_TRUE(
+      drive({a.get(), b.get()}, [&] { return a->send_wcs.size() == 2; }));
+  EXPECT_EQ(a->send_wcs[0].status, WcStatus::kRemoteAccessError);
+  EXPECT_EQ(a->send_wcs[1].status, WcStatus::kWrFlushError);
+  EXPECT_EQ(counter(*b->dev, "drop_out_of_bounds"), 1);
+  EXPECT_EQ(a->qp->state(), QpState::kError);
+  // Posting to a QP in error is refused with a clear message.
+  Status st =
+      a->post_send(WrOpcode::kWrite, 3, 0, 16, b->addr(), b->mr->rkey());
+  EXPECT_NE(st.message().find("ERROR"), std::string::npos) << st;
+}
+
+TEST(RcErrorsTest, SendLargerThanReceiveFailsBothSides) {
+  auto a = Side::make(QpType::kRC, 8192);
+  auto b = Side::make(QpType::kRC, 8192);
+  connect_pair(a.get(), b.get());
+  ASSERT_TRUE(b->post_recv(5, 0, 100).ok());
+  ASSERT_TRUE(a->post_send(WrOpcode::kSend, 1, 0, 101).ok());
+  ASSERT_TRUE(drive({a.get(), b.get()}, [&] {
+    return !a->send_wcs.empty() && !b->recv_wcs.empty();
+  }));
+  EXPECT_EQ(a->send_wcs[0].status, WcStatus::kRemoteInvalidRequest);
+  EXPECT_EQ(b->recv_wcs[0].status, WcStatus::kLocalLengthError);
+  EXPECT_EQ(b->recv_wcs[0].wr_id, 5u);
+}
+
+TEST(RcErrorsTest, DeadPeerGivesRetryExceeded) {
+  QpConfig cfg;
+  cfg.rc.timeout = 6;  // ~262 us
+  cfg.rc.retry_cnt = 3;
+  auto a = Side::make(QpType::kRC, 8192, Side::no_faults(), cfg);
+  auto b = Side::make(QpType::kRC, 8192, Side::no_faults(), cfg);
+  connect_pair(a.get(), b.get());
+  b.reset();  // peer gone
+  ASSERT_TRUE(a->post_send(WrOpcode::kWrite, 1, 0, 100, 0x1000, 1).ok());
+  ASSERT_TRUE(drive(
+      {a.get()}, [&] { return !a->send_wcs.empty(); }, 5000));
+  EXPECT_EQ(a->send_wcs[0].status, WcStatus::kRetryExceeded);
+}
+
+TEST(ApiErrorsTest, BadPostsReturnClearStatus) {
+  auto a = Side::make(QpType::kUC, 8192);
+  auto b = Side::make(QpType::kUC, 8192);
+  // Not connected yet.
+  Status st = a->post_send(WrOpcode::kWrite, 1, 0, 10, b->addr(), 1);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  connect_pair(a.get(), b.get());
+  // READ is not a UC operation.
+  st = a->post_send(WrOpcode::kRead, 1, 0, 10, b->addr(), b->mr->rkey());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("not allowed on UC"), std::string::npos) << st;
+  // Bad lkey.
+  Sge sge{a->addr(), 10, 12345};
+  SendWr wr;
+  wr.opcode = WrOpcode::kWrite;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  const SendWr* bad = nullptr;
+  st = a->qp->post_send(&wr, &bad);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(bad, &wr);
+  // SGE outside its region.
+  sge = Sge{a->addr(8000), 500, a->mr->lkey()};
+  EXPECT_EQ(a->qp->post_send(&wr, nullptr).code(),
+            StatusCode::kPermissionDenied);
+  // Too many SGEs.
+  Sge many[9];
+  wr.sg_list = many;
+  wr.num_sge = 9;
+  EXPECT_EQ(a->qp->post_send(&wr, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  // Connecting QPs of different types.
+  auto rc = Side::make(QpType::kRC, 0);
+  st = rc->qp->connect(a->qp->local_info());
+  EXPECT_NE(st.message().find("local QP is RC, remote is UC"),
+            std::string::npos);
+  // Zero-length registration.
+  EXPECT_FALSE(a->pd->reg_mr(a->buf.data(), 0, kAccessLocalWrite).ok());
+  // Remote write without local write.
+  EXPECT_FALSE(a->pd->reg_mr(a->buf.data(), 10, kAccessRemoteWrite).ok());
+}
+
+TEST(ApiErrorsTest, SendQueueFullIsResourceExhausted) {
+  QpConfig cfg;
+  cfg.max_send_wr = 4;
+  auto a = Side::make(QpType::kRC, 8192, Side::no_faults(), cfg);
+  auto b = Side::make(QpType::kRC, 8192);
+  connect_pair(a.get(), b.get());
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(
+        a->post_send(WrOpcode::kWrite, i, 0, 8, b->addr(), b->mr->rkey()).ok());
+  }
+  Status st = a->post_send(WrOpcode::kWrite, 9, 0, 8, b->addr(), b->mr->rkey());
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(
+      drive({a.get(), b.get()}, [&] { return a->send_wcs.size() == 4; }));
+  EXPECT_TRUE(
+      a->post_send(WrOpcode::kWrite, 9, 0, 8, b->addr(), b->mr->rkey()).ok());
+}
+
+TEST(ApiErrorsTest, InlineSendsCopyAtPostTime) {
+  auto a = Side::make(QpType::kRC, 8192);
+  auto b = Side::make(QpType::kRC, 8192);
+  connect_pair(a.get(), b.get());
+  ASSERT_TRUE(b->post_recv(1, 0, 256).ok());
+  std::vector<uint8_t> tmp(200);
+  fill_pattern(tmp.data(), tmp.size(), 4);
+  Sge sge{reinterpret_cast<uint64_t>(tmp.data()), 200, 0};  // no lkey needed
+  SendWr wr;
+  wr.opcode = WrOpcode::kSend;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.inline_data = true;
+  ASSERT_TRUE(a->qp->post_send(&wr, nullptr).ok());
+  std::fill(tmp.begin(), tmp.end(), 0);  // reuse immediately
+  ASSERT_TRUE(drive({a.get(), b.get()}, [&] { return !b->recv_wcs.empty(); }));
+  EXPECT_EQ(find_pattern_mismatch(b->buf.data(), 200, 4), -1);
+  sge.length = 300;  // above max_inline_data (256)
+  EXPECT_EQ(a->qp->post_send(&wr, nullptr).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(ApiErrorsTest, ErrorStateFlushesPostedReceives) {
+  auto a = Side::make(QpType::kRC, 8192);
+  auto b = Side::make(QpType::kRC, 8192);
+  connect_pair(a.get(), b.get());
+  ASSERT_TRUE(b->post_recv(1, 0, 100).ok());
+  ASSERT_TRUE(b->post_recv(2, 100, 100).ok());
+  ASSERT_TRUE(b->qp->set_error().ok());
+  ASSERT_TRUE(drive({b.get()}, [&] { return b->recv_wcs.size() == 2; }));
+  EXPECT_EQ(b->recv_wcs[0].status, WcStatus::kWrFlushError);
+  EXPECT_EQ(b->recv_wcs[1].wr_id, 2u);
+}
+
+TEST(DeviceTest, ListingAndOpeningByName) {
+  std::vector<DeviceInfo> devs = list_devices();
+  bool has_lo = false;
+  for (const DeviceInfo& d : devs) {
+    if (d.name == "udp:lo") {
+      has_lo = true;
+      EXPECT_EQ(d.ip, "127.0.0.1");
+      EXPECT_GT(d.mtu_bytes, 60000u);
+    }
+  }
+  EXPECT_TRUE(has_lo);
+  EXPECT_TRUE(open_device("udp:127.0.0.1", Side::no_faults()).ok());
+  auto bad = open_device("udp:nosuchif0", Side::no_faults());
+  EXPECT_EQ(bad.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(bad.status().message().find("lo (127.0.0.1)"), std::string::npos)
+      << bad.status();
+  auto nodev = open_device("mlx5_99", Side::no_faults());
+  EXPECT_FALSE(nodev.ok());
+  EXPECT_FALSE(verbs_unavailable_reason().empty());
+}
+
+TEST(DeviceTest, WildcardDeviceLearnsPathMtuFromRoute) {
+  auto a =
+      Side::make(QpType::kRC, 1 << 20, Side::no_faults(), QpConfig(), "udp");
+  auto b = Side::make(QpType::kRC, 1 << 20);
+  ASSERT_TRUE(a && b);
+  QpInfo ai = a->qp->local_info();
+  // A wildcard device advertises 0.0.0.0: the peer must be told the address.
+  EXPECT_FALSE(b->qp->connect(ai).ok());
+  ipv4_to_gid(htonl(0x7f000001), ai.addr.gid);
+  ASSERT_TRUE(b->qp->connect(ai).ok());
+  ASSERT_TRUE(a->qp->connect(b->qp->local_info()).ok());
+  transfer_once(a.get(), b.get(), WrOpcode::kWrite, 300000, 8);
+}
+
+TEST(DeviceTest, RateLimitIsEnforced) {
+  ManualClock clock;
+  DeviceOptions o = Side::no_faults();
+  o.rate_gbps = 8.0;  // 1 byte per ns
+  o.clock = &clock;
+  auto a = Side::make(QpType::kUC, 16 << 20, o);
+  auto b = Side::make(QpType::kUC, 16 << 20);
+  connect_pair(a.get(), b.get());
+  ASSERT_TRUE(
+      a->post_send(WrOpcode::kWrite, 1, 0, 8 << 20, b->addr(), b->mr->rkey())
+          .ok());
+  const uint64_t burst = 256 * 1024;  // token bucket depth
+  const uint64_t slack = 32 * 65536;  // one transmit budget of overshoot
+  for (int i = 0; i < 100; ++i) a->poll();
+  EXPECT_LE(cnt(a.get()).tx_bytes, burst + slack) << "time stood still";
+  EXPECT_GT(cnt(a.get()).tx_bytes, 0u);
+  clock.advance_ns(1000000);  // 1 ms at 1 B/ns
+  for (int i = 0; i < 100; ++i) a->poll();
+  EXPECT_LE(cnt(a.get()).tx_bytes, burst + 1000000 + slack);
+  EXPECT_GE(cnt(a.get()).tx_bytes, 1000000u);
+  for (int i = 0; i < 20 && a->send_wcs.empty(); ++i) {
+    clock.advance_ns(1000000);
+    for (int k = 0; k < 100; ++k) a->poll();
+  }
+  ASSERT_EQ(a->send_wcs.size(), 1u);
+}
+
+}  // namespace
+}  // namespace uccl::transport::testing

@@ -1,0 +1,317 @@
+// The NIC layer's interface, shaped like rdma-core verbs: Device, PD, MR, CQ,
+// QP (RC/UC/UD), SRQ, AH. Backends: verbs/ (real RDMA NICs), udp/ (software).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/fault/fault_injector.h"
+#include "uccl/status.h"
+#include "util/clock.h"
+
+namespace uccl::transport {
+
+// ---------------------------------------------------------------------------
+// Semantics (both backends; see ARCHITECTURE.md "transport/"):
+//  * UC: a message (one WR) lands whole or not at all from the receiver's
+//    point of view: no completion when any part is lost. No retransmission.
+//  * RC: reliable and in order; the NIC retransmits; RDMA_READ allowed.
+//  * UD: one datagram per message, up to the MTU, to an AH + QPN + qkey.
+//    Receive buffers start with a 40-byte GRH, as on verbs (kGrhBytes).
+//  * WRITE_WITH_IMM and SEND consume a posted receive. With none posted, UC
+//    and UD drop the message; RC answers RNR and the sender retries.
+// Threading: one thread at a time drives a Device and its objects (posting
+// and polling); reg_mr/dereg_mr may be called from any thread.
+// ---------------------------------------------------------------------------
+
+enum class QpType : uint8_t { kRC = 0, kUC = 1, kUD = 2 };
+const char* qp_type_name(QpType t);
+
+enum class WrOpcode : uint8_t {
+  kWrite = 0,
+  kWriteWithImm = 1,
+  kSend = 2,
+  kSendWithImm = 3,
+  kRead = 4,
+};
+const char* wr_opcode_name(WrOpcode op);
+
+enum class WcOpcode : uint8_t {
+  kSend = 0,          // local completion of SEND / SEND_WITH_IMM
+  kWrite = 1,         // local completion of WRITE / WRITE_WITH_IMM
+  kRead = 2,          // local completion of READ
+  kRecv = 3,          // a SEND arrived into a posted receive
+  kRecvWriteImm = 4,  // a WRITE_WITH_IMM arrived (consumed a receive)
+};
+
+enum class WcStatus : uint8_t {
+  kSuccess = 0,
+  kLocalLengthError,      // receive too small / message too long
+  kLocalProtectionError,  // bad lkey or SGE outside its region
+  kLocalQpError,          // QP in a state that cannot execute the WR
+  kWrFlushError,          // QP went to error; WR flushed unexecuted
+  kRemoteAccessError,     // peer refused rkey / bounds / access rights
+  kRemoteInvalidRequest,  // peer could not execute (e.g. its recv too small)
+  kRemoteOperationError,  // peer failed while executing
+  kRetryExceeded,         // RC: no ACK after retry_cnt retransmissions
+  kRnrRetryExceeded,      // RC: peer had no receive posted, rnr_retry times
+  kGeneralError,
+};
+const char* wc_status_name(WcStatus s);
+
+// MR access rights (same meaning as IBV_ACCESS_*).
+enum Access : uint32_t {
+  kAccessLocalWrite = 1u << 0,
+  kAccessRemoteWrite = 1u << 1,
+  kAccessRemoteRead = 1u << 2,
+};
+
+constexpr uint32_t kGrhBytes = 40;  // UD receive prefix (global route header)
+
+struct Sge {
+  uint64_t addr = 0;
+  uint32_t length = 0;
+  uint32_t lkey = 0;
+};
+
+class AddressHandle;
+
+struct SendWr {
+  uint64_t wr_id = 0;
+  WrOpcode opcode = WrOpcode::kSend;
+  const Sge* sg_list = nullptr;
+  int num_sge = 0;
+  bool signaled = true;      // generate a completion (else only on error)
+  bool inline_data = false;  // copy payload at post time (<= max_inline)
+  uint32_t imm_data = 0;     // for *_WITH_IMM, host byte order
+  // RDMA WRITE / READ target.
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  // UD destination.
+  AddressHandle* ah = nullptr;
+  uint32_t remote_qpn = 0;
+  uint32_t remote_qkey = 0;
+  SendWr* next = nullptr;
+};
+
+struct RecvWr {
+  uint64_t wr_id = 0;
+  const Sge* sg_list = nullptr;
+  int num_sge = 0;
+  RecvWr* next = nullptr;
+};
+
+struct WorkCompletion {
+  uint64_t wr_id = 0;
+  WcStatus status = WcStatus::kSuccess;
+  WcOpcode opcode = WcOpcode::kSend;
+  bool with_imm = false;
+  uint32_t byte_len = 0;      // receives: bytes placed (UD: includes the GRH)
+  uint32_t imm_data = 0;      // host byte order
+  uint32_t qp_num = 0;        // local QP
+  uint32_t src_qp = 0;        // UD: sender's QPN
+  uint64_t timestamp_ns = 0;  // when the completion was generated/received
+};
+
+// Where a port lives: a GID (IPv6, or IPv4-mapped ::ffff:a.b.c.d as RoCEv2
+// uses) plus, for the software NIC, the UDP port of the device context.
+struct PortAddress {
+  uint8_t gid[16] = {};
+  uint16_t lid = 0;       // InfiniBand LID (0 on RoCE and the software NIC)
+  uint16_t udp_port = 0;  // software NIC receive port; 0 on verbs
+  uint8_t port_num = 1;   // verbs port number
+  uint8_t pad[3] = {};
+
+  bool gid_is_zero() const;
+  std::string to_string() const;  // "10.0.0.2:4791" or a GID
+};
+
+// What a peer needs to connect one of its QPs to this one (exchanged out of
+// band by the engine's bootstrap).
+struct QpInfo {
+  PortAddress addr;
+  uint32_t qpn = 0;
+  uint32_t psn = 0;        // first packet sequence number we send
+  uint32_t mtu_bytes = 0;  // path MTU we support
+  QpType type = QpType::kUC;
+  uint8_t pad[3] = {};
+};
+static_assert(sizeof(PortAddress) == 24,
+              "PortAddress is exchanged on the wire");
+static_assert(sizeof(QpInfo) == 40, "QpInfo is exchanged on the wire");
+
+// RC timers, in verbs' encodings (timeout: 4.096 us * 2^timeout).
+struct RcAttrs {
+  uint8_t timeout = 14;        // ~67 ms on hardware; software NIC: see udp/
+  uint8_t retry_cnt = 7;       // retransmissions before kRetryExceeded
+  uint8_t rnr_retry = 7;       // 7 = retry forever
+  uint8_t min_rnr_timer = 12;  // 0.64 ms
+  uint8_t max_rd_atomic = 16;  // outstanding READs
+};
+
+class ProtectionDomain;
+class CompletionQueue;
+class SharedReceiveQueue;
+
+struct QpConfig {
+  QpType type = QpType::kUC;
+  ProtectionDomain* pd = nullptr;
+  CompletionQueue* send_cq = nullptr;
+  CompletionQueue* recv_cq = nullptr;
+  SharedReceiveQueue* srq = nullptr;  // receives come from the SRQ if set
+  uint32_t max_send_wr = 256;
+  uint32_t max_recv_wr = 256;
+  uint32_t max_send_sge = 4;
+  uint32_t max_recv_sge = 4;
+  uint32_t max_inline_data = 256;
+  uint32_t qkey = 0x11111111;  // UD
+  // Software NIC: give this QP its own UDP source port (the ECMP entropy a
+  // fabric hashes on). 0 = shared socket of the device context.
+  bool own_source_port = true;
+  RcAttrs rc;
+};
+
+class MemoryRegion {
+ public:
+  virtual ~MemoryRegion() = default;
+  uint64_t addr() const { return addr_; }
+  size_t length() const { return length_; }
+  uint32_t lkey() const { return lkey_; }
+  uint32_t rkey() const { return rkey_; }
+  uint32_t access() const { return access_; }
+
+ protected:
+  uint64_t addr_ = 0;
+  size_t length_ = 0;
+  uint32_t lkey_ = 0, rkey_ = 0, access_ = 0;
+};
+
+class ProtectionDomain {
+ public:
+  virtual ~ProtectionDomain() = default;
+  // Thread-safe. Overlapping and repeated registrations are allowed; each
+  // gets its own keys. Zero-length regions are refused.
+  virtual Result<std::unique_ptr<MemoryRegion>> reg_mr(void* addr, size_t len,
+                                                       uint32_t access) = 0;
+};
+
+class CompletionQueue {
+ public:
+  virtual ~CompletionQueue() = default;
+  // Up to `max` completions, oldest first; 0 when none. Drives progress of
+  // the device (software NIC: receive, transmit, timers).
+  virtual int poll(int max, WorkCompletion* wc) = 0;
+  virtual uint32_t capacity() const = 0;
+};
+
+class SharedReceiveQueue {
+ public:
+  virtual ~SharedReceiveQueue() = default;
+  virtual Status post_recv(const RecvWr* wr, const RecvWr** bad_wr) = 0;
+};
+
+class AddressHandle {
+ public:
+  virtual ~AddressHandle() = default;
+  const PortAddress& address() const { return addr_; }
+
+ protected:
+  PortAddress addr_;
+};
+
+enum class QpState : uint8_t { kReset, kInit, kRtr, kRts, kError };
+const char* qp_state_name(QpState s);
+
+class QueuePair {
+ public:
+  virtual ~QueuePair() = default;
+  QpType type() const { return type_; }
+  uint32_t qpn() const { return qpn_; }
+  // Our side of the connection, to send to the peer.
+  virtual QpInfo local_info() const = 0;
+  virtual QpState state() const = 0;
+
+  // RESET -> INIT -> RTR -> RTS. UC/RC need the peer's info; UD does not.
+  virtual Status connect(const QpInfo& remote) = 0;  // RC / UC
+  virtual Status activate() = 0;                     // UD
+  // Moves to ERROR: outstanding WRs complete with kWrFlushError.
+  virtual Status set_error() = 0;
+
+  // Validates and queues every WR in the list, or none from the first bad
+  // one on (returned in bad_wr with a Status saying why).
+  virtual Status post_send(const SendWr* wr, const SendWr** bad_wr) = 0;
+  virtual Status post_recv(const RecvWr* wr, const RecvWr** bad_wr) = 0;
+
+ protected:
+  QpType type_ = QpType::kUC;
+  uint32_t qpn_ = 0;
+};
+
+struct DeviceInfo {
+  std::string name;     // "udp:lo", "mlx5_0"
+  std::string backend;  // "udp" or "verbs"
+  std::string netdev;   // kernel interface, if any
+  std::string ip;       // software NIC: address it binds
+  uint64_t link_speed_mbps = 0;
+  uint32_t mtu_bytes = 0;  // largest message payload per packet
+  int numa_node = -1;
+  std::string pci_path;  // "" when unknown/virtual
+  uint64_t guid = 0;
+  bool active = false;  // link up
+};
+
+struct DeviceCounters;  // backend-specific; software NIC: udp/soft_nic.h
+
+// Options given when opening a device. Defaults come from UCCL_* knobs.
+struct DeviceOptions {
+  Clock* clock = nullptr;         // nullptr: SystemClock
+  FaultOptions faults;            // default: from UCCL_FAULT_* knobs
+  uint32_t mtu_bytes = 0;         // 0: backend default (software NIC: knob)
+  bool faults_from_knobs = true;  // false: use `faults` as given
+  double rate_gbps = -1;          // software NIC TX limit; < 0: knob's value
+};
+
+// An opened device context (ibv_context + port). Owns nothing it hands out:
+// callers keep the objects and destroy them before the device.
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const DeviceInfo& info() const = 0;
+  virtual PortAddress port_address() const = 0;
+
+  virtual Result<std::unique_ptr<ProtectionDomain>> alloc_pd() = 0;
+  virtual Result<std::unique_ptr<CompletionQueue>> create_cq(uint32_t cqe) = 0;
+  virtual Result<std::unique_ptr<SharedReceiveQueue>> create_srq(
+      ProtectionDomain* pd, uint32_t max_wr, uint32_t max_sge) = 0;
+  virtual Result<std::unique_ptr<QueuePair>> create_qp(const QpConfig& cfg) = 0;
+  virtual Result<std::unique_ptr<AddressHandle>> create_ah(
+      ProtectionDomain* pd, const PortAddress& dest) = 0;
+
+  // Drives the device without polling a particular CQ (software NIC).
+  virtual void progress() {}
+  // Counters as "name value" lines (packets, bytes, drops by reason, faults).
+  virtual std::string counters_text() const = 0;
+  FaultInjector* fault_injector() { return faults_.get(); }
+
+ protected:
+  std::unique_ptr<FaultInjector> faults_;
+};
+
+// Every device of both backends that this machine has.
+std::vector<DeviceInfo> list_devices();
+// Why the verbs backend lists no devices ("" when it lists some).
+std::string verbs_unavailable_reason();
+
+// Opens by name: "mlx5_0" / "rxe0" (verbs), "udp" (any interface),
+// "udp:<ifname>" or "udp:<ipv4>" (software NIC).
+Result<std::unique_ptr<Device>> open_device(const std::string& name,
+                                            const DeviceOptions& opts = {});
+
+// IPv4 <-> IPv4-mapped GID helpers.
+void ipv4_to_gid(uint32_t ipv4_be, uint8_t gid[16]);
+bool gid_to_ipv4(const uint8_t gid[16], uint32_t* ipv4_be);
+
+}  // namespace uccl::transport

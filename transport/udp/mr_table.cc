@@ -1,0 +1,84 @@
+// MrTable: writers take a mutex and publish slots with a seqlock; readers on
+// the engine thread validate without locks. Pages are never freed before
+// the table, so a reader never touches freed memory.
+#include "transport/udp/mr_table.h"
+
+namespace uccl::transport::udp {
+
+MrTable::MrTable() {
+  for (auto& p : pages_) p.store(nullptr, std::memory_order_relaxed);
+}
+
+MrTable::~MrTable() {
+  for (auto& p : pages_) delete p.load(std::memory_order_relaxed);
+}
+
+MrTable::Slot* MrTable::slot(uint32_t index) const {
+  Page* page = pages_[index / kPageSlots].load(std::memory_order_acquire);
+  return page ? &page->slots[index % kPageSlots] : nullptr;
+}
+
+Result<uint32_t> MrTable::add(uint64_t addr, uint64_t len, uint32_t access) {
+  std::lock_guard<std::mutex> lock(mu_);
+  constexpr uint32_t kTotal = kPages * kPageSlots;
+  for (uint32_t n = 0; n < kTotal; ++n) {
+    uint32_t index = (next_hint_ + n) % kTotal;
+    if (index == 0) continue;
+    Page* page = pages_[index / kPageSlots].load(std::memory_order_relaxed);
+    if (page == nullptr) {
+      page = new Page();
+      pages_[index / kPageSlots].store(page, std::memory_order_release);
+    }
+    Slot& s = page->slots[index % kPageSlots];
+    if (s.key.load(std::memory_order_relaxed) != 0) continue;
+    if (++s.generation == 0) s.generation = 1;
+    uint32_t key = (static_cast<uint32_t>(s.generation) << 16) | index;
+    uint32_t seq = s.seq.load(std::memory_order_relaxed);
+    s.seq.store(seq + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    s.addr.store(addr, std::memory_order_relaxed);
+    s.len.store(len, std::memory_order_relaxed);
+    s.access.store(access, std::memory_order_relaxed);
+    s.key.store(key, std::memory_order_relaxed);
+    s.seq.store(seq + 2, std::memory_order_release);
+    next_hint_ = index + 1;
+    return key;
+  }
+  return ResourceExhausted("memory region table full (65535 regions per PD)");
+}
+
+void MrTable::remove(uint32_t key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Slot* s = slot(key & 0xffff);
+  if (s == nullptr || s->key.load(std::memory_order_relaxed) != key) return;
+  uint32_t seq = s->seq.load(std::memory_order_relaxed);
+  s->seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  s->key.store(0, std::memory_order_relaxed);
+  s->seq.store(seq + 2, std::memory_order_release);
+}
+
+MrTable::Check MrTable::check(uint32_t key, uint64_t addr, uint64_t len,
+                              uint32_t need) const {
+  if (key == 0) return Check::kBadKey;
+  const Slot* s = slot(key & 0xffff);
+  if (s == nullptr) return Check::kBadKey;
+  uint32_t seq1 = s->seq.load(std::memory_order_acquire);
+  if (seq1 & 1) return Check::kBadKey;  // being (de)registered right now
+  uint32_t k = s->key.load(std::memory_order_relaxed);
+  uint64_t base = s->addr.load(std::memory_order_relaxed);
+  uint64_t size = s->len.load(std::memory_order_relaxed);
+  uint32_t acc = s->access.load(std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (s->seq.load(std::memory_order_relaxed) != seq1 || k != key) {
+    return Check::kBadKey;
+  }
+  // Overflow-safe containment: addr >= base && addr + len <= base + size.
+  if (addr < base || addr - base > size || len > size - (addr - base)) {
+    return Check::kOutOfBounds;
+  }
+  if ((acc & need) != need) return Check::kNoAccess;
+  return Check::kOk;
+}
+
+}  // namespace uccl::transport::udp

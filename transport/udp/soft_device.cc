@@ -1,0 +1,678 @@
+// Software NIC device context: the UDP receive socket, datagram validation
+// and demultiplexing, batched transmit, rate limiting, the fault-injection
+// delay line, and the PD/MR/CQ/SRQ/AH objects.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+#include "transport/udp/soft_nic.h"
+#include "util/crc32c.h"
+#include "util/knobs.h"
+#include "util/logging.h"
+
+namespace uccl::transport::udp {
+
+UCCL_KNOB(int64_t, knob_softnic_mtu, "UCCL_SOFTNIC_MTU", 0,
+          "Software NIC: cap on payload bytes per datagram (0 = interface "
+          "MTU minus 92 bytes of IP/UDP/UCCL headers; loopback ~64 KiB).",
+          0, kMaxFragmentPayload);
+UCCL_KNOB(int64_t, knob_softnic_sockbuf_kb, "UCCL_SOFTNIC_SOCKBUF_KB", 16384,
+          "Software NIC: kernel socket send/receive buffer per device "
+          "context, KiB (set with SO_*BUFFORCE when root).",
+          64, 1 << 21);
+UCCL_KNOB(double, knob_softnic_rate_gbps, "UCCL_SOFTNIC_RATE_GBPS", 0.0,
+          "Software NIC: transmit rate limit per device context in Gb/s, like "
+          "a NIC's line rate (0 = unlimited).",
+          0.0, 10000.0);
+UCCL_KNOB(int64_t, knob_softnic_speed_mbps, "UCCL_SOFTNIC_SPEED_MBPS", 0,
+          "Software NIC: link speed to report in Mb/s (0 = the interface's "
+          "from sysfs, or 100000 for virtual interfaces such as lo).",
+          0, 1 << 30);
+UCCL_KNOB(int64_t, knob_softnic_tx_budget, "UCCL_SOFTNIC_TX_BUDGET", 32,
+          "Software NIC: most datagrams one QP sends per progress call.", 1,
+          4096);
+
+namespace {
+
+uint32_t round_pow2(uint32_t v) {
+  uint32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+void set_sockbuf(int fd, int bytes) {
+  // FORCE variants ignore net.core.*mem_max (needs CAP_NET_ADMIN).
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)) != 0) {
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+  }
+  if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof(bytes)) != 0) {
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  }
+}
+
+uint32_t payload_mtu_for(uint32_t if_mtu) {
+  constexpr uint32_t kOverhead = 20 + 8 + sizeof(WireHeader);
+  uint32_t m = if_mtu > kOverhead ? if_mtu - kOverhead : 256;
+  m = std::min(m, kMaxFragmentPayload);
+  return m & ~63u;  // keep fragments 64-byte aligned
+}
+
+}  // namespace
+
+// ----------------------------------------------------------------- PD / MR
+
+Result<std::unique_ptr<MemoryRegion>> SoftPd::reg_mr(void* addr, size_t len,
+                                                     uint32_t access) {
+  if (addr == nullptr || len == 0) {
+    return InvalidArgument("reg_mr: empty region");
+  }
+  uint64_t a = reinterpret_cast<uint64_t>(addr);
+  if (a + len < a) return InvalidArgument("reg_mr: region wraps around");
+  if (access & ~(kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead)) {
+    return InvalidArgument("reg_mr: unknown access flags");
+  }
+  if ((access & kAccessRemoteWrite) && !(access & kAccessLocalWrite)) {
+    // Same rule as verbs: remote write requires local write.
+    return InvalidArgument("reg_mr: REMOTE_WRITE requires LOCAL_WRITE");
+  }
+  UCCL_ASSIGN_OR_RETURN(uint32_t key, table_.add(a, len, access));
+  return std::unique_ptr<MemoryRegion>(new SoftMr(this, a, len, access, key));
+}
+
+SoftMr::SoftMr(SoftPd* pd, uint64_t addr, size_t len, uint32_t access,
+               uint32_t key)
+    : pd_(pd) {
+  addr_ = addr;
+  length_ = len;
+  access_ = access;
+  lkey_ = rkey_ = key;
+}
+
+SoftMr::~SoftMr() { pd_->table().remove(lkey_); }
+
+// ---------------------------------------------------------------------- CQ
+
+SoftCq::SoftCq(SoftDevice* dev, uint32_t cqe)
+    : dev_(dev),
+      ring_(round_pow2(std::max(cqe, 2u))),
+      mask_(ring_.size() - 1) {}
+
+bool SoftCq::push(const WorkCompletion& wc) {
+  if (!has_space()) return false;
+  ring_[tail_ & mask_] = wc;
+  ++tail_;
+  return true;
+}
+
+int SoftCq::poll(int max, WorkCompletion* wc) {
+  dev_->progress();
+  int n = 0;
+  while (n < max && head_ != tail_) {
+    wc[n++] = ring_[head_ & mask_];
+    ++head_;
+  }
+  return n;
+}
+
+// -------------------------------------------------------------- RecvRing
+
+RecvRing::RecvRing(uint32_t capacity, uint32_t max_sge)
+    : ring_(round_pow2(std::max(capacity, 1u))),
+      mask_(ring_.size() - 1),
+      max_sge_(std::min<uint32_t>(max_sge, kMaxSge)) {}
+
+Status RecvRing::post(const RecvWr* wr, const RecvWr** bad_wr, MrTable* mrs) {
+  for (; wr != nullptr; wr = wr->next) {
+    Status st;
+    if (tail_ - head_ >= ring_.size()) {
+      st = ResourceExhausted("receive queue full (" +
+                             std::to_string(ring_.size()) + " entries)");
+    } else if (wr->num_sge < 0 ||
+               static_cast<uint32_t>(wr->num_sge) > max_sge_) {
+      st = InvalidArgument("post_recv: " + std::to_string(wr->num_sge) +
+                           " SGEs > max_recv_sge " + std::to_string(max_sge_));
+    }
+    RecvEntry e;
+    e.wr_id = wr->wr_id;
+    e.num_sge = wr->num_sge;
+    uint64_t total = 0;
+    for (int i = 0; st.ok() && i < wr->num_sge; ++i) {
+      const Sge& s = wr->sg_list[i];
+      if (s.length > 0) {
+        MrTable::Check c =
+            mrs->check(s.lkey, s.addr, s.length, kAccessLocalWrite);
+        if (c != MrTable::Check::kOk) {
+          st = PermissionDenied(
+              "post_recv: SGE " + std::to_string(i) +
+              (c == MrTable::Check::kBadKey        ? " has an invalid lkey"
+               : c == MrTable::Check::kOutOfBounds ? " is outside its region"
+                                                   : " lacks LOCAL_WRITE"));
+        }
+      }
+      e.sge[i] = s;
+      total += s.length;
+    }
+    if (st.ok() && total > 0x80000000ull) {
+      st = InvalidArgument("post_recv: receive larger than 2 GiB");
+    }
+    if (!st.ok()) {
+      if (bad_wr) *bad_wr = wr;
+      return st;
+    }
+    e.total_len = static_cast<uint32_t>(total);
+    ring_[tail_ & mask_] = e;
+    ++tail_;
+  }
+  return Status::OK();
+}
+
+bool RecvRing::pop(RecvEntry* out) {
+  if (head_ == tail_) return false;
+  *out = ring_[head_ & mask_];
+  ++head_;
+  return true;
+}
+
+// ------------------------------------------------------------------ Device
+
+Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
+    const NetIf& nif, const std::string& name, const DeviceOptions& opts) {
+  std::unique_ptr<SoftDevice> d(new SoftDevice());
+  d->clock_ = opts.clock ? opts.clock : SystemClock::get();
+  FaultOptions faults = opts.faults;
+  if (opts.faults_from_knobs) {
+    auto f = FaultOptions::from_knobs();
+    if (!f.ok()) return f.status();
+    faults = *f;
+  }
+  d->faults_ = std::make_unique<FaultInjector>(faults);
+
+  d->fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (d->fd_ < 0) return ErrnoStatus("software NIC socket", errno);
+  d->sockbuf_bytes_ = static_cast<int>(knob_softnic_sockbuf_kb().get() * 1024);
+  set_sockbuf(d->fd_, d->sockbuf_bytes_);
+  sockaddr_in addr;
+  std::memset(&addr, 0, sizeof(addr));
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = nif.ipv4_be;
+  addr.sin_port = 0;
+  if (bind(d->fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return ErrnoStatus("bind software NIC to " + ipv4_to_string(nif.ipv4_be),
+                       errno);
+  }
+  socklen_t len = sizeof(d->local_);
+  getsockname(d->fd_, reinterpret_cast<sockaddr*>(&d->local_), &len);
+
+  d->mtu_cap_ = kMaxFragmentPayload & ~63u;
+  if (knob_softnic_mtu().get() > 0) {
+    d->mtu_cap_ = std::min<uint32_t>(d->mtu_cap_, knob_softnic_mtu().get());
+  }
+  if (opts.mtu_bytes > 0) d->mtu_cap_ = std::min(d->mtu_cap_, opts.mtu_bytes);
+  d->mtu_ = std::min(payload_mtu_for(nif.mtu ? nif.mtu : 1500), d->mtu_cap_);
+
+  d->info_.name = name;
+  d->info_.backend = "udp";
+  d->info_.netdev = nif.name;
+  d->info_.ip = ipv4_to_string(nif.ipv4_be);
+  d->info_.mtu_bytes = d->mtu_;
+  d->info_.numa_node = nif.numa_node;
+  d->info_.pci_path = nif.pci_path;
+  d->info_.active = true;
+  int64_t speed = knob_softnic_speed_mbps().get();
+  d->info_.link_speed_mbps =
+      speed > 0 ? speed : (nif.speed_mbps ? nif.speed_mbps : 100000);
+  d->info_.guid = (static_cast<uint64_t>(ntohl(nif.ipv4_be)) << 16) |
+                  ntohs(d->local_.sin_port);
+
+  d->rx_bufs_.reset(new uint8_t[static_cast<size_t>(kRxBatch) * kRxBufBytes]);
+  for (int i = 0; i < kRxBatch; ++i) {
+    d->rx_iov_[i].iov_base =
+        d->rx_bufs_.get() + static_cast<size_t>(i) * kRxBufBytes;
+    d->rx_iov_[i].iov_len = kRxBufBytes;
+    std::memset(&d->rx_msgs_[i], 0, sizeof(mmsghdr));
+    d->rx_msgs_[i].msg_hdr.msg_iov = &d->rx_iov_[i];
+    d->rx_msgs_[i].msg_hdr.msg_iovlen = 1;
+  }
+  d->scratch_.reset(new uint8_t[kRxBufBytes]);
+  // The delay line is always there (4 MiB) so faults can be switched on
+  // at run time (FaultInjector::set_spec) without allocating later.
+  d->held_.resize(64);
+  for (auto& h : d->held_) h.data.reset(new uint8_t[kRxBufBytes]);
+  double gbps =
+      opts.rate_gbps >= 0 ? opts.rate_gbps : knob_softnic_rate_gbps().get();
+  if (gbps > 0) {
+    d->rate_bytes_per_ns_ = gbps / 8.0;  // Gb/s == bits per ns
+    d->bucket_bytes_ = std::max(256.0 * 1024, gbps / 8.0 * 20000.0);  // 20 us
+    d->tokens_ = d->bucket_bytes_;
+    d->tokens_ns_ = d->now_ns();
+  }
+  // Random first QPN so a restarted peer's stale packets miss new QPs.
+  uint64_t seed = d->now_ns() ^ (static_cast<uint64_t>(getpid()) << 20) ^
+                  ntohs(d->local_.sin_port);
+  d->next_qpn_ =
+      static_cast<uint32_t>((seed * 0x9E3779B97F4A7C15ull) >> 40) | 1;
+  d->qps_.reserve(1024);
+  d->pending_.reserve(1024);
+  VLOG(kVlogLifecycle) << "software NIC " << name << " on " << d->info_.ip
+                       << ":" << d->udp_port() << " mtu " << d->mtu_
+                       << " faults tx=" << faults.tx.to_string()
+                       << " rx=" << faults.rx.to_string();
+  return d;
+}
+
+SoftDevice::~SoftDevice() {
+  if (fd_ >= 0) close(fd_);
+}
+
+PortAddress SoftDevice::port_address() const {
+  PortAddress a;
+  ipv4_to_gid(local_.sin_addr.s_addr, a.gid);
+  a.udp_port = udp_port();
+  return a;
+}
+
+Result<std::unique_ptr<ProtectionDomain>> SoftDevice::alloc_pd() {
+  return std::unique_ptr<ProtectionDomain>(new SoftPd());
+}
+
+Result<std::unique_ptr<CompletionQueue>> SoftDevice::create_cq(uint32_t cqe) {
+  if (cqe == 0 || cqe > (1u << 22)) {
+    return InvalidArgument("create_cq: cqe must be in [1, 4M]");
+  }
+  return std::unique_ptr<CompletionQueue>(new SoftCq(this, cqe));
+}
+
+Result<std::unique_ptr<SharedReceiveQueue>> SoftDevice::create_srq(
+    ProtectionDomain* pd, uint32_t max_wr, uint32_t max_sge) {
+  auto* spd = dynamic_cast<SoftPd*>(pd);
+  if (spd == nullptr)
+    return InvalidArgument("create_srq: PD of another device");
+  if (max_wr == 0 || max_wr > (1u << 20) || max_sge > kMaxSge) {
+    return InvalidArgument("create_srq: max_wr in [1, 1M], max_sge <= 8");
+  }
+  return std::unique_ptr<SharedReceiveQueue>(new SoftSrq(spd, max_wr, max_sge));
+}
+
+Result<uint32_t> SoftDevice::path_mtu_to(uint32_t ipv4_be) const {
+  uint32_t mtu = mtu_;
+  if (local_.sin_addr.s_addr == 0) {  // wildcard device: ask the routing table
+    UCCL_ASSIGN_OR_RETURN(NetIf nif, route_to(ipv4_be));
+    mtu = payload_mtu_for(nif.mtu ? nif.mtu : 1500);
+  }
+  return std::min(mtu, mtu_cap_);
+}
+
+Result<std::unique_ptr<AddressHandle>> SoftDevice::create_ah(
+    ProtectionDomain* pd, const PortAddress& dest) {
+  if (dynamic_cast<SoftPd*>(pd) == nullptr) {
+    return InvalidArgument("create_ah: PD of another device");
+  }
+  uint32_t ip = 0;
+  if (!gid_to_ipv4(dest.gid, &ip) || dest.udp_port == 0) {
+    return InvalidArgument("create_ah: destination " + dest.to_string() +
+                           " is not an IPv4 software-NIC address");
+  }
+  UCCL_ASSIGN_OR_RETURN(uint32_t mtu, path_mtu_to(ip));
+  sockaddr_in sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = ip;
+  sa.sin_port = htons(dest.udp_port);
+  return std::unique_ptr<AddressHandle>(new SoftAh(dest, sa, mtu));
+}
+
+Result<std::unique_ptr<QueuePair>> SoftDevice::create_qp(const QpConfig& cfg) {
+  if (dynamic_cast<SoftPd*>(cfg.pd) == nullptr) {
+    return InvalidArgument("create_qp: missing PD or PD of another device");
+  }
+  if (dynamic_cast<SoftCq*>(cfg.send_cq) == nullptr ||
+      dynamic_cast<SoftCq*>(cfg.recv_cq) == nullptr) {
+    return InvalidArgument("create_qp: send_cq and recv_cq are required");
+  }
+  if (cfg.srq != nullptr && dynamic_cast<SoftSrq*>(cfg.srq) == nullptr) {
+    return InvalidArgument("create_qp: SRQ of another device");
+  }
+  if (cfg.max_send_wr == 0 || cfg.max_send_wr > (1u << 16) ||
+      cfg.max_recv_wr > (1u << 16)) {
+    return InvalidArgument(
+        "create_qp: max_send_wr in [1, 65536], "
+        "max_recv_wr <= 65536");
+  }
+  if (cfg.max_send_sge > kMaxSge || cfg.max_recv_sge > kMaxSge) {
+    return InvalidArgument("create_qp: at most 8 SGEs per WR");
+  }
+  if (cfg.max_inline_data > 4096) {
+    return InvalidArgument("create_qp: max_inline_data <= 4096");
+  }
+  int tx_fd = fd_;
+  if (cfg.own_source_port && cfg.type != QpType::kUD) {
+    tx_fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (tx_fd < 0) return ErrnoStatus("QP source-port socket", errno);
+    set_sockbuf(tx_fd, sockbuf_bytes_);
+    sockaddr_in a = local_;
+    a.sin_port = 0;
+    if (bind(tx_fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      Status st = ErrnoStatus("bind QP source port", errno);
+      close(tx_fd);
+      return st;
+    }
+  }
+  uint32_t qpn;
+  do {
+    qpn = next_qpn_++ & 0xffffff;
+  } while (qpn == 0 || qps_.count(qpn));
+  auto* qp = new SoftQp(this, cfg, qpn, tx_fd);
+  qps_[qpn] = qp;
+  if (cfg.type == QpType::kRC) rc_qps_.push_back(qp);
+  VLOG(kVlogLifecycle) << info_.name << ": created " << qp_type_name(cfg.type)
+                       << " QP " << qpn;
+  return std::unique_ptr<QueuePair>(qp);
+}
+
+// ------------------------------------------------------------ progress
+
+void SoftDevice::mark_pending(SoftQp* qp) {
+  if (!qp->in_pending_list_) {
+    qp->in_pending_list_ = true;
+    pending_.push_back(qp);
+  }
+}
+
+void SoftDevice::progress() {
+  if (in_progress_) return;  // a completion handler polled re-entrantly
+  in_progress_ = true;
+  uint64_t now = now_ns();
+  if (held_count_ > 0) release_held(now, false, Direction::kTx);
+  progress_rx(now);
+  for (SoftQp* qp : rc_qps_) qp->on_timer(now);
+
+  // Transmit: round-robin over QPs with work, bounded per QP.
+  if (!pending_.empty()) {
+    if (rate_bytes_per_ns_ > 0) {
+      tokens_ = std::min(bucket_bytes_,
+                         tokens_ + (now - tokens_ns_) * rate_bytes_per_ns_);
+      tokens_ns_ = now;
+    }
+    const uint32_t budget =
+        static_cast<uint32_t>(knob_softnic_tx_budget().get());
+    size_t keep = 0;
+    // Index loop: transmit() may append (e.g. an ACK for another QP).
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      SoftQp* qp = pending_[i];
+      if (rate_bytes_per_ns_ == 0 || tokens_ > 0) qp->transmit(budget, now);
+      flush_tx();
+      if (qp->has_tx_work()) {
+        pending_[keep++] = qp;
+      } else {
+        qp->in_pending_list_ = false;
+      }
+    }
+    pending_.resize(keep);
+  }
+  in_progress_ = false;
+}
+
+void SoftDevice::progress_rx(uint64_t now) {
+  for (int round = 0; round < 4; ++round) {
+    for (int i = 0; i < kRxBatch; ++i) {
+      rx_msgs_[i].msg_hdr.msg_name = nullptr;
+      rx_msgs_[i].msg_hdr.msg_namelen = 0;
+      rx_msgs_[i].msg_hdr.msg_flags = 0;
+    }
+    int n = recvmmsg(fd_, rx_msgs_, kRxBatch, MSG_DONTWAIT, nullptr);
+    if (n <= 0) return;
+    for (int i = 0; i < n; ++i) {
+      auto* buf = static_cast<uint8_t*>(rx_iov_[i].iov_base);
+      uint32_t len = rx_msgs_[i].msg_len;
+      ++counters_.rx_packets;
+      counters_.rx_bytes += len;
+      if (rx_msgs_[i].msg_hdr.msg_flags & MSG_TRUNC) {
+        ++counters_.drop_malformed;
+        continue;
+      }
+      FaultInjector* f = faults_.get();
+      if (f->enabled(Direction::kRx)) {
+        FaultDecision d = f->decide(Direction::kRx);
+        if (held_count_ > 0) release_held(now, true, Direction::kRx);
+        if (d.drop) continue;
+        if (d.corrupt && len > 0)
+          buf[(d.corrupt_bit % (len * 8ull)) / 8] ^=
+              static_cast<uint8_t>(1u << (d.corrupt_bit % 8));
+        if ((d.delay_ns || d.reorder_after) &&
+            hold(Direction::kRx, d, buf, len, -1, nullptr, now)) {
+          if (d.duplicate) handle_datagram(buf, len, now);
+          continue;
+        }
+        if (d.duplicate) {
+          // Process a copy first: handling may not modify buf, but keep the
+          // second delivery independent of the first anyway.
+          std::memcpy(scratch_.get(), buf, len);
+          handle_datagram(scratch_.get(), len, now);
+        }
+      }
+      handle_datagram(buf, len, now);
+    }
+    if (n < kRxBatch) return;
+  }
+}
+
+void SoftDevice::handle_datagram(uint8_t* buf, uint32_t len, uint64_t now) {
+  if (len < sizeof(WireHeader)) {
+    ++counters_.drop_malformed;
+    return;
+  }
+  WireHeader h;
+  std::memcpy(&h, buf, sizeof(h));
+  if (h.magic != kWireMagic) {
+    ++counters_.drop_malformed;
+    return;
+  }
+  uint32_t hdr_crc = h.hdr_crc;
+  WireHeader z = h;
+  z.hdr_crc = 0;
+  z.payload_crc = 0;
+  if (crc32c(0, &z, sizeof(z)) != hdr_crc) {
+    ++counters_.drop_bad_crc;
+    return;
+  }
+  if (h.version != kWireVersion) {
+    ++counters_.drop_bad_version;
+    return;
+  }
+  if (h.opcode == 0 || h.opcode > kMaxWireOp || h.qp_type > 2 ||
+      h.payload_len != len - sizeof(WireHeader) ||
+      h.payload_len > kMaxFragmentPayload ||
+      static_cast<uint64_t>(h.frag_offset) + h.payload_len > h.msg_len) {
+    ++counters_.drop_malformed;
+    return;
+  }
+  auto it = qps_.find(h.dst_qpn);
+  if (it == qps_.end()) {
+    ++counters_.drop_unknown_qp;
+    return;
+  }
+  it->second->on_packet(h, buf + sizeof(WireHeader), now);
+}
+
+// --------------------------------------------------------------- transmit
+
+void SoftDevice::send_datagram(WireHeader* hdr, const iovec* payload, int niov,
+                               int fd, const sockaddr_in* dest) {
+  uint32_t pcrc = 0;
+  for (int i = 0; i < niov; ++i) {
+    pcrc = crc32c(pcrc, payload[i].iov_base, payload[i].iov_len);
+  }
+  hdr->magic = kWireMagic;
+  hdr->version = kWireVersion;
+  hdr->hdr_crc = 0;
+  hdr->payload_crc = 0;
+  hdr->hdr_crc = crc32c(0, hdr, sizeof(*hdr));
+  hdr->payload_crc = pcrc;
+  ++counters_.tx_packets;
+  counters_.tx_bytes += hdr->payload_len;
+  if (rate_bytes_per_ns_ > 0) tokens_ -= hdr->payload_len + sizeof(WireHeader);
+
+  FaultInjector* f = faults_.get();
+  FaultDecision d;
+  if (f->enabled(Direction::kTx)) {
+    d = f->decide(Direction::kTx);
+    if (held_count_ > 0) release_held(now_ns(), true, Direction::kTx);
+    if (d.drop) return;
+    if (d.corrupt || d.delay_ns || d.reorder_after) {
+      // Work on a private copy: the payload is the application's memory.
+      uint8_t* s = scratch_.get();
+      uint32_t len = sizeof(WireHeader);
+      std::memcpy(s, hdr, sizeof(WireHeader));
+      for (int i = 0; i < niov; ++i) {
+        std::memcpy(s + len, payload[i].iov_base, payload[i].iov_len);
+        len += payload[i].iov_len;
+      }
+      if (d.corrupt) {
+        s[(d.corrupt_bit % (len * 8ull)) / 8] ^=
+            static_cast<uint8_t>(1u << (d.corrupt_bit % 8));
+      }
+      bool held = (d.delay_ns || d.reorder_after) &&
+                  hold(Direction::kTx, d, s, len, fd, dest, now_ns());
+      if (!held) {
+        flush_tx();
+        raw_send(fd, dest, s, len);
+      }
+      if (d.duplicate) {
+        flush_tx();
+        raw_send(fd, dest, s, len);
+      }
+      return;
+    }
+  }
+  for (int copy = 0; copy < (d.duplicate ? 2 : 1); ++copy) {
+    if (tx_count_ == kTxBatch || (tx_count_ > 0 && fd != tx_fd_)) flush_tx();
+    int k = tx_count_++;
+    tx_fd_ = fd;
+    tx_hdrs_[k] = *hdr;
+    tx_iov_[k][0].iov_base = &tx_hdrs_[k];
+    tx_iov_[k][0].iov_len = sizeof(WireHeader);
+    for (int i = 0; i < niov; ++i) tx_iov_[k][i + 1] = payload[i];
+    msghdr& m = tx_msgs_[k].msg_hdr;
+    std::memset(&m, 0, sizeof(m));
+    m.msg_iov = tx_iov_[k];
+    m.msg_iovlen = static_cast<size_t>(niov + 1);
+    if (dest != nullptr) {
+      tx_dest_[k] = *dest;
+      m.msg_name = &tx_dest_[k];
+      m.msg_namelen = sizeof(sockaddr_in);
+    }
+  }
+}
+
+void SoftDevice::flush_tx() {
+  int sent = 0;
+  while (sent < tx_count_) {
+    int n = sendmmsg(tx_fd_, tx_msgs_ + sent, tx_count_ - sent, MSG_DONTWAIT);
+    if (n > 0) {
+      sent += n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    // EAGAIN/ENOBUFS (socket full) or an ICMP error on a connected socket
+    // (peer gone): the datagram is lost, as on a congested or broken link.
+    counters_.tx_errors += 1;
+    VLOG(kVlogPacket) << "sendmmsg: " << strerror(errno);
+    ++sent;
+  }
+  tx_count_ = 0;
+}
+
+void SoftDevice::raw_send(int fd, const sockaddr_in* dest, const void* data,
+                          uint32_t len) {
+  ssize_t n = sendto(fd, data, len, MSG_DONTWAIT,
+                     reinterpret_cast<const sockaddr*>(dest),
+                     dest ? sizeof(sockaddr_in) : 0);
+  if (n < 0) ++counters_.tx_errors;
+}
+
+// --------------------------------------------------------- fault delay line
+
+bool SoftDevice::hold(Direction dir, const FaultDecision& d,
+                      const uint8_t* data, uint32_t len, int fd,
+                      const sockaddr_in* dest, uint64_t now) {
+  for (Held& h : held_) {
+    if (h.used) continue;
+    std::memcpy(h.data.get(), data, len);
+    h.len = len;
+    h.dir = dir;
+    h.fd = fd;
+    h.connected = dest == nullptr;
+    if (dest) h.addr = *dest;
+    // Reordered packets also leave after 1 ms so they never wait forever.
+    h.release_ns = now + (d.delay_ns ? d.delay_ns : 1000000);
+    h.release_after = d.delay_ns ? 0 : d.reorder_after;
+    h.used = true;
+    ++held_count_;
+    return true;
+  }
+  ++counters_.fault_hold_overflow;
+  return false;
+}
+
+void SoftDevice::release_held(uint64_t now, bool packet_passed, Direction dir) {
+  for (Held& h : held_) {
+    if (!h.used) continue;
+    bool due = now >= h.release_ns;
+    if (packet_passed && h.dir == dir && h.release_after > 0) {
+      if (--h.release_after == 0) due = true;
+    }
+    if (!due) continue;
+    h.used = false;
+    --held_count_;
+    if (h.dir == Direction::kTx) {
+      flush_tx();
+      raw_send(h.fd, h.connected ? nullptr : &h.addr, h.data.get(), h.len);
+    } else {
+      // Copy out: handling may hold more packets and reuse this slot.
+      std::memcpy(scratch_.get(), h.data.get(), h.len);
+      handle_datagram(scratch_.get(), h.len, now);
+    }
+  }
+}
+
+std::string SoftDevice::counters_text() const {
+  std::ostringstream os;
+  const SoftCounters& c = counters_;
+#define UCCL_COUNTER(name) os << #name " " << c.name << "\n"
+  UCCL_COUNTER(tx_packets);
+  UCCL_COUNTER(tx_bytes);
+  UCCL_COUNTER(rx_packets);
+  UCCL_COUNTER(rx_bytes);
+  UCCL_COUNTER(drop_malformed);
+  UCCL_COUNTER(drop_bad_version);
+  UCCL_COUNTER(drop_bad_crc);
+  UCCL_COUNTER(drop_unknown_qp);
+  UCCL_COUNTER(drop_wrong_state);
+  UCCL_COUNTER(drop_bad_rkey);
+  UCCL_COUNTER(drop_out_of_bounds);
+  UCCL_COUNTER(drop_no_access);
+  UCCL_COUNTER(drop_no_recv);
+  UCCL_COUNTER(drop_recv_too_small);
+  UCCL_COUNTER(drop_out_of_sequence);
+  UCCL_COUNTER(drop_duplicate);
+  UCCL_COUNTER(drop_qkey);
+  UCCL_COUNTER(drop_cq_full);
+  UCCL_COUNTER(tx_errors);
+  UCCL_COUNTER(rc_retransmits);
+  UCCL_COUNTER(rc_timeouts);
+  UCCL_COUNTER(acks_sent);
+  UCCL_COUNTER(naks_sent);
+  UCCL_COUNTER(rnr_naks_sent);
+  UCCL_COUNTER(acks_received);
+  UCCL_COUNTER(fault_hold_overflow);
+#undef UCCL_COUNTER
+  os << faults_->counters_text();
+  return os.str();
+}
+
+}  // namespace uccl::transport::udp

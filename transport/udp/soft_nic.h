@@ -1,0 +1,393 @@
+// The software NIC: verbs semantics (UC, RC with go-back-N, UD, WRITE, SEND,
+// READ, SRQ) over kernel UDP sockets, progressed only by the caller's polls.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/nic.h"
+#include "transport/udp/mr_table.h"
+#include "transport/udp/netif.h"
+#include "transport/udp/wire.h"
+
+namespace uccl::transport::udp {
+
+constexpr int kMaxSge = 8;
+
+// Everything the software NIC counts. Receive-side drops are by reason.
+struct SoftCounters {
+  uint64_t tx_packets = 0, tx_bytes = 0;  // datagrams to the kernel, payload
+  uint64_t rx_packets = 0, rx_bytes = 0;  // datagrams from the kernel
+  uint64_t drop_malformed = 0;            // short, bad magic/opcode/lengths
+  uint64_t drop_bad_version = 0;
+  uint64_t drop_bad_crc = 0;      // header or payload CRC32C mismatch
+  uint64_t drop_unknown_qp = 0;   // no such QPN, or not from its peer
+  uint64_t drop_wrong_state = 0;  // QP not ready to receive
+  uint64_t drop_bad_rkey = 0;
+  uint64_t drop_out_of_bounds = 0;
+  uint64_t drop_no_access = 0;        // region lacks the needed right
+  uint64_t drop_no_recv = 0;          // UC/UD: no receive posted
+  uint64_t drop_recv_too_small = 0;   // message longer than the receive
+  uint64_t drop_out_of_sequence = 0;  // PSN gap (UC aborts the message)
+  uint64_t drop_duplicate = 0;        // PSN already seen (RC)
+  uint64_t drop_qkey = 0;             // UD qkey mismatch
+  uint64_t drop_cq_full = 0;          // no room for the completion
+  uint64_t tx_errors = 0;             // sendmsg failed (counted as loss)
+  uint64_t rc_retransmits = 0;        // packets sent again (go-back-N)
+  uint64_t rc_timeouts = 0;
+  uint64_t acks_sent = 0, naks_sent = 0, rnr_naks_sent = 0;
+  uint64_t acks_received = 0;
+  uint64_t fault_hold_overflow = 0;  // delay/reorder skipped: pool full
+};
+
+class SoftDevice;
+class SoftQp;
+
+class SoftPd final : public ProtectionDomain {
+ public:
+  Result<std::unique_ptr<MemoryRegion>> reg_mr(void* addr, size_t len,
+                                               uint32_t access) override;
+  MrTable& table() { return table_; }
+
+ private:
+  MrTable table_;
+};
+
+class SoftMr final : public MemoryRegion {
+ public:
+  SoftMr(SoftPd* pd, uint64_t addr, size_t len, uint32_t access, uint32_t key);
+  ~SoftMr() override;
+
+ private:
+  SoftPd* pd_;
+};
+
+class SoftCq final : public CompletionQueue {
+ public:
+  SoftCq(SoftDevice* dev, uint32_t cqe);
+  int poll(int max, WorkCompletion* wc) override;
+  uint32_t capacity() const override { return mask_ + 1; }
+  bool has_space(uint32_t n = 1) const {
+    return tail_ - head_ + n <= capacity();
+  }
+  bool push(const WorkCompletion& wc);
+
+ private:
+  SoftDevice* dev_;
+  std::vector<WorkCompletion> ring_;
+  uint32_t mask_;
+  uint32_t head_ = 0, tail_ = 0;
+};
+
+// A posted receive.
+struct RecvEntry {
+  uint64_t wr_id = 0;
+  int num_sge = 0;
+  uint32_t total_len = 0;
+  Sge sge[kMaxSge];
+};
+
+// Ring of receives, shared by the RQ of a QP and by SRQs.
+class RecvRing {
+ public:
+  RecvRing(uint32_t capacity, uint32_t max_sge);
+  Status post(const RecvWr* wr, const RecvWr** bad_wr, MrTable* mrs);
+  bool empty() const { return head_ == tail_; }
+  bool pop(RecvEntry* out);
+  uint32_t size() const { return tail_ - head_; }
+
+ private:
+  std::vector<RecvEntry> ring_;
+  uint32_t mask_;
+  uint32_t max_sge_;
+  uint32_t head_ = 0, tail_ = 0;
+};
+
+class SoftSrq final : public SharedReceiveQueue {
+ public:
+  SoftSrq(SoftPd* pd, uint32_t max_wr, uint32_t max_sge)
+      : pd_(pd), ring_(max_wr, max_sge) {}
+  Status post_recv(const RecvWr* wr, const RecvWr** bad_wr) override {
+    return ring_.post(wr, bad_wr, &pd_->table());
+  }
+  RecvRing& ring() { return ring_; }
+  SoftPd* pd() const { return pd_; }
+
+ private:
+  SoftPd* pd_;
+  RecvRing ring_;
+};
+
+class SoftAh final : public AddressHandle {
+ public:
+  SoftAh(const PortAddress& a, const sockaddr_in& dest, uint32_t path_mtu)
+      : dest_(dest), path_mtu_(path_mtu) {
+    addr_ = a;
+  }
+  const sockaddr_in& dest() const { return dest_; }
+  uint32_t path_mtu() const { return path_mtu_; }
+
+ private:
+  sockaddr_in dest_;
+  uint32_t path_mtu_;
+};
+
+// A send work request as the NIC keeps it until it completes.
+struct SqEntry {
+  uint64_t wr_id = 0;
+  WrOpcode opcode = WrOpcode::kSend;
+  bool signaled = false;
+  bool is_inline = false;
+  uint32_t imm = 0;
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint32_t length = 0;
+  int num_sge = 0;
+  Sge sge[kMaxSge];
+  // UD destination.
+  sockaddr_in ud_dest{};
+  uint32_t ud_qpn = 0, ud_qkey = 0;
+  // Progress.
+  bool started = false;    // PSNs assigned
+  uint32_t first_psn = 0;  // PSN of the first packet
+  uint32_t npkts = 0;      // packets the message takes (READ: 1 request)
+  uint32_t sent = 0;       // next byte offset to transmit
+  bool all_sent = false;
+  uint32_t read_done = 0;                // READ: bytes received so far
+  uint32_t rerequested_at = UINT32_MAX;  // READ: offset last re-asked for
+  bool done = false;  // RC: finished, waiting to retire in order
+  WcStatus status = WcStatus::kSuccess;
+};
+
+// Message being received by a UC/RC responder.
+struct RxMessage {
+  bool active = false;
+  bool discard = false;  // UC: drop until the next first fragment
+  WireOp op = WireOp::kWrite;
+  uint32_t msg_len = 0;
+  uint32_t next_offset = 0;
+  uint32_t imm = 0;
+  bool has_recv = false;  // SEND: receive taken at the first fragment
+  RecvEntry recv;
+};
+
+// RC responder job: stream READ_RESP fragments of [addr+offset, addr+len).
+struct ReadJob {
+  uint32_t psn = 0;
+  uint64_t addr = 0;
+  uint32_t len = 0;
+  uint32_t offset = 0;
+};
+
+class SoftQp final : public QueuePair {
+ public:
+  SoftQp(SoftDevice* dev, const QpConfig& cfg, uint32_t qpn, int tx_fd);
+  ~SoftQp() override;
+
+  QpInfo local_info() const override;
+  QpState state() const override { return state_; }
+  Status connect(const QpInfo& remote) override;
+  Status activate() override;
+  Status set_error() override;
+  Status post_send(const SendWr* wr, const SendWr** bad_wr) override;
+  Status post_recv(const RecvWr* wr, const RecvWr** bad_wr) override;
+
+ private:
+  friend class SoftDevice;
+
+  // --- transmit side (called by the device's progress) ---
+  // Sends up to `budget` packets; returns packets sent. Keeps itself on the
+  // device's pending list while it has work.
+  uint32_t transmit(uint32_t budget, uint64_t now_ns);
+  bool has_tx_work() const;
+  void emit_fragment(SqEntry& e, uint64_t now_ns);
+  void emit_control(AckSyndrome syn, uint32_t psn, uint32_t about_psn);
+  uint32_t serve_reads(uint32_t budget);
+  void complete_send(SqEntry& e, WcStatus st, uint64_t now_ns);
+  void retire_rc(uint64_t now_ns);
+  void rewind_to(uint32_t psn);
+  void on_timer(uint64_t now_ns);
+  void flush(uint64_t now_ns);
+  void to_error(uint64_t now_ns);
+  uint32_t packets_for(const SqEntry& e) const;
+  uint32_t gather(const Sge* sge, int n, uint32_t offset, uint32_t len,
+                  iovec* iov, int max_iov, bool* bad_key) const;
+
+  // --- receive side ---
+  void on_packet(const WireHeader& h, const uint8_t* payload, uint64_t now_ns);
+  void on_ud(const WireHeader& h, const uint8_t* payload, uint64_t now_ns);
+  void on_uc(const WireHeader& h, const uint8_t* payload, uint64_t now_ns);
+  void on_rc_request(const WireHeader& h, const uint8_t* payload,
+                     uint64_t now_ns);
+  void on_rc_ack(const WireHeader& h, uint64_t now_ns);
+  void on_read_resp(const WireHeader& h, const uint8_t* payload,
+                    uint64_t now_ns);
+  // Validates and places one WRITE/SEND fragment; false = dropped (reason
+  // counted, and *syn set for RC NAKs).
+  bool place_fragment(const WireHeader& h, const uint8_t* payload,
+                      AckSyndrome* syn);
+  bool place_sges(const RecvEntry& r, uint32_t offset, const uint8_t* src,
+                  uint32_t len, uint32_t crc, bool* bad_key);
+  bool take_recv(RecvEntry* out);
+  bool recv_available() const;
+  void finish_message(uint64_t now_ns);
+  void abort_message();
+
+  SoftDevice* dev_;
+  QpConfig cfg_;
+  SoftPd* pd_;
+  SoftCq* send_cq_;
+  SoftCq* recv_cq_;
+  SoftSrq* srq_;
+  int tx_fd_;  // own socket (own source port) or the device's
+  bool own_fd_;
+  QpState state_ = QpState::kReset;
+  uint32_t mtu_ = 0;  // path MTU (payload bytes per packet)
+  QpInfo remote_{};
+  sockaddr_in peer_{};
+  bool tx_connected_ = false;  // tx_fd_ connected to peer_
+
+  // Send queue ring.
+  std::vector<SqEntry> sq_;
+  std::vector<uint8_t> inline_arena_;  // max_inline bytes per slot
+  uint32_t sq_mask_;
+  uint32_t sq_head_ = 0;  // oldest not retired
+  uint32_t sq_send_ = 0;  // next to (re)transmit
+  uint32_t sq_tail_ = 0;  // next free
+  uint32_t next_psn_ = 0;
+  uint32_t highest_sent_psn_ = 0;  // RC: to count retransmissions
+
+  // RC requester.
+  uint32_t acked_psn_ = 0;  // highest cumulatively acknowledged
+  uint64_t last_progress_ns_ = 0;
+  uint32_t retries_ = 0;
+  uint32_t rnr_retries_ = 0;
+  uint64_t rnr_until_ns_ = 0;
+  uint64_t rto_ns_ = 0;
+  uint32_t window_pkts_ = 0;
+
+  // Receive side.
+  RecvRing rq_;
+  uint32_t epsn_ = 0;  // next expected PSN
+  RxMessage msg_;
+  bool spare_recv_valid_ = false;  // receive taken by an aborted SEND
+  RecvEntry spare_recv_;
+  // RC responder control to send.
+  bool ack_pending_ = false;
+  bool nak_pending_ = false;
+  AckSyndrome nak_syn_ = AckSyndrome::kAck;
+  uint32_t nak_psn_ = 0;
+  bool nak_sent_for_epsn_ = false;
+  std::vector<ReadJob> reads_;  // ring
+  uint32_t reads_head_ = 0, reads_tail_ = 0;
+
+  bool in_pending_list_ = false;
+};
+
+class SoftDevice final : public Device {
+ public:
+  // Binds the receive socket on `nif` (ipv4 0 = every interface).
+  static Result<std::unique_ptr<SoftDevice>> open(const NetIf& nif,
+                                                  const std::string& name,
+                                                  const DeviceOptions& opts);
+  ~SoftDevice() override;
+
+  const DeviceInfo& info() const override { return info_; }
+  PortAddress port_address() const override;
+  Result<std::unique_ptr<ProtectionDomain>> alloc_pd() override;
+  Result<std::unique_ptr<CompletionQueue>> create_cq(uint32_t cqe) override;
+  Result<std::unique_ptr<SharedReceiveQueue>> create_srq(
+      ProtectionDomain* pd, uint32_t max_wr, uint32_t max_sge) override;
+  Result<std::unique_ptr<QueuePair>> create_qp(const QpConfig& cfg) override;
+  Result<std::unique_ptr<AddressHandle>> create_ah(
+      ProtectionDomain* pd, const PortAddress& dest) override;
+  void progress() override;
+  std::string counters_text() const override;
+
+  const SoftCounters& counters() const { return counters_; }
+  uint16_t udp_port() const { return ntohs(local_.sin_port); }
+  uint32_t mtu() const { return mtu_; }
+
+ private:
+  friend class SoftQp;
+  friend class SoftCq;
+  SoftDevice() = default;
+
+  struct Held {
+    std::unique_ptr<uint8_t[]> data;
+    uint32_t len = 0;
+    Direction dir = Direction::kTx;
+    int fd = -1;
+    bool connected = false;
+    sockaddr_in addr{};
+    uint64_t release_ns = 0;
+    uint32_t release_after = 0;  // packets still to pass (reorder)
+    bool used = false;
+  };
+
+  // Transmit one datagram [hdr][iov...]: fills CRCs, applies TX faults and
+  // queues it in the current batch (flushed by flush_tx()).
+  void send_datagram(WireHeader* hdr, const iovec* payload, int niov, int fd,
+                     const sockaddr_in* dest);
+  void flush_tx();
+  void raw_send(int fd, const sockaddr_in* dest, const void* data,
+                uint32_t len);
+  void progress_rx(uint64_t now_ns);
+  void handle_datagram(uint8_t* buf, uint32_t len, uint64_t now_ns);
+  void release_held(uint64_t now_ns, bool packet_passed, Direction dir);
+  bool hold(Direction dir, const FaultDecision& d, const uint8_t* data,
+            uint32_t len, int fd, const sockaddr_in* dest, uint64_t now_ns);
+  void mark_pending(SoftQp* qp);
+  uint64_t now_ns() const { return clock_->now_ns(); }
+  Result<uint32_t> path_mtu_to(uint32_t ipv4_be) const;
+
+  DeviceInfo info_;
+  Clock* clock_ = nullptr;
+  int fd_ = -1;
+  sockaddr_in local_{};
+  uint32_t mtu_ = 0;
+  uint32_t mtu_cap_ = 0;  // knob/option cap on path MTUs
+  uint32_t next_qpn_ = 0;
+  int sockbuf_bytes_ = 0;
+  std::unordered_map<uint32_t, SoftQp*> qps_;
+  std::vector<SoftQp*> pending_;  // QPs with transmit work
+  std::vector<SoftQp*> rc_qps_;   // QPs with RC timers
+  bool in_progress_ = false;
+
+  // Receive staging (recvmmsg batch).
+  static constexpr int kRxBatch = 32;
+  static constexpr uint32_t kRxBufBytes = 65536;
+  std::unique_ptr<uint8_t[]> rx_bufs_;
+  mmsghdr rx_msgs_[kRxBatch];
+  iovec rx_iov_[kRxBatch];
+
+  // Transmit batch (sendmmsg).
+  static constexpr int kTxBatch = 32;
+  static constexpr int kMaxIov = kMaxSge + 1;
+  WireHeader tx_hdrs_[kTxBatch];
+  mmsghdr tx_msgs_[kTxBatch];
+  iovec tx_iov_[kTxBatch][kMaxIov];
+  sockaddr_in tx_dest_[kTxBatch];
+  int tx_count_ = 0;
+  int tx_fd_ = -1;
+  std::unique_ptr<uint8_t[]> scratch_;  // corrupt-on-TX copy
+
+  // Token bucket (UCCL_SOFTNIC_RATE_GBPS); rate 0 = unlimited.
+  double rate_bytes_per_ns_ = 0;
+  double tokens_ = 0;
+  double bucket_bytes_ = 0;
+  uint64_t tokens_ns_ = 0;
+
+  std::vector<Held> held_;  // fault injection delay line
+  uint32_t held_count_ = 0;
+
+  SoftCounters counters_;
+};
+
+}  // namespace uccl::transport::udp

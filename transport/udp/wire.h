@@ -1,0 +1,103 @@
+// The software NIC's wire format: one 64-byte header in front of every UDP
+// datagram's payload. This is the one place that documents it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace uccl::transport::udp {
+
+// Every datagram is [WireHeader][payload_len bytes]. Multi-byte fields are
+// little-endian (x86 and Arm servers; a big-endian port must byte-swap).
+//
+// Messages (one work request) are cut into fragments of at most the path MTU
+// (payload bytes). Each fragment carries the whole message's metadata so the
+// receiver can validate and place it on its own:
+//   WRITE*    remote_addr/rkey of the message, msg_len, frag_offset: the
+//             fragment lands at remote_addr + frag_offset.
+//   SEND*     frag_offset into the receive buffer's scatter list.
+//   READ_REQ  remote_addr/rkey/msg_len of the read, frag_offset = first byte
+//             still wanted (a resumed read asks for the rest only).
+//   READ_RESP psn = the READ_REQ's psn, frag_offset/payload of the data.
+//   ACK/NAK   psn = highest in-order PSN received (cumulative), aux =
+//             AckSyndrome, aux2 = PSN the syndrome is about.
+// PSNs count packets per QP direction (32-bit, wrapping; compared with
+// serial-number arithmetic). UC/RC receivers expect them in order.
+//
+// Integrity: hdr_crc is CRC32C over the 64 header bytes with hdr_crc and
+// payload_crc set to zero; payload_crc is CRC32C over the payload. The
+// receiver checks hdr_crc before using any field, validates QPN, rkey,
+// bounds and access rights before writing a byte, and checks payload_crc as
+// it places the payload. A fragment that fails payload_crc never completes
+// its message (the bytes of an incomplete message are undefined, as on a
+// real NIC); one that fails hdr_crc is dropped before anything is written.
+
+constexpr uint32_t kWireMagic = 0x55434C31;  // "UCL1"
+constexpr uint8_t kWireVersion = 1;
+
+enum class WireOp : uint8_t {
+  kWrite = 1,
+  kWriteImm = 2,
+  kSend = 3,
+  kSendImm = 4,
+  kReadReq = 5,
+  kReadResp = 6,
+  kAck = 7,
+};
+constexpr uint8_t kMaxWireOp = 7;
+
+enum WireFlags : uint8_t {
+  kFlagFirst = 1u << 0,   // first fragment of a message
+  kFlagLast = 1u << 1,    // last fragment of a message
+  kFlagAckReq = 1u << 2,  // RC: responder should ACK now
+};
+
+enum class AckSyndrome : uint32_t {
+  kAck = 0,
+  kNakSequence = 1,      // aux2 = the PSN expected instead
+  kNakRnr = 2,           // no receive posted for the message at aux2
+  kNakRemoteAccess = 3,  // bad rkey / bounds / rights for aux2
+  kNakInvalid = 4,       // cannot execute aux2 (e.g. receive too small)
+};
+
+struct WireHeader {
+  uint32_t magic;        // kWireMagic
+  uint8_t version;       // kWireVersion
+  uint8_t opcode;        // WireOp
+  uint8_t flags;         // WireFlags
+  uint8_t qp_type;       // sender's QpType (must match the receiver's QP)
+  uint32_t dst_qpn;      // destination QP in the receiving device context
+  uint32_t src_qpn;      // sending QP
+  uint32_t psn;          // packet sequence number
+  uint32_t msg_len;      // bytes in the whole message
+  uint32_t frag_offset;  // byte offset of this payload within the message
+  uint32_t payload_len;  // bytes following this header
+  uint64_t remote_addr;  // WRITE/READ target of the message start
+  uint32_t rkey;         // WRITE/READ key
+  uint32_t imm_data;     // *_IMM immediate
+  uint32_t aux;          // ACK: syndrome; UD: qkey
+  uint32_t aux2;         // ACK: PSN of the syndrome; UD: sender's UDP port
+  uint32_t hdr_crc;      // see above
+  uint32_t payload_crc;  // see above
+};
+
+static_assert(sizeof(WireHeader) == 64, "wire header is 64 bytes");
+static_assert(offsetof(WireHeader, dst_qpn) == 8, "layout");
+static_assert(offsetof(WireHeader, psn) == 16, "layout");
+static_assert(offsetof(WireHeader, remote_addr) == 32, "layout");
+static_assert(offsetof(WireHeader, rkey) == 40, "layout");
+static_assert(offsetof(WireHeader, aux) == 48, "layout");
+static_assert(offsetof(WireHeader, hdr_crc) == 56, "layout");
+static_assert(offsetof(WireHeader, payload_crc) == 60, "layout");
+
+// Largest UDP payload over IPv4 (65535 - 20 IP - 8 UDP).
+constexpr uint32_t kMaxDatagram = 65507;
+constexpr uint32_t kMaxFragmentPayload = kMaxDatagram - sizeof(WireHeader);
+
+// Serial-number comparisons on 32-bit PSNs.
+inline bool psn_lt(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) < 0;
+}
+inline bool psn_le(uint32_t a, uint32_t b) { return a == b || psn_lt(a, b); }
+
+}  // namespace uccl::transport::udp

@@ -33,13 +33,14 @@ Result<uint32_t> MrTable::add(uint64_t addr, uint64_t len, uint32_t access) {
     if (s.key.load(std::memory_order_relaxed) != 0) continue;
     if (++s.generation == 0) s.generation = 1;
     uint32_t key = (static_cast<uint32_t>(s.generation) << 16) | index;
+    // Seqlock without fences (TSan-friendly): the release stores of the
+    // fields keep the odd sequence number before them.
     uint32_t seq = s.seq.load(std::memory_order_relaxed);
     s.seq.store(seq + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    s.addr.store(addr, std::memory_order_relaxed);
-    s.len.store(len, std::memory_order_relaxed);
-    s.access.store(access, std::memory_order_relaxed);
-    s.key.store(key, std::memory_order_relaxed);
+    s.addr.store(addr, std::memory_order_release);
+    s.len.store(len, std::memory_order_release);
+    s.access.store(access, std::memory_order_release);
+    s.key.store(key, std::memory_order_release);
     s.seq.store(seq + 2, std::memory_order_release);
     next_hint_ = index + 1;
     return key;
@@ -53,8 +54,7 @@ void MrTable::remove(uint32_t key) {
   if (s == nullptr || s->key.load(std::memory_order_relaxed) != key) return;
   uint32_t seq = s->seq.load(std::memory_order_relaxed);
   s->seq.store(seq + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  s->key.store(0, std::memory_order_relaxed);
+  s->key.store(0, std::memory_order_release);
   s->seq.store(seq + 2, std::memory_order_release);
 }
 
@@ -65,11 +65,11 @@ MrTable::Check MrTable::check(uint32_t key, uint64_t addr, uint64_t len,
   if (s == nullptr) return Check::kBadKey;
   uint32_t seq1 = s->seq.load(std::memory_order_acquire);
   if (seq1 & 1) return Check::kBadKey;  // being (de)registered right now
-  uint32_t k = s->key.load(std::memory_order_relaxed);
-  uint64_t base = s->addr.load(std::memory_order_relaxed);
-  uint64_t size = s->len.load(std::memory_order_relaxed);
-  uint32_t acc = s->access.load(std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_acquire);
+  // Acquire loads keep the second sequence read after the field reads.
+  uint32_t k = s->key.load(std::memory_order_acquire);
+  uint64_t base = s->addr.load(std::memory_order_acquire);
+  uint64_t size = s->len.load(std::memory_order_acquire);
+  uint32_t acc = s->access.load(std::memory_order_acquire);
   if (s->seq.load(std::memory_order_relaxed) != seq1 || k != key) {
     return Check::kBadKey;
   }

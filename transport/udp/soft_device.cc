@@ -207,6 +207,8 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
   }
   socklen_t len = sizeof(d->local_);
   getsockname(d->fd_, reinterpret_cast<sockaddr*>(&d->local_), &len);
+  int one = 1;  // have the kernel report datagrams it dropped for us
+  setsockopt(d->fd_, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
 
   d->mtu_cap_ = kMaxFragmentPayload & ~63u;
   if (knob_softnic_mtu().get() > 0) {
@@ -423,6 +425,8 @@ void SoftDevice::progress_rx(uint64_t now) {
       rx_msgs_[i].msg_hdr.msg_name = nullptr;
       rx_msgs_[i].msg_hdr.msg_namelen = 0;
       rx_msgs_[i].msg_hdr.msg_flags = 0;
+      rx_msgs_[i].msg_hdr.msg_control = rx_ctrl_[i];
+      rx_msgs_[i].msg_hdr.msg_controllen = sizeof(rx_ctrl_[i]);
     }
     int n = recvmmsg(fd_, rx_msgs_, kRxBatch, MSG_DONTWAIT, nullptr);
     if (n <= 0) return;
@@ -431,6 +435,15 @@ void SoftDevice::progress_rx(uint64_t now) {
       uint32_t len = rx_msgs_[i].msg_len;
       ++counters_.rx_packets;
       counters_.rx_bytes += len;
+      msghdr& mh = rx_msgs_[i].msg_hdr;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_RXQ_OVFL) {
+          uint32_t dropped;
+          std::memcpy(&dropped, CMSG_DATA(c), sizeof(dropped));
+          counters_.drop_kernel_rcvbuf =
+              std::max<uint64_t>(counters_.drop_kernel_rcvbuf, dropped);
+        }
+      }
       if (rx_msgs_[i].msg_hdr.msg_flags & MSG_TRUNC) {
         ++counters_.drop_malformed;
         continue;
@@ -670,6 +683,7 @@ std::string SoftDevice::counters_text() const {
   UCCL_COUNTER(rnr_naks_sent);
   UCCL_COUNTER(acks_received);
   UCCL_COUNTER(fault_hold_overflow);
+  UCCL_COUNTER(drop_kernel_rcvbuf);
 #undef UCCL_COUNTER
   os << faults_->counters_text();
   return os.str();

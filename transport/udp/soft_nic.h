@@ -44,6 +44,7 @@ struct SoftCounters {
   uint64_t acks_sent = 0, naks_sent = 0, rnr_naks_sent = 0;
   uint64_t acks_received = 0;
   uint64_t fault_hold_overflow = 0;  // delay/reorder skipped: pool full
+  uint64_t drop_kernel_rcvbuf = 0;   // dropped by the kernel: socket full
 };
 
 class SoftDevice;
@@ -366,6 +367,8 @@ class SoftDevice final : public Device {
   std::unique_ptr<uint8_t[]> rx_bufs_;
   mmsghdr rx_msgs_[kRxBatch];
   iovec rx_iov_[kRxBatch];
+  // SO_RXQ_OVFL control messages: the kernel's drop count for the socket.
+  alignas(cmsghdr) uint8_t rx_ctrl_[kRxBatch][CMSG_SPACE(sizeof(uint32_t))];
 
   // Transmit batch (sendmmsg).
   static constexpr int kTxBatch = 32;

@@ -1,0 +1,83 @@
+// Congestion-control interface shared by the engine and the simulator: ACK
+// feedback in, window and pacing decisions out. Pure code, injected time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cc/params.h"
+#include "uccl/status.h"
+
+namespace uccl::cc {
+
+// Feedback from one ACK (engine: a chunk; simulator: a packet).
+struct CcSample {
+  uint64_t now_ns = 0;
+  uint64_t rtt_ns = 0;             // send -> ACK, everything included
+  uint64_t endpoint_delay_ns = 0;  // receiver-side part (host queuing)
+  uint64_t fabric_delay_ns = 0;    // rtt_ns - endpoint_delay_ns
+  uint32_t acked_bytes = 0;        // newly acknowledged
+  uint32_t acked_packets = 0;      // same, in packets (chunks)
+  uint32_t hops = 0;               // network hops of the path, 0 = unknown
+  bool ecn = false;                // congestion-experienced mark
+};
+
+// One flow's (or path's) congestion controller. The engine enforces both
+// outputs: a flow may have at most cwnd_bytes() in flight (always at least
+// one packet when nothing is in flight) and sends no faster than
+// pacing_gap_ns() apart.
+class CongestionControl {
+ public:
+  virtual ~CongestionControl() = default;
+  virtual const char* name() const = 0;
+
+  virtual void on_ack(const CcSample& s) = 0;
+  // Loss signals: a fast retransmit (timeout=false) or an RTO (true).
+  virtual void on_loss(uint64_t now_ns, bool timeout) {
+    (void)now_ns;
+    (void)timeout;
+  }
+  virtual void on_send(uint64_t now_ns, uint32_t bytes) {
+    (void)now_ns;
+    (void)bytes;
+  }
+  // Receiver-granted credit (credit-based controllers only).
+  virtual void on_credit(uint64_t bytes) { (void)bytes; }
+
+  // Bytes that may be in flight; +inf (1e300) when unlimited.
+  virtual double cwnd_bytes() const = 0;
+  // Sending rate in bits/s, 0 when not rate-based.
+  virtual double rate_bps() const = 0;
+  // Minimum time between the starts of two sends of `bytes` each.
+  virtual uint64_t pacing_gap_ns(uint32_t bytes) const;
+  // Whether `bytes` more may leave now with `inflight` bytes unacknowledged.
+  virtual bool can_send(uint64_t inflight, uint32_t bytes) const;
+
+  // "cwnd=... rate=..." for logs and CSV traces.
+  virtual std::string state() const;
+};
+
+constexpr double kUnlimited = 1e300;
+
+// Creates a controller by name: "none", "timely", "timely_patched",
+// "swift", "credit". `params` overrides defaults (unknown keys refused);
+// `mss_bytes` is the packet (engine: chunk) size; `line_rate_bps` the NIC's.
+Result<std::unique_ptr<CongestionControl>> make_cc(const std::string& name,
+                                                   const CcParams& params,
+                                                   uint32_t mss_bytes,
+                                                   double line_rate_bps);
+
+// Names accepted by make_cc, for --help texts.
+const char* cc_names();
+
+// Unlimited controller: no window, no pacing.
+class NoCc final : public CongestionControl {
+ public:
+  const char* name() const override { return "none"; }
+  void on_ack(const CcSample&) override {}
+  double cwnd_bytes() const override { return kUnlimited; }
+  double rate_bps() const override { return 0; }
+};
+
+}  // namespace uccl::cc

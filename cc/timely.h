@@ -1,0 +1,66 @@
+// TIMELY: RTT-gradient rate control (Mittal et al., SIGCOMM 2015) and the
+// patched variant of Zhu et al. ("ECN or Delay", CoNEXT 2016, Section 5).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cc/cc.h"
+
+namespace uccl::cc {
+
+struct TimelyParams {
+  // Defaults from the TIMELY paper (SIGCOMM'15, Table 1 / Section 5), as also
+  // listed in Zhu et al. CoNEXT'16 Table 3.
+  double ewma_alpha = 0.875;   // weight of the newest RTT difference
+  double beta = 0.8;           // multiplicative decrease factor
+  double add_rate_bps = 10e6;  // delta: additive increase, 10 Mb/s
+  double t_low_us = 50;        // below: always increase
+  double t_high_us = 500;      // above: decrease by (1 - Thigh/rtt)
+  double min_rtt_us = 20;      // normalises the gradient
+  int hai_threshold = 5;       // negative gradients in a row before HAI
+  int hai_factor = 5;          // N in "rate += N * delta" during HAI
+  // Bounds (not in the paper; our choice): [min_rate, line rate].
+  double min_rate_bps = 100e6;
+  double max_rate_bps = 0;   // 0 = the line rate
+  double init_rate_bps = 0;  // 0 = the line rate
+  // Patched TIMELY only: reference RTT the rate converges to (tau*).
+  double rtt_ref_us = 300;
+  // Window on top of the rate (ours): at most rate x window_rtts x RTT
+  // in flight, so a stalled receiver cannot make the flow queue unbounded.
+  double window_rtts = 2;
+};
+
+class Timely final : public CongestionControl {
+ public:
+  Timely(const TimelyParams& p, bool patched, double line_rate_bps,
+         uint32_t mss_bytes);
+  static Result<TimelyParams> params_from(const CcParams& c);
+
+  const char* name() const override {
+    return patched_ ? "timely_patched" : "timely";
+  }
+  void on_ack(const CcSample& s) override;
+  double cwnd_bytes() const override;
+  double rate_bps() const override { return rate_bps_; }
+  std::string state() const override;
+
+  // For tests.
+  double rtt_diff_us() const { return rtt_diff_us_; }
+  int neg_gradient_count() const { return neg_count_; }
+  bool in_hai() const { return neg_count_ >= p_.hai_threshold; }
+  void set_rate_for_testing(double bps) { rate_bps_ = bps; }
+
+ private:
+  TimelyParams p_;
+  bool patched_;
+  uint32_t mss_;
+  double max_rate_;
+  double rate_bps_;
+  double prev_rtt_us_ = 0;
+  double rtt_diff_us_ = 0;
+  double last_rtt_us_ = 0;
+  int neg_count_ = 0;
+};
+
+}  // namespace uccl::cc

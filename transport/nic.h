@@ -189,6 +189,19 @@ class MemoryRegion {
   uint32_t lkey_ = 0, rkey_ = 0, access_ = 0;
 };
 
+// A window onto part of a registered region with an rkey of its own, like a
+// verbs type-2 memory window: bind() hands out a fresh rkey each time and
+// invalidate() makes the current one fail at the NIC. The engine binds one
+// per posted receive, so a late duplicate of an old chunk cannot land in a
+// buffer that was already handed back. Used by one thread (not thread-safe).
+class MemoryWindow {
+ public:
+  virtual ~MemoryWindow() = default;
+  virtual Result<uint32_t> bind(const MemoryRegion& mr, uint64_t addr,
+                                uint64_t len, uint32_t access) = 0;
+  virtual void invalidate() = 0;
+};
+
 class ProtectionDomain {
  public:
   virtual ~ProtectionDomain() = default;
@@ -196,6 +209,10 @@ class ProtectionDomain {
   // gets its own keys. Zero-length regions are refused.
   virtual Result<std::unique_ptr<MemoryRegion>> reg_mr(void* addr, size_t len,
                                                        uint32_t access) = 0;
+  // NotSupported where the backend has no windows (verbs, for now).
+  virtual Result<std::unique_ptr<MemoryWindow>> alloc_mw() {
+    return NotSupported("memory windows are not supported by this backend");
+  }
 };
 
 class CompletionQueue {

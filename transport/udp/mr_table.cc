@@ -18,7 +18,40 @@ MrTable::Slot* MrTable::slot(uint32_t index) const {
   return page ? &page->slots[index % kPageSlots] : nullptr;
 }
 
+uint32_t MrTable::publish(Slot* s, uint32_t index, uint64_t addr,
+                          uint64_t len, uint32_t access) {
+  uint16_t gen = static_cast<uint16_t>(s->generation.load(std::memory_order_relaxed) + 1);
+  if (gen == 0) gen = 1;
+  s->generation.store(gen, std::memory_order_relaxed);
+  uint32_t key = (static_cast<uint32_t>(gen) << 16) | index;
+  // Seqlock without fences (TSan-friendly): the release stores of the
+  // fields keep the odd sequence number before them.
+  uint32_t seq = s->seq.load(std::memory_order_relaxed);
+  s->seq.store(seq + 1, std::memory_order_relaxed);
+  s->addr.store(addr, std::memory_order_release);
+  s->len.store(len, std::memory_order_release);
+  s->access.store(access, std::memory_order_release);
+  s->key.store(key, std::memory_order_release);
+  s->seq.store(seq + 2, std::memory_order_release);
+  return key;
+}
+
+void MrTable::clear(Slot* s) {
+  uint32_t seq = s->seq.load(std::memory_order_relaxed);
+  s->seq.store(seq + 1, std::memory_order_relaxed);
+  s->key.store(0, std::memory_order_release);
+  s->seq.store(seq + 2, std::memory_order_release);
+}
+
 Result<uint32_t> MrTable::add(uint64_t addr, uint64_t len, uint32_t access) {
+  UCCL_ASSIGN_OR_RETURN(uint32_t index, reserve());
+  std::lock_guard<std::mutex> lock(mu_);
+  Slot* s = slot(index);
+  s->reserved = false;
+  return publish(s, index, addr, len, access);
+}
+
+Result<uint32_t> MrTable::reserve() {
   std::lock_guard<std::mutex> lock(mu_);
   constexpr uint32_t kTotal = kPages * kPageSlots;
   for (uint32_t n = 0; n < kTotal; ++n) {
@@ -30,32 +63,33 @@ Result<uint32_t> MrTable::add(uint64_t addr, uint64_t len, uint32_t access) {
       pages_[index / kPageSlots].store(page, std::memory_order_release);
     }
     Slot& s = page->slots[index % kPageSlots];
-    if (s.key.load(std::memory_order_relaxed) != 0) continue;
-    if (++s.generation == 0) s.generation = 1;
-    uint32_t key = (static_cast<uint32_t>(s.generation) << 16) | index;
-    // Seqlock without fences (TSan-friendly): the release stores of the
-    // fields keep the odd sequence number before them.
-    uint32_t seq = s.seq.load(std::memory_order_relaxed);
-    s.seq.store(seq + 1, std::memory_order_relaxed);
-    s.addr.store(addr, std::memory_order_release);
-    s.len.store(len, std::memory_order_release);
-    s.access.store(access, std::memory_order_release);
-    s.key.store(key, std::memory_order_release);
-    s.seq.store(seq + 2, std::memory_order_release);
+    if (s.reserved || s.key.load(std::memory_order_relaxed) != 0) continue;
+    s.reserved = true;
     next_hint_ = index + 1;
-    return key;
+    return index;
   }
   return ResourceExhausted("memory region table full (65535 regions per PD)");
+}
+
+uint32_t MrTable::rebind(uint32_t index, uint64_t addr, uint64_t len,
+                         uint32_t access) {
+  return publish(slot(index), index, addr, len, access);
+}
+
+void MrTable::unbind(uint32_t index) { clear(slot(index)); }
+
+void MrTable::release(uint32_t index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Slot* s = slot(index);
+  clear(s);
+  s->reserved = false;
 }
 
 void MrTable::remove(uint32_t key) {
   std::lock_guard<std::mutex> lock(mu_);
   Slot* s = slot(key & 0xffff);
   if (s == nullptr || s->key.load(std::memory_order_relaxed) != key) return;
-  uint32_t seq = s->seq.load(std::memory_order_relaxed);
-  s->seq.store(seq + 1, std::memory_order_relaxed);
-  s->key.store(0, std::memory_order_release);
-  s->seq.store(seq + 2, std::memory_order_release);
+  clear(s);
 }
 
 MrTable::Check MrTable::check(uint32_t key, uint64_t addr, uint64_t len,

@@ -27,6 +27,13 @@ class MrTable {
   Result<uint32_t> add(uint64_t addr, uint64_t len, uint32_t access);
   void remove(uint32_t key);
 
+  // Windows: a slot reserved for one owner thread, re-keyed without locks.
+  Result<uint32_t> reserve();                  // slot index, unbound
+  uint32_t rebind(uint32_t index, uint64_t addr, uint64_t len,
+                  uint32_t access);            // new key
+  void unbind(uint32_t index);
+  void release(uint32_t index);
+
   // Lock-free: is [addr, addr+len) inside region `key` with all of `need`?
   Check check(uint32_t key, uint64_t addr, uint64_t len, uint32_t need) const;
 
@@ -37,12 +44,17 @@ class MrTable {
     std::atomic<uint64_t> addr{0};
     std::atomic<uint64_t> len{0};
     std::atomic<uint32_t> access{0};
-    uint16_t generation = 0;  // writer-side only (under mu_)
+    // Writer-side only: under mu_, or by a window's single owner.
+    std::atomic<uint16_t> generation{0};
+    bool reserved = false;  // owned by a window (under mu_)
   };
   struct Page {
     Slot slots[kPageSlots];
   };
   Slot* slot(uint32_t index) const;
+  static uint32_t publish(Slot* s, uint32_t index, uint64_t addr, uint64_t len,
+                          uint32_t access);
+  static void clear(Slot* s);
 
   std::atomic<Page*> pages_[kPages];
   std::mutex mu_;           // serialises writers

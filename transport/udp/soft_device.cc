@@ -84,6 +84,27 @@ Result<std::unique_ptr<MemoryRegion>> SoftPd::reg_mr(void* addr, size_t len,
   return std::unique_ptr<MemoryRegion>(new SoftMr(this, a, len, access, key));
 }
 
+Result<std::unique_ptr<MemoryWindow>> SoftPd::alloc_mw() {
+  UCCL_ASSIGN_OR_RETURN(uint32_t index, table_.reserve());
+  return std::unique_ptr<MemoryWindow>(new SoftMw(this, index));
+}
+
+SoftMw::~SoftMw() { pd_->table().release(index_); }
+
+Result<uint32_t> SoftMw::bind(const MemoryRegion& mr, uint64_t addr,
+                              uint64_t len, uint32_t access) {
+  if (addr < mr.addr() || addr - mr.addr() > mr.length() ||
+      len > mr.length() - (addr - mr.addr())) {
+    return OutOfRange("memory window outside its region");
+  }
+  if ((mr.access() & access) != access) {
+    return PermissionDenied("memory window needs rights its region lacks");
+  }
+  return pd_->table().rebind(index_, addr, len, access);
+}
+
+void SoftMw::invalidate() { pd_->table().unbind(index_); }
+
 SoftMr::SoftMr(SoftPd* pd, uint64_t addr, size_t len, uint32_t access,
                uint32_t key)
     : pd_(pd) {

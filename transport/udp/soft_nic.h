@@ -54,6 +54,7 @@ class SoftPd final : public ProtectionDomain {
  public:
   Result<std::unique_ptr<MemoryRegion>> reg_mr(void* addr, size_t len,
                                                uint32_t access) override;
+  Result<std::unique_ptr<MemoryWindow>> alloc_mw() override;
   MrTable& table() { return table_; }
 
  private:
@@ -67,6 +68,19 @@ class SoftMr final : public MemoryRegion {
 
  private:
   SoftPd* pd_;
+};
+
+class SoftMw final : public MemoryWindow {
+ public:
+  SoftMw(SoftPd* pd, uint32_t index) : pd_(pd), index_(index) {}
+  ~SoftMw() override;
+  Result<uint32_t> bind(const MemoryRegion& mr, uint64_t addr, uint64_t len,
+                        uint32_t access) override;
+  void invalidate() override;
+
+ private:
+  SoftPd* pd_;
+  uint32_t index_;
 };
 
 class SoftCq final : public CompletionQueue {

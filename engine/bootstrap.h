@@ -1,0 +1,84 @@
+// The connection handshake over TCP (engine/wire.h documents the bytes):
+// a non-blocking state machine, advanced by poll(), shared by connect and
+// accept, that never blocks the caller (NCCL's connect/accept contract).
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/wire.h"
+
+namespace uccl::engine {
+
+struct HandshakeParams {
+  uint32_t paths = 1;
+  uint32_t chunk_bytes = 0;
+  bool rc_mode = false;
+  uint64_t nonce = 0;
+  uint64_t timeout_ns = 30000000000ull;
+};
+
+class Handshake {
+ public:
+  enum class Role { kConnect, kAccept };
+  // Takes ownership of `fd` (non-blocking TCP; connecting or accepted).
+  Handshake(Role role, int fd, const std::string& peer, UcclRDMAEngine* engine,
+            const HandshakeParams& p);
+  ~Handshake();
+  Handshake(const Handshake&) = delete;
+  Handshake& operator=(const Handshake&) = delete;
+
+  // OK when the connection is up, kUnavailable while in progress, an error
+  // (with the peer's address in the message) when it failed.
+  Status poll();
+
+  // Valid after poll() returned OK.
+  uint32_t conn() const { return setup_.conn; }
+  uint32_t peer_engine() const { return setup_.peer_engine; }
+  const std::string& peer() const { return peer_; }
+  UcclRDMAEngine* engine() const { return engine_; }
+
+ private:
+  enum class State {
+    kConnecting,
+    kHello,
+    kCreating,
+    kQps,
+    kConnecting2,
+    kReady,
+    kDone,
+    kFailed
+  };
+  Status fail(Status st);
+  Status fail_if(Status st) { return st.ok() ? st : fail(std::move(st)); }
+  // Non-blocking I/O: false with *err set on a hard error.
+  bool send_some(const std::vector<uint8_t>& buf, size_t* off, Status* err);
+  bool recv_some(std::vector<uint8_t>* buf, size_t want, Status* err);
+  Status on_hello();
+  Status on_qps();
+
+  Role role_;
+  int fd_;
+  std::string peer_;
+  UcclRDMAEngine* engine_;
+  HandshakeParams p_;
+  State state_;
+  uint64_t deadline_ns_;
+  ConnSetup setup_;
+  bool created_ = false;   // kCreateConn submitted
+  bool fd_given_ = false;  // the engine owns fd_ now
+  std::vector<uint8_t> out_, in_;
+  size_t out_off_ = 0;
+  uint32_t agreed_paths_ = 0;
+  uint64_t nonce_ = 0;
+  Status failure_;
+};
+
+// Sets TCP_NODELAY and keepalive (dead hosts are noticed in ~10 s).
+void tune_tcp_socket(int fd);
+
+}  // namespace uccl::engine

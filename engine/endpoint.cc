@@ -1,0 +1,823 @@
+// Endpoint: the app-facing, thread-safe API. Validates every call (errors
+// are Status values), turns it into an engine command, and runs the
+// bootstrap handshakes. Knobs (UCCL_*) that configure it are defined here.
+#include "uccl/endpoint.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+
+#include "engine/bootstrap.h"
+#include "engine/engine.h"
+#include "uccl/params.h"
+#include "util/cpu.h"
+#include "util/knobs.h"
+#include "util/logging.h"
+
+namespace uccl {
+
+UCCL_KNOB(std::string, knob_device, "UCCL_DEVICE", "udp",
+          "NIC device: 'udp' (software NIC on every interface), "
+          "'udp:<ifname>', 'udp:<ipv4>', or a verbs device such as mlx5_0.");
+UCCL_KNOB(int64_t, knob_engines, "UCCL_ENGINES", 1,
+          "Engine threads per endpoint (each pinned to a core).", 1, 16);
+UCCL_KNOB(std::string, knob_engine_cores, "UCCL_ENGINE_CORES", "",
+          "Cores for the engine threads, e.g. '8-11' (empty: the highest "
+          "allowed cores on the NIC's NUMA node).");
+UCCL_KNOB(int64_t, knob_chunk_kb, "UCCL_CHUNK_KB", 64,
+          "Chunk size in KiB: each chunk is one RDMA_WRITE_WITH_IMM.", 1, 4096);
+UCCL_KNOB(int64_t, knob_paths, "UCCL_PATHS", 4,
+          "Queue pairs (paths) per connection; chunks are sprayed over them.",
+          1, kMaxPaths);
+UCCL_KNOB(bool, knob_rc_mode, "UCCL_RC_MODE", false,
+          "Use RC queue pairs (the NIC retransmits) instead of UC with "
+          "UCCL's software SACK/RTO reliability.");
+UCCL_KNOB(std::string, knob_cc, "UCCL_CC", "none",
+          "Congestion control: none, timely, timely_patched, swift, credit.");
+UCCL_KNOB(std::string, knob_cc_params, "UCCL_CC_PARAMS", "",
+          "Congestion-control parameters, 'key=value,...' (see cc/*.h).");
+UCCL_KNOB(bool, knob_cc_per_path, "UCCL_CC_PER_PATH", false,
+          "One congestion controller per path instead of per flow.");
+UCCL_KNOB(double, knob_link_gbps, "UCCL_LINK_GBPS", 0.0,
+          "Line rate for congestion control in Gb/s (0: the device's).", 0.0,
+          100000.0);
+UCCL_KNOB(int64_t, knob_rto_min_us, "UCCL_RTO_MIN_US", 1000,
+          "Minimum retransmission timeout, microseconds.", 10, 10000000);
+UCCL_KNOB(int64_t, knob_rto_max_us, "UCCL_RTO_MAX_US", 100000,
+          "Maximum retransmission timeout (after backoff), microseconds.", 10,
+          100000000);
+UCCL_KNOB(int64_t, knob_max_retries, "UCCL_MAX_RETRIES", 12,
+          "RTO retransmissions of one chunk before the connection fails.", 1,
+          255);
+UCCL_KNOB(int64_t, knob_dup_ack, "UCCL_DUP_ACK_THRESHOLD", 3,
+          "Duplicate ACKs (with SACK holes) before fast retransmit. Raise it "
+          "when paths reorder a lot (adaptive routing).",
+          1, 100000);
+UCCL_KNOB(int64_t, knob_ack_every, "UCCL_ACK_EVERY", 4,
+          "Receiver: ACK at least every N chunks.", 1, 1024);
+UCCL_KNOB(int64_t, knob_ack_delay_us, "UCCL_ACK_DELAY_US", 20,
+          "Receiver: longest delay of an ACK for a received chunk, us.", 0,
+          1000000);
+UCCL_KNOB(int64_t, knob_idle_spin, "UCCL_IDLE_SPIN_LOOPS", 20000,
+          "Engine: empty loops before it starts sleeping between polls.", 0,
+          1LL << 40);
+UCCL_KNOB(int64_t, knob_idle_sleep_us, "UCCL_IDLE_SLEEP_US", 20,
+          "Engine: sleep per empty loop once idle, us (0 = always spin).", 0,
+          1000000);
+UCCL_KNOB(std::string, knob_trace_file, "UCCL_TRACE_FILE", "",
+          "Write a Chrome trace of chunk events to <file>.<engine>.json.");
+UCCL_KNOB(double, knob_stats_interval, "UCCL_STATS_INTERVAL_S", 0.0,
+          "Log one statistics line per engine every N seconds (0 = off).", 0.0,
+          86400.0);
+UCCL_KNOB(int64_t, knob_bootstrap_timeout_ms, "UCCL_BOOTSTRAP_TIMEOUT_MS",
+          30000, "Handshake deadline for connect/accept, ms.", 1, 3600000);
+
+using engine::CmdType;
+using engine::Command;
+using engine::ConnRecord;
+using engine::Handshake;
+using engine::RequestAccess;
+using engine::UcclRDMAEngine;
+
+struct MrHandle {
+  void* addr = nullptr;
+  size_t len = 0;
+  std::vector<std::unique_ptr<transport::MemoryRegion>> mrs;  // per engine
+};
+
+EndpointConfig EndpointConfig::from_knobs() {
+  EndpointConfig c;
+  c.device = knob_device().get();
+  c.num_engines = static_cast<int>(knob_engines().get());
+  auto cores = parse_cpu_list(knob_engine_cores().get());
+  if (cores.ok()) c.engine_cores = *cores;
+  c.chunk_bytes = static_cast<uint32_t>(knob_chunk_kb().get() * 1024);
+  c.paths = static_cast<uint32_t>(knob_paths().get());
+  c.rc_mode = knob_rc_mode().get() ? 1 : 0;
+  c.cc = knob_cc().get();
+  c.cc_params = knob_cc_params().get();
+  return c;
+}
+
+namespace {
+
+// ConnId: index (10 bits) | engine (8 bits) | generation.
+constexpr int kEngineShift = 10;
+constexpr int kGenShift = 18;
+
+uint64_t make_conn_id(uint32_t engine, uint32_t idx, uint64_t gen) {
+  return (gen << kGenShift) | (static_cast<uint64_t>(engine) << kEngineShift) |
+         idx;
+}
+
+bool covers(const MrHandle* mh, const void* p, size_t len) {
+  if (mh == nullptr) return false;
+  uint64_t a = reinterpret_cast<uint64_t>(p);
+  uint64_t b = reinterpret_cast<uint64_t>(mh->addr);
+  return a >= b && a - b <= mh->len && len <= mh->len - (a - b);
+}
+
+}  // namespace
+
+struct Endpoint::Impl {
+  EndpointConfig cfg;
+  std::vector<std::unique_ptr<UcclRDMAEngine>> engines;
+  std::vector<std::unique_ptr<ConnRecord[]>> records;
+  std::unique_ptr<engine::Region[]> regions;
+  std::vector<std::unique_ptr<transport::MemoryWindow>> region_windows;
+  std::atomic<uint32_t> next_region{0};
+  std::atomic<uint64_t> next_gen{1};
+  std::atomic<uint32_t> rr{0};
+  uint64_t nonce = 0;
+
+  std::mutex mu;  // control path: listen/connect/accept/close/reg
+  int listen_fd = -1;
+  std::map<uint64_t, std::unique_ptr<Handshake>> connects;
+  uint64_t next_pending = 1;
+  std::vector<std::unique_ptr<Handshake>> accepts;
+  std::vector<MrHandle*> mrs;
+
+  engine::HandshakeParams hs_params() const {
+    engine::HandshakeParams p;
+    p.paths = cfg.paths;
+    p.chunk_bytes = cfg.chunk_bytes;
+    p.rc_mode = cfg.rc_mode == 1;
+    p.nonce = nonce;
+    p.timeout_ns =
+        static_cast<uint64_t>(knob_bootstrap_timeout_ms().get()) * 1000000;
+    return p;
+  }
+
+  UcclRDMAEngine* pick_engine() {
+    return engines[rr.fetch_add(1) % engines.size()].get();
+  }
+
+  ConnRecord* lookup(ConnId id, uint32_t* engine, uint32_t* idx) const {
+    uint32_t e = (id >> kEngineShift) & 0xff;
+    uint32_t i = id & ((1u << kEngineShift) - 1);
+    if (id == 0 || e >= engines.size()) return nullptr;
+    ConnRecord* r = &records[e][i];
+    if (r->id.load(std::memory_order_acquire) != id) return nullptr;
+    *engine = e;
+    *idx = i;
+    return r;
+  }
+
+  // Finishes a handshake: publishes the connection and returns its id.
+  ConnId publish(Handshake* h) {
+    uint32_t e = static_cast<uint32_t>(h->engine()->index());
+    ConnRecord& r = records[e][h->conn()];
+    r.peer_engine = h->peer_engine();
+    r.peer_ip = h->peer();
+    r.tx_outstanding.store(0);
+    r.rx_outstanding.store(0);
+    r.failed.store(false);
+    ConnId id = make_conn_id(e, h->conn(), next_gen.fetch_add(1));
+    r.id.store(id, std::memory_order_release);
+    VLOG(kVlogLifecycle) << "connection " << id << " to " << h->peer()
+                         << " on engine " << e;
+    return id;
+  }
+
+  Status submit(UcclRDMAEngine* e, const Command& c) {
+    if (!e->submit(c)) {
+      return ResourceExhausted("engine command queue full (" +
+                               std::to_string(engine::kCommandQueueDepth) +
+                               "); retry");
+    }
+    return Status::OK();
+  }
+};
+
+Endpoint::Endpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
+  init_logging("uccl");
+  UCCL_RETURN_IF_ERROR(check_knobs());
+  for (const std::string& u : unknown_uccl_env_vars()) {
+    LOG(WARNING) << u << " is set but is not a UCCL knob (typo?)";
+  }
+  auto impl = std::make_unique<Impl>();
+  EndpointConfig def = EndpointConfig::from_knobs();
+  EndpointConfig& c = impl->cfg;
+  c = in;
+  if (c.device.empty()) c.device = def.device;
+  if (c.num_engines <= 0) c.num_engines = def.num_engines;
+  if (c.engine_cores.empty()) c.engine_cores = def.engine_cores;
+  if (c.chunk_bytes == 0) c.chunk_bytes = def.chunk_bytes;
+  if (c.paths == 0) c.paths = def.paths;
+  if (c.rc_mode < 0) c.rc_mode = def.rc_mode;
+  if (c.cc.empty()) c.cc = def.cc;
+  if (c.cc_params.empty()) c.cc_params = def.cc_params;
+  if (c.num_engines > 16) return InvalidArgument("at most 16 engines");
+  if (c.paths > static_cast<uint32_t>(kMaxPaths)) {
+    return InvalidArgument("at most " + std::to_string(kMaxPaths) + " paths");
+  }
+  if (c.chunk_bytes < 1024 || c.chunk_bytes > (64u << 20)) {
+    return InvalidArgument("chunk size must be in [1 KiB, 64 MiB]");
+  }
+  auto ccp = cc::CcParams::parse(c.cc_params);
+  if (!ccp.ok()) return ccp.status();
+  {  // validate the CC name and parameters once, here
+    auto probe = cc::make_cc(c.cc, *ccp, c.chunk_bytes, 100e9);
+    if (!probe.ok()) return probe.status();
+  }
+  if (c.cc == "credit" && knob_cc_per_path().get()) {
+    return InvalidArgument("cc=credit is per flow; unset UCCL_CC_PER_PATH");
+  }
+
+  transport::DeviceOptions dopt;
+  if (!c.fault_tx.empty() || !c.fault_rx.empty() || c.fault_seed) {
+    auto f = transport::FaultOptions::from_knobs();
+    if (!f.ok()) return f.status();
+    dopt.faults = *f;
+    if (!c.fault_tx.empty()) {
+      UCCL_ASSIGN_OR_RETURN(dopt.faults.tx,
+                            transport::FaultSpec::parse(c.fault_tx));
+    }
+    if (!c.fault_rx.empty()) {
+      UCCL_ASSIGN_OR_RETURN(dopt.faults.rx,
+                            transport::FaultSpec::parse(c.fault_rx));
+    }
+    if (c.fault_seed) dopt.faults.seed = c.fault_seed;
+    dopt.faults_from_knobs = false;
+  }
+  dopt.rate_gbps = c.nic_rate_gbps;
+
+  std::random_device rd;
+  impl->nonce = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ monotonic_ns();
+  impl->regions.reset(new engine::Region[engine::kMaxRegions]);
+  // Cores: given, or the highest allowed ones near the NIC.
+  std::vector<int> cores = c.engine_cores;
+  for (int i = 0; i < c.num_engines; ++i) {
+    impl->records.emplace_back(new ConnRecord[engine::Imm::kMaxFlows]);
+    engine::EngineConfig ec;
+    ec.index = i;
+    ec.chunk_bytes = c.chunk_bytes;
+    ec.rc_mode = c.rc_mode == 1;
+    ec.cc_name = c.cc;
+    ec.cc_params = *ccp;
+    ec.cc_per_path = knob_cc_per_path().get();
+    ec.rto_min_ns = knob_rto_min_us().get() * 1000;
+    ec.rto_max_ns =
+        std::max<uint64_t>(ec.rto_min_ns, knob_rto_max_us().get() * 1000);
+    ec.rto_init_ns = std::max<uint64_t>(ec.rto_min_ns, 5000000);
+    ec.max_retries = static_cast<uint32_t>(knob_max_retries().get());
+    ec.dup_ack_threshold = static_cast<uint32_t>(knob_dup_ack().get());
+    ec.ack_every = static_cast<uint32_t>(knob_ack_every().get());
+    ec.ack_delay_ns = knob_ack_delay_us().get() * 1000;
+    ec.idle_spin_loops = knob_idle_spin().get();
+    ec.idle_sleep_ns = knob_idle_sleep_us().get() * 1000;
+    ec.trace_file = knob_trace_file().get();
+    ec.stats_interval_s = knob_stats_interval().get();
+    auto e = UcclRDMAEngine::create(ec, c.device, dopt, impl->records[i].get(),
+                                    impl->regions.get());
+    if (!e.ok()) return e.status().with_context("engine " + std::to_string(i));
+    impl->engines.push_back(std::move(*e));
+  }
+  const transport::DeviceInfo& di = impl->engines[0]->device_info();
+  double gbps = knob_link_gbps().get();
+  double line = gbps > 0 ? gbps * 1e9 : di.link_speed_mbps * 1e6;
+  if (cores.empty()) {
+    cores = choose_engine_cores(c.num_engines, di.numa_node, allowed_cpus());
+  }
+  for (int i = 0; i < c.num_engines; ++i) {
+    auto& e = impl->engines[i];
+    (void)line;
+    e->set_core(i < static_cast<int>(cores.size()) ? cores[i] : -1);
+    e->set_line_rate(line);
+    e->start();
+  }
+  LOG(INFO) << "UCCL endpoint: device " << c.device << " (" << di.name << ", "
+            << di.link_speed_mbps << " Mb/s), " << c.num_engines
+            << " engine(s) on cores " << format_cpu_list(cores) << ", "
+            << c.paths << " paths, " << (c.rc_mode ? "RC" : "UC") << " mode, "
+            << "chunk " << c.chunk_bytes / 1024 << " KiB, cc " << c.cc;
+  return std::unique_ptr<Endpoint>(new Endpoint(std::move(impl)));
+}
+
+Endpoint::~Endpoint() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->connects.clear();
+    impl_->accepts.clear();
+    if (impl_->listen_fd >= 0) close(impl_->listen_fd);
+    impl_->listen_fd = -1;
+  }
+  for (auto& e : impl_->engines) e->stop();
+  impl_->region_windows.clear();
+  for (MrHandle* m : impl_->mrs) delete m;
+  impl_->engines.clear();
+}
+
+const EndpointConfig& Endpoint::config() const { return impl_->cfg; }
+std::string Endpoint::device_name() const {
+  return impl_->engines[0]->device_info().name;
+}
+uint64_t Endpoint::link_speed_mbps() const {
+  return impl_->engines[0]->device_info().link_speed_mbps;
+}
+int Endpoint::numa_node() const {
+  return impl_->engines[0]->device_info().numa_node;
+}
+std::string Endpoint::pci_path() const {
+  return impl_->engines[0]->device_info().pci_path;
+}
+
+// ---------------------------------------------------------- connections
+
+Result<uint16_t> Endpoint::listen(uint16_t port) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->listen_fd >= 0)
+    return AlreadyExists("endpoint is already listening");
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoStatus("socket", errno);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a;
+  std::memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(port);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::listen(fd, 128) != 0) {
+    Status st = ErrnoStatus("listen on port " + std::to_string(port), errno);
+    close(fd);
+    return st;
+  }
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  impl_->listen_fd = fd;
+  return ntohs(a.sin_port);
+}
+
+Result<uint64_t> Endpoint::connect_start(const std::string& ip, uint16_t port) {
+  sockaddr_in a;
+  std::memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  if (inet_pton(AF_INET, ip.c_str(), &a.sin_addr) != 1) {
+    return InvalidArgument("'" + ip + "' is not an IPv4 address");
+  }
+  if (port == 0) return InvalidArgument("port 0");
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoStatus("socket", errno);
+  engine::tune_tcp_socket(fd);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 &&
+      errno != EINPROGRESS) {
+    Status st =
+        ErrnoStatus("connect to " + ip + ":" + std::to_string(port), errno);
+    close(fd);
+    return st;
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  uint64_t id = impl_->next_pending++;
+  impl_->connects[id] = std::make_unique<Handshake>(
+      Handshake::Role::kConnect, fd, ip + ":" + std::to_string(port),
+      impl_->pick_engine(), impl_->hs_params());
+  return id;
+}
+
+Result<ConnId> Endpoint::connect_poll(uint64_t pending) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->connects.find(pending);
+  if (it == impl_->connects.end()) {
+    return InvalidArgument("unknown pending connection");
+  }
+  Status st = it->second->poll();
+  if (st.code() == StatusCode::kUnavailable) return st;
+  if (!st.ok()) {
+    impl_->connects.erase(it);
+    return st;
+  }
+  ConnId id = impl_->publish(it->second.get());
+  impl_->connects.erase(it);
+  return id;
+}
+
+Result<ConnId> Endpoint::connect(const std::string& ip, uint16_t port,
+                                 int timeout_ms) {
+  UCCL_ASSIGN_OR_RETURN(uint64_t p, connect_start(ip, port));
+  const uint64_t deadline = monotonic_ns() + uint64_t(timeout_ms) * 1000000;
+  for (;;) {
+    auto r = connect_poll(p);
+    if (r.ok() || r.status().code() != StatusCode::kUnavailable) return r;
+    if (monotonic_ns() > deadline) {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      impl_->connects.erase(p);
+      return TimedOut("connect to " + ip + ":" + std::to_string(port) +
+                      " timed out after " + std::to_string(timeout_ms) + " ms");
+    }
+    usleep(50);
+  }
+}
+
+Result<ConnId> Endpoint::accept_poll() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->listen_fd < 0)
+    return InvalidArgument("accept: call listen() first");
+  for (;;) {
+    sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = accept4(impl_->listen_fd, reinterpret_cast<sockaddr*>(&a), &len,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) break;
+    engine::tune_tcp_socket(fd);
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &a.sin_addr, ip, sizeof(ip));
+    impl_->accepts.push_back(std::make_unique<Handshake>(
+        Handshake::Role::kAccept, fd,
+        std::string(ip) + ":" + std::to_string(ntohs(a.sin_port)),
+        impl_->pick_engine(), impl_->hs_params()));
+  }
+  for (size_t i = 0; i < impl_->accepts.size(); ++i) {
+    Status st = impl_->accepts[i]->poll();
+    if (st.code() == StatusCode::kUnavailable) continue;
+    std::unique_ptr<Handshake> h = std::move(impl_->accepts[i]);
+    impl_->accepts.erase(impl_->accepts.begin() + i);
+    if (!st.ok()) {
+      LOG(WARNING) << "accept: " << st;
+      return st;
+    }
+    return impl_->publish(h.get());
+  }
+  return Unavailable("no connection ready");
+}
+
+Result<ConnId> Endpoint::accept(int timeout_ms) {
+  const uint64_t deadline = monotonic_ns() + uint64_t(timeout_ms) * 1000000;
+  for (;;) {
+    auto r = accept_poll();
+    if (r.ok() || r.status().code() != StatusCode::kUnavailable) return r;
+    if (monotonic_ns() > deadline) {
+      return TimedOut("no connection accepted within " +
+                      std::to_string(timeout_ms) + " ms");
+    }
+    usleep(50);
+  }
+}
+
+std::string Endpoint::peer_ip(ConnId c) const {
+  uint32_t e, i;
+  ConnRecord* r = impl_->lookup(c, &e, &i);
+  if (r == nullptr) return "";
+  std::string s = r->peer_ip;
+  return s.substr(0, s.rfind(':'));
+}
+
+Status Endpoint::close(ConnId c) {
+  uint32_t e, i;
+  ConnRecord* r = impl_->lookup(c, &e, &i);
+  if (r == nullptr) return InvalidArgument("unknown or closed connection");
+  r->id.store(0, std::memory_order_release);
+  Command cmd{};
+  cmd.type = CmdType::kCloseConn;
+  cmd.conn = i;
+  while (!impl_->engines[e]->submit(cmd)) sched_yield();
+  return Status::OK();
+}
+
+// -------------------------------------------------------------- memory
+
+Result<MrHandle*> Endpoint::reg_mr(void* addr, size_t len) {
+  if (addr == nullptr || len == 0)
+    return InvalidArgument("reg_mr: empty region");
+  auto mh = std::make_unique<MrHandle>();
+  mh->addr = addr;
+  mh->len = len;
+  for (auto& e : impl_->engines) {
+    auto mr = e->pd()->reg_mr(addr, len,
+                              transport::kAccessLocalWrite |
+                                  transport::kAccessRemoteWrite |
+                                  transport::kAccessRemoteRead);
+    if (!mr.ok()) return mr.status().with_context("reg_mr");
+    mh->mrs.push_back(std::move(*mr));
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->mrs.push_back(mh.get());
+  return mh.release();
+}
+
+Status Endpoint::dereg_mr(MrHandle* mh) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = std::find(impl_->mrs.begin(), impl_->mrs.end(), mh);
+  if (it == impl_->mrs.end())
+    return InvalidArgument("dereg_mr: unknown handle");
+  impl_->mrs.erase(it);
+  delete mh;
+  return Status::OK();
+}
+
+Result<RemoteRegion> Endpoint::advertise(MrHandle* mh, void* addr, size_t len) {
+  if (!covers(mh, addr, len) || len == 0) {
+    return InvalidArgument(
+        "advertise: range is not inside the registered region");
+  }
+  uint32_t id = impl_->next_region.fetch_add(1);
+  if (id >= engine::kMaxRegions) {
+    return ResourceExhausted("advertise: too many regions");
+  }
+  engine::Region& r = impl_->regions[id];
+  RemoteRegion out;
+  out.addr = reinterpret_cast<uint64_t>(addr);
+  out.len = len;
+  out.num_engines = static_cast<uint32_t>(impl_->engines.size());
+  out.region = id;
+  r.addr = out.addr;
+  r.len = len;
+  for (size_t e = 0; e < impl_->engines.size(); ++e) {
+    r.mrs.push_back(mh->mrs[e].get());
+    uint32_t rkey = mh->mrs[e]->rkey();
+    // A window limits the peer to exactly this range where supported.
+    auto w = impl_->engines[e]->pd()->alloc_mw();
+    if (w.ok()) {
+      auto k = (*w)->bind(*mh->mrs[e], out.addr, len,
+                          transport::kAccessRemoteWrite |
+                              transport::kAccessRemoteRead |
+                              transport::kAccessLocalWrite);
+      if (k.ok()) {
+        rkey = *k;
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        impl_->region_windows.push_back(std::move(*w));
+      }
+    }
+    out.rkeys[e] = rkey;
+  }
+  r.valid.store(true, std::memory_order_release);
+  return out;
+}
+
+// ------------------------------------------------------------ transfers
+
+namespace {
+Status check_request(Request* req) {
+  if (req == nullptr) return InvalidArgument("null request");
+  if (RequestAccess::pending(req)) {
+    return InvalidArgument("request is still in use (not completed)");
+  }
+  return Status::OK();
+}
+}  // namespace
+
+Status Endpoint::send_async(ConnId c, const void* data, size_t len,
+                            MrHandle* mh, Request* req, int tag) {
+  uint32_t e, i;
+  ConnRecord* r = impl_->lookup(c, &e, &i);
+  if (r == nullptr)
+    return InvalidArgument("send: unknown or closed connection");
+  UCCL_RETURN_IF_ERROR(check_request(req));
+  if (r->failed.load(std::memory_order_acquire)) {
+    return RemoteError("send: the connection has failed; close it");
+  }
+  if (len > 0 && !covers(mh, data, len)) {
+    return InvalidArgument("send: buffer is not inside the registered region");
+  }
+  if (r->tx_outstanding.load(std::memory_order_relaxed) >=
+      static_cast<int>(engine::kMaxPendingSends)) {
+    return ResourceExhausted(
+        "send: " + std::to_string(engine::kMaxPendingSends) +
+        " sends already outstanding on this connection");
+  }
+  RequestAccess::start(req, e, i, 1);
+  Command cmd{};
+  cmd.type = CmdType::kSend;
+  cmd.conn = i;
+  cmd.req = req;
+  cmd.addr = reinterpret_cast<uint64_t>(data);
+  cmd.len = len;
+  cmd.lkey = len ? mh->mrs[e]->lkey() : 0;
+  cmd.tag = tag;
+  r->tx_outstanding.fetch_add(1, std::memory_order_relaxed);
+  Status st = impl_->submit(impl_->engines[e].get(), cmd);
+  if (!st.ok()) {
+    r->tx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+    RequestAccess::state(req).store(0, std::memory_order_release);
+  }
+  return st;
+}
+
+Status Endpoint::recv_async(ConnId c, int n, void* const* data,
+                            const size_t* sizes, const int* tags,
+                            MrHandle* const* mhs, Request* req) {
+  uint32_t e, i;
+  ConnRecord* r = impl_->lookup(c, &e, &i);
+  if (r == nullptr)
+    return InvalidArgument("recv: unknown or closed connection");
+  UCCL_RETURN_IF_ERROR(check_request(req));
+  if (n < 1 || n > kMaxRecvsPerRequest) {
+    return InvalidArgument("recv: n must be in [1, " +
+                           std::to_string(kMaxRecvsPerRequest) + "]");
+  }
+  if (r->failed.load(std::memory_order_acquire)) {
+    return RemoteError("recv: the connection has failed; close it");
+  }
+  Command cmd{};
+  cmd.type = CmdType::kRecv;
+  cmd.conn = i;
+  cmd.req = req;
+  cmd.n = static_cast<uint8_t>(n);
+  for (int k = 0; k < n; ++k) {
+    if (sizes[k] > 0 && !covers(mhs[k], data[k], sizes[k])) {
+      return InvalidArgument("recv: buffer " + std::to_string(k) +
+                             " is not inside its registered region");
+    }
+    if (sizes[k] > (1ull << 40))
+      return InvalidArgument("recv: buffer too large");
+    cmd.bufs[k] = engine::CmdBuf{reinterpret_cast<uint64_t>(data[k]), sizes[k],
+                                 sizes[k] ? mhs[k]->mrs[e].get() : nullptr,
+                                 tags ? tags[k] : 0, 0};
+  }
+  if (r->rx_outstanding.load(std::memory_order_relaxed) >=
+      kMaxRequestsPerFlow) {
+    return ResourceExhausted(
+        "recv: " + std::to_string(kMaxRequestsPerFlow) +
+        " receives already outstanding on this connection");
+  }
+  RequestAccess::start(req, e, i, n);
+  r->rx_outstanding.fetch_add(1, std::memory_order_relaxed);
+  Status st = impl_->submit(impl_->engines[e].get(), cmd);
+  if (!st.ok()) {
+    r->rx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+    RequestAccess::state(req).store(0, std::memory_order_release);
+  }
+  return st;
+}
+
+Status Endpoint::flush_async(ConnId c, int n, void* const* data,
+                             const size_t* sizes, MrHandle* const* mhs,
+                             Request* req) {
+  uint32_t e, i;
+  if (impl_->lookup(c, &e, &i) == nullptr) {
+    return InvalidArgument("flush: unknown or closed connection");
+  }
+  UCCL_RETURN_IF_ERROR(check_request(req));
+  for (int k = 0; k < n; ++k) {
+    if (sizes[k] > 0 && !covers(mhs[k], data[k], sizes[k])) {
+      return InvalidArgument(
+          "flush: buffer is not inside its registered region");
+    }
+  }
+  // Host memory: the engine placed the bytes before completing the receive,
+  // so nothing is left to flush. (GPU memory would need a read-back here.)
+  RequestAccess::start(req, e, i, n);
+  RequestAccess::complete(req, Status::OK());
+  return Status::OK();
+}
+
+Status Endpoint::write_async(ConnId c, const void* src, size_t len,
+                             MrHandle* mh, const RemoteRegion& dst,
+                             uint64_t dst_offset, Request* req) {
+  uint32_t e, i;
+  ConnRecord* r = impl_->lookup(c, &e, &i);
+  if (r == nullptr)
+    return InvalidArgument("write: unknown or closed connection");
+  UCCL_RETURN_IF_ERROR(check_request(req));
+  if (len > 0 && !covers(mh, src, len)) {
+    return InvalidArgument("write: source is not inside the registered region");
+  }
+  if (dst_offset > dst.len || len > dst.len - dst_offset) {
+    return OutOfRange(
+        "write: [offset, offset+len) is outside the remote region");
+  }
+  if (r->peer_engine >= dst.num_engines) {
+    return InvalidArgument("write: remote region is from another endpoint");
+  }
+  if (r->tx_outstanding.load(std::memory_order_relaxed) >=
+      static_cast<int>(engine::kMaxPendingSends)) {
+    return ResourceExhausted("write: too many outstanding operations");
+  }
+  RequestAccess::start(req, e, i, 1);
+  Command cmd{};
+  cmd.type = CmdType::kWrite;
+  cmd.conn = i;
+  cmd.req = req;
+  cmd.addr = reinterpret_cast<uint64_t>(src);
+  cmd.len = len;
+  cmd.lkey = len ? mh->mrs[e]->lkey() : 0;
+  cmd.remote_addr = dst.addr + dst_offset;
+  cmd.remote_key = dst.rkeys[r->peer_engine];
+  r->tx_outstanding.fetch_add(1, std::memory_order_relaxed);
+  Status st = impl_->submit(impl_->engines[e].get(), cmd);
+  if (!st.ok()) {
+    r->tx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+    RequestAccess::state(req).store(0, std::memory_order_release);
+  }
+  return st;
+}
+
+Status Endpoint::read_async(ConnId c, void* dst, size_t len, MrHandle* mh,
+                            const RemoteRegion& src, uint64_t src_offset,
+                            Request* req) {
+  uint32_t e, i;
+  ConnRecord* r = impl_->lookup(c, &e, &i);
+  if (r == nullptr)
+    return InvalidArgument("read: unknown or closed connection");
+  UCCL_RETURN_IF_ERROR(check_request(req));
+  if (len > 0 && !covers(mh, dst, len)) {
+    return InvalidArgument(
+        "read: destination is not inside the registered region");
+  }
+  if (src_offset > src.len || len > src.len - src_offset) {
+    return OutOfRange(
+        "read: [offset, offset+len) is outside the remote region");
+  }
+  if (r->rx_outstanding.load(std::memory_order_relaxed) >=
+      kMaxRequestsPerFlow) {
+    return ResourceExhausted("read: too many outstanding receives and reads");
+  }
+  RequestAccess::start(req, e, i, 1);
+  Command cmd{};
+  cmd.type = CmdType::kRead;
+  cmd.conn = i;
+  cmd.req = req;
+  cmd.addr = reinterpret_cast<uint64_t>(dst);
+  cmd.len = len;
+  cmd.mr = len ? mh->mrs[e].get() : nullptr;
+  cmd.remote_addr = src.addr + src_offset;
+  cmd.remote_key = src.region;
+  r->rx_outstanding.fetch_add(1, std::memory_order_relaxed);
+  Status st = impl_->submit(impl_->engines[e].get(), cmd);
+  if (!st.ok()) {
+    r->rx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+    RequestAccess::state(req).store(0, std::memory_order_release);
+  }
+  return st;
+}
+
+Status Endpoint::wait(Request* req, int timeout_ms) {
+  if (req == nullptr) return InvalidArgument("null request");
+  if (RequestAccess::state(req).load(std::memory_order_acquire) == 0) {
+    return InvalidArgument("wait: request was never posted");
+  }
+  for (int i = 0; i < 2000; ++i) {
+    if (req->done()) return req->status();
+    __builtin_ia32_pause();
+  }
+  const uint64_t deadline =
+      timeout_ms < 0 ? UINT64_MAX
+                     : monotonic_ns() + uint64_t(timeout_ms) * 1000000;
+  RequestAccess::waiters(req).fetch_add(1, std::memory_order_acq_rel);
+  while (!req->done()) {
+    uint64_t now = monotonic_ns();
+    if (now >= deadline) {
+      RequestAccess::waiters(req).fetch_sub(1, std::memory_order_acq_rel);
+      return TimedOut("request did not complete within " +
+                      std::to_string(timeout_ms) + " ms");
+    }
+    uint64_t left = std::min<uint64_t>(deadline - now, 10000000);
+    timespec ts{0, static_cast<long>(left)};
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&RequestAccess::state(req)),
+            FUTEX_WAIT_PRIVATE, 1u /* kPending */, &ts, nullptr, 0);
+  }
+  RequestAccess::waiters(req).fetch_sub(1, std::memory_order_acq_rel);
+  return req->status();
+}
+
+int Endpoint::poll(Request* const* reqs, int n) const {
+  int done = 0;
+  for (int i = 0; i < n; ++i) done += reqs[i] && reqs[i]->done();
+  return done;
+}
+
+// ----------------------------------------------------------- statistics
+
+Result<FlowStats> Endpoint::conn_stats(ConnId c) const {
+  uint32_t e, i;
+  if (impl_->lookup(c, &e, &i) == nullptr) {
+    return InvalidArgument("stats: unknown or closed connection");
+  }
+  return impl_->engines[e]->conn_stats(i);
+}
+
+std::vector<EngineStats> Endpoint::engine_stats() const {
+  std::vector<EngineStats> out;
+  for (auto& e : impl_->engines) out.push_back(e->stats());
+  return out;
+}
+
+std::string Endpoint::stats_text() const {
+  std::ostringstream os;
+  auto all = engine_stats();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const FlowStats& f = all[i].total;
+    os << "engine " << i << ": tx " << f.tx_bytes << " B / " << f.tx_chunks
+       << " chunks, rx " << f.rx_bytes << " B, retx fast " << f.fast_retransmits
+       << " rto " << f.rto_retransmits << " (" << f.rtos << " RTOs), dup "
+       << f.duplicate_chunks << ", rtt p50 " << f.rtt_p50_ns / 1000.0
+       << " us p99 " << f.rtt_p99_ns / 1000.0 << " us, " << f.cc_state << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace uccl

@@ -1,0 +1,994 @@
+// UcclRDMAEngine: setup of the device context, the main loop, connection
+// lifecycle and the receive path (chunks, control messages, ACKs). The send
+// path (matching, chunking, reliability, CC) is in engine_tx.cc.
+#include "engine/engine.h"
+
+#include <linux/futex.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "engine/engine_internal.h"
+#include "util/cpu.h"
+#include "util/logging.h"
+
+namespace uccl::engine {
+
+using transport::QpConfig;
+using transport::QpType;
+using transport::RecvWr;
+using transport::SendWr;
+using transport::Sge;
+using transport::WcOpcode;
+using transport::WcStatus;
+using transport::WorkCompletion;
+using transport::WrOpcode;
+
+void RequestAccess::complete(Request* r, Status st) {
+  r->status_ = std::move(st);
+  r->state_.store(Request::kDone, std::memory_order_release);
+  if (r->waiters_.load(std::memory_order_acquire) != 0) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&r->state_),
+            FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+  }
+}
+
+// ------------------------------------------------------------- creation
+
+Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
+    const EngineConfig& cfg, const std::string& device,
+    const transport::DeviceOptions& dev_opts, ConnRecord* records,
+    Region* regions) {
+  std::unique_ptr<UcclRDMAEngine> e(new UcclRDMAEngine());
+  e->cfg_ = cfg;
+  e->clock_ = cfg.clock ? cfg.clock : SystemClock::get();
+  e->records_ = records;
+  e->regions_ = regions;
+  UCCL_ASSIGN_OR_RETURN(e->dev_, transport::open_device(device, dev_opts));
+  UCCL_ASSIGN_OR_RETURN(e->pd_, e->dev_->alloc_pd());
+  UCCL_ASSIGN_OR_RETURN(e->scq_, e->dev_->create_cq(kCqDepth));
+  UCCL_ASSIGN_OR_RETURN(e->rcq_, e->dev_->create_cq(kCqDepth));
+  UCCL_ASSIGN_OR_RETURN(e->data_srq_,
+                        e->dev_->create_srq(e->pd_.get(), kDataSrqDepth, 1));
+  UCCL_ASSIGN_OR_RETURN(e->ctrl_srq_,
+                        e->dev_->create_srq(e->pd_.get(), kCtrlBufs, 1));
+  // Zero-length receives: WRITE_WITH_IMM needs one each; data goes by rkey.
+  for (uint32_t i = 0; i < kDataSrqDepth; i += kRecvBatch) {
+    RecvWr wrs[kRecvBatch];
+    for (uint32_t k = 0; k < kRecvBatch; ++k) {
+      wrs[k].next = k + 1 < kRecvBatch ? &wrs[k + 1] : nullptr;
+    }
+    UCCL_RETURN_IF_ERROR(e->data_srq_->post_recv(wrs, nullptr));
+  }
+  e->ctrl_bufs_.assign(static_cast<size_t>(kCtrlBufs) * kCtrlBufBytes, 0);
+  UCCL_ASSIGN_OR_RETURN(
+      e->ctrl_mr_, e->pd_->reg_mr(e->ctrl_bufs_.data(), e->ctrl_bufs_.size(),
+                                  transport::kAccessLocalWrite));
+  for (uint32_t i = 0; i < kCtrlBufs; ++i) {
+    Sge sge{
+        reinterpret_cast<uint64_t>(e->ctrl_bufs_.data()) + i * kCtrlBufBytes,
+        kCtrlBufBytes, e->ctrl_mr_->lkey()};
+    RecvWr wr;
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    UCCL_RETURN_IF_ERROR(e->ctrl_srq_->post_recv(&wr, nullptr));
+  }
+  QpConfig ud;
+  ud.type = QpType::kUD;
+  ud.pd = e->pd_.get();
+  ud.send_cq = e->scq_.get();
+  ud.recv_cq = e->rcq_.get();
+  ud.max_send_wr = kUdSendDepth;
+  ud.max_recv_wr = kUdBufs;
+  ud.max_inline_data = 256;
+  ud.qkey = kUdQkey;
+  UCCL_ASSIGN_OR_RETURN(e->ud_, e->dev_->create_qp(ud));
+  UCCL_RETURN_IF_ERROR(e->ud_->activate());
+  e->ud_bufs_.assign(static_cast<size_t>(kUdBufs) * kUdBufBytes, 0);
+  UCCL_ASSIGN_OR_RETURN(e->ud_mr_,
+                        e->pd_->reg_mr(e->ud_bufs_.data(), e->ud_bufs_.size(),
+                                       transport::kAccessLocalWrite));
+  for (uint32_t i = 0; i < kUdBufs; ++i) {
+    Sge sge{reinterpret_cast<uint64_t>(e->ud_bufs_.data()) + i * kUdBufBytes,
+            kUdBufBytes, e->ud_mr_->lkey()};
+    RecvWr wr;
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    UCCL_RETURN_IF_ERROR(e->ud_->post_recv(&wr, nullptr));
+  }
+  // Receive windows (per-receive rkeys) where the backend has them.
+  e->windows_ = e->pd_->alloc_mw().ok();
+  if (cfg.cc_name == "credit") {
+    auto p = cc::CreditSender::params_from(cfg.cc_params);
+    if (!p.ok()) return p.status();
+    e->pacer_ = std::make_unique<cc::PullPacer>(
+        *p, cfg.line_rate_bps, Imm::kMaxFlows, e->clock_->now_ns());
+  }
+  e->conns_.resize(Imm::kMaxFlows);
+  e->live_.reserve(Imm::kMaxFlows);
+  e->qpn_map_.assign(8192, QpnEntry{0, 0, false});
+  if (!cfg.trace_file.empty()) e->trace_.resize(1u << 20);
+  return e;
+}
+
+UcclRDMAEngine::~UcclRDMAEngine() { stop(); }
+
+void UcclRDMAEngine::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void UcclRDMAEngine::stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true, std::memory_order_release);
+  thread_.join();
+  // Everything still pending fails; the thread is gone, so this is safe.
+  Command c;
+  while (queue_.pop(c)) {
+    if (c.req && RequestAccess::pending(c.req)) {
+      RequestAccess::complete(c.req, Cancelled("endpoint shut down"));
+    }
+    if (c.setup) {
+      c.setup->status = Cancelled("endpoint shut down");
+      c.setup->done.store(1, std::memory_order_release);
+    }
+    if (c.query) {
+      c.query->status = Cancelled("endpoint shut down");
+      c.query->done.store(1, std::memory_order_release);
+    }
+  }
+  for (uint32_t i : std::vector<uint32_t>(live_)) {
+    close_conn(i, Cancelled("endpoint shut down"));
+  }
+  for (auto& c : conns_) {
+    if (c) close_conn(c->index, Cancelled("endpoint shut down"));
+  }
+  write_trace();
+}
+
+// -------------------------------------------------------- QPN map
+
+void UcclRDMAEngine::qpn_put(uint32_t qpn, uint32_t conn, bool ctrl) {
+  size_t mask = qpn_map_.size() - 1;
+  for (size_t i = qpn * 2654435761u & mask;; i = (i + 1) & mask) {
+    if (qpn_map_[i].qpn == 0 || qpn_map_[i].qpn == qpn) {
+      qpn_map_[i] = QpnEntry{qpn, conn, ctrl};
+      return;
+    }
+  }
+}
+
+const UcclRDMAEngine::QpnEntry* UcclRDMAEngine::qpn_get(uint32_t qpn) const {
+  size_t mask = qpn_map_.size() - 1;
+  for (size_t i = qpn * 2654435761u & mask;; i = (i + 1) & mask) {
+    if (qpn_map_[i].qpn == qpn) return &qpn_map_[i];
+    if (qpn_map_[i].qpn == 0) return nullptr;
+  }
+}
+
+void UcclRDMAEngine::qpn_erase(uint32_t qpn) {
+  // Backward-shift deletion keeps probe chains intact.
+  size_t mask = qpn_map_.size() - 1;
+  size_t i = qpn * 2654435761u & mask;
+  while (qpn_map_[i].qpn != qpn) {
+    if (qpn_map_[i].qpn == 0) return;
+    i = (i + 1) & mask;
+  }
+  for (;;) {
+    qpn_map_[i].qpn = 0;
+    size_t j = i;
+    for (;;) {
+      j = (j + 1) & mask;
+      if (qpn_map_[j].qpn == 0) return;
+      size_t home = qpn_map_[j].qpn * 2654435761u & mask;
+      if (((j - home) & mask) >= ((j - i) & mask)) break;
+    }
+    qpn_map_[i] = qpn_map_[j];
+    i = j;
+  }
+}
+
+// ----------------------------------------------------------- the loop
+
+void UcclRDMAEngine::run() {
+  if (cfg_.core >= 0) {
+    Status st = pin_current_thread(cfg_.core);
+    if (!st.ok()) LOG(WARNING) << "engine " << cfg_.index << ": " << st;
+  }
+  VLOG(kVlogLifecycle) << "engine " << cfg_.index << " running on cpu "
+                       << current_cpu();
+  uint64_t idle = 0;
+  trace_t0_ = clock_->now_ns();
+  while (!stop_.load(std::memory_order_acquire)) {
+    int work = drain_commands();
+    uint64_t now = clock_->now_ns();
+    work += poll_recv_cq(now);
+    work += poll_send_cq(now);
+    now = clock_->now_ns();
+    if (pacer_) {
+      cc::PullPacer::Grant g[16];
+      int n = pacer_->poll(now, g, 16);
+      for (int i = 0; i < n; ++i) {
+        Conn* c = conns_[g[i].flow].get();
+        if (c && c->established) c->rx.credit_pending += g[i].bytes;
+      }
+    }
+    if (now >= next_timer_ns_) {
+      timers(now);
+      next_timer_ns_ = now + kTimerIntervalNs;
+    }
+    for (uint32_t idx : live_) {
+      Conn* c = conns_[idx].get();
+      work += transmit(c, now);
+      maybe_send_ack(c, now, false);
+    }
+    ++loops_;
+    if (work == 0) {
+      ++idle_loops_;
+      if (++idle > cfg_.idle_spin_loops && cfg_.idle_sleep_ns > 0) {
+        timespec ts{0, static_cast<long>(cfg_.idle_sleep_ns)};
+        nanosleep(&ts, nullptr);
+      }
+    } else {
+      idle = 0;
+    }
+  }
+}
+
+int UcclRDMAEngine::drain_commands() {
+  int n = 0;
+  Command c;
+  while (n < 64 && queue_.pop(c)) {
+    handle(c);
+    ++n;
+  }
+  commands_ += n;
+  return n;
+}
+
+void UcclRDMAEngine::handle(const Command& cmd) {
+  if (cmd.type == CmdType::kCreateConn) return create_conn(cmd.setup);
+  if (cmd.type == CmdType::kConnectConn) return connect_conn(cmd.setup);
+  if (cmd.type == CmdType::kQuery) {
+    Query* q = cmd.query;
+    if (q->conn < 0) {
+      q->engine.loops = loops_;
+      q->engine.idle_loops = idle_loops_;
+      q->engine.commands = commands_;
+      fill_stats(UINT32_MAX, &q->engine.total);
+    } else {
+      Conn* c = q->conn < static_cast<int64_t>(conns_.size())
+                    ? conns_[q->conn].get()
+                    : nullptr;
+      if (c == nullptr) {
+        q->status = NotFound("no such connection");
+      } else {
+        fill_stats(static_cast<uint32_t>(q->conn), &q->flow);
+      }
+    }
+    if (q->counters) q->counters_text = dev_->counters_text();
+    q->done.store(1, std::memory_order_release);
+    return;
+  }
+  Conn* c = cmd.conn < conns_.size() ? conns_[cmd.conn].get() : nullptr;
+  if (cmd.type == CmdType::kCloseConn) {
+    if (c) close_conn(cmd.conn, Cancelled("connection closed"));
+    return;
+  }
+  if (c == nullptr || !c->established || c->failed) {
+    Status why =
+        c && c->failed ? c->fail_status : Cancelled("connection is closed");
+    if (cmd.type == CmdType::kSend || cmd.type == CmdType::kWrite) {
+      if (c) c->rec->tx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+    } else if (c) {
+      c->rec->rx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+    }
+    if (cmd.req) RequestAccess::complete(cmd.req, why);
+    return;
+  }
+  TxFlow& tx = c->tx;
+  switch (cmd.type) {
+    case CmdType::kSend: {
+      PendingSend& p = tx.pending[tx.pend_tail++ % kMaxPendingSends];
+      p = PendingSend{cmd.req, cmd.addr, cmd.len, cmd.lkey, cmd.tag};
+      match_sends(c);
+      break;
+    }
+    case CmdType::kWrite: {
+      TxMsg& m = tx.msg(tx.msg_tail++);
+      m = TxMsg{};
+      m.req = cmd.req;
+      m.addr = cmd.addr;
+      m.len = cmd.len;
+      m.lkey = cmd.lkey;
+      m.raddr = cmd.remote_addr;
+      m.rkey = cmd.remote_key;
+      m.onesided = true;
+      m.post_ns = clock_->now_ns();
+      break;
+    }
+    case CmdType::kRecv:
+    case CmdType::kRead:
+      post_recv_slot(c, cmd);
+      break;
+    default:
+      break;
+  }
+}
+
+// ---------------------------------------------------- connections
+
+void UcclRDMAEngine::create_conn(ConnSetup* s) {
+  uint32_t idx = 0;
+  while (idx < conns_.size() && conns_[idx]) ++idx;
+  if (idx == conns_.size()) {
+    s->status =
+        ResourceExhausted("engine has " + std::to_string(conns_.size()) +
+                          " connections (the flow-id limit)");
+    s->done.store(1, std::memory_order_release);
+    return;
+  }
+  auto c = std::make_unique<Conn>();
+  c->index = idx;
+  c->rec = &records_[idx];
+  Status st;
+  QpConfig q;
+  q.type = cfg_.rc_mode ? QpType::kRC : QpType::kUC;
+  q.pd = pd_.get();
+  q.send_cq = scq_.get();
+  q.recv_cq = rcq_.get();
+  q.srq = data_srq_.get();
+  q.max_send_wr = kDataSendDepth;
+  q.max_send_sge = 1;
+  q.max_recv_sge = 1;
+  q.max_inline_data = 0;
+  q.own_source_port = true;
+  q.rc.timeout = 10;  // ~4 ms: RC mode relies on the NIC's retransmission
+  for (uint32_t p = 0; p < s->paths && st.ok(); ++p) {
+    auto qp = dev_->create_qp(q);
+    if (!qp.ok()) {
+      st = qp.status();
+      break;
+    }
+    s->qps.push_back((*qp)->local_info());
+    c->qps.push_back(std::move(*qp));
+  }
+  if (st.ok()) {
+    QpConfig cq = q;
+    cq.type = QpType::kRC;
+    cq.srq = ctrl_srq_.get();
+    cq.max_send_wr = kCtrlSendDepth;
+    cq.max_inline_data = 256;
+    cq.own_source_port = false;
+    auto qp = dev_->create_qp(cq);
+    if (qp.ok()) {
+      s->ctrl = (*qp)->local_info();
+      c->ctrl = std::move(*qp);
+    } else {
+      st = qp.status();
+    }
+  }
+  if (st.ok()) {
+    // Congestion control: one controller per flow, or one per path.
+    size_t n = cfg_.cc_per_path ? c->qps.size() : 1;
+    c->tx.ccs.resize(n);
+    for (auto& pc : c->tx.ccs) {
+      auto cc = cc::make_cc(cfg_.cc_name, cfg_.cc_params, cfg_.chunk_bytes,
+                            cfg_.line_rate_bps);
+      if (!cc.ok()) {
+        st = cc.status();
+        break;
+      }
+      pc.cc = std::move(*cc);
+    }
+    c->tx.paths = std::make_unique<cc::PathSelector>(
+        static_cast<uint32_t>(c->qps.size()), idx * 7919 + cfg_.index);
+    c->tx.rto_ns = cfg_.rto_init_ns;
+    c->qp_unsignaled.assign(c->qps.size(), 0);
+    c->qp_outstanding.assign(c->qps.size(), 0);
+  }
+  if (!st.ok()) {
+    s->status = st.with_context("creating connection QPs");
+    s->done.store(1, std::memory_order_release);
+    return;
+  }
+  for (uint32_t p = 0; p < c->qps.size(); ++p)
+    qpn_put(c->qps[p]->qpn(), idx, false);
+  qpn_put(c->ctrl->qpn(), idx, true);
+  s->conn = idx;
+  s->ud_addr = ud_->local_info().addr;
+  s->ud_qpn = ud_->qpn();
+  s->ud_qkey = kUdQkey;
+  conns_[idx] = std::move(c);
+  s->done.store(1, std::memory_order_release);
+}
+
+void UcclRDMAEngine::connect_conn(ConnSetup* s) {
+  Conn* c = s->conn < conns_.size() ? conns_[s->conn].get() : nullptr;
+  Status st;
+  auto fix = [&](transport::PortAddress& a) {
+    uint32_t ip = 0;
+    if (transport::gid_to_ipv4(a.gid, &ip) && ip == 0 && s->peer_ipv4_be) {
+      transport::ipv4_to_gid(s->peer_ipv4_be, a.gid);
+    }
+  };
+  if (c == nullptr) {
+    st = Internal("connect_conn: unknown connection");
+  } else if (s->peer_qps.size() != c->qps.size()) {
+    st = ProtocolError("peer sent " + std::to_string(s->peer_qps.size()) +
+                       " QPs, expected " + std::to_string(c->qps.size()));
+  }
+  for (size_t p = 0; st.ok() && p < c->qps.size(); ++p) {
+    fix(s->peer_qps[p].addr);
+    st = c->qps[p]->connect(s->peer_qps[p]);
+  }
+  if (st.ok()) {
+    fix(s->peer_ctrl.addr);
+    st = c->ctrl->connect(s->peer_ctrl);
+  }
+  if (st.ok()) {
+    fix(s->peer_ud);
+    auto ah = dev_->create_ah(pd_.get(), s->peer_ud);
+    if (ah.ok()) {
+      c->peer_ah = std::move(*ah);
+    } else {
+      st = ah.status();
+    }
+  }
+  if (!st.ok()) {
+    s->status = st.with_context("connecting QPs");
+    s->done.store(1, std::memory_order_release);
+    return;
+  }
+  c->peer_ud_qpn = s->peer_ud_qpn;
+  c->peer_ud_qkey = s->peer_ud_qkey;
+  c->peer_flow = s->peer_flow;
+  c->peer_engine = s->peer_engine;
+  c->nonce_lo = static_cast<uint32_t>(s->nonce);
+  c->tcp_fd = s->tcp_fd;
+  s->tcp_fd = -1;  // ours now
+  c->established = true;
+  c->tx.last_progress_ns = clock_->now_ns();
+  live_.push_back(c->index);
+  VLOG(kVlogLifecycle) << "engine " << cfg_.index << ": connection " << c->index
+                       << " established, " << c->qps.size()
+                       << " paths, peer flow " << c->peer_flow;
+  s->done.store(1, std::memory_order_release);
+}
+
+void UcclRDMAEngine::fail_conn(Conn* c, Status why) {
+  if (c->failed) return;
+  c->failed = true;
+  c->fail_status = why;
+  c->rec->failed.store(true, std::memory_order_release);
+  if (why.code() != StatusCode::kCancelled) {  // closing is not a failure
+    LOG(WARNING) << "engine " << cfg_.index << ": connection " << c->index
+                 << " failed: " << why;
+  }
+  // Tell the peer through the liveness channel: it sees EOF and fails too.
+  if (c->tcp_fd >= 0) shutdown(c->tcp_fd, SHUT_RDWR);
+  TxFlow& tx = c->tx;
+  for (; tx.pend_head != tx.pend_tail; ++tx.pend_head) {
+    PendingSend& p = tx.pending[tx.pend_head % kMaxPendingSends];
+    RequestAccess::complete(p.req, why);
+    c->rec->tx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+  }
+  for (uint32_t i = tx.msg_head; i != tx.msg_tail; ++i) {
+    TxMsg& m = tx.msg(i);
+    if (!m.done && m.req) {
+      RequestAccess::complete(m.req, why);
+      c->rec->tx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+    }
+    m.done = true;
+  }
+  tx.msg_head = tx.msg_chunk = tx.msg_tail;
+  for (RxSlot& s : c->rx.slots) {
+    if (s.active) {
+      RequestAccess::complete(s.req, why);
+      c->rec->rx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+      s.active = false;
+    }
+  }
+  if (pacer_) pacer_->remove_flow(c->index);
+}
+
+void UcclRDMAEngine::close_conn(uint32_t idx, Status why) {
+  Conn* c = conns_[idx].get();
+  if (c == nullptr) return;
+  fail_conn(c, why);
+  for (auto& qp : c->qps) qpn_erase(qp->qpn());
+  if (c->ctrl) qpn_erase(c->ctrl->qpn());
+  if (c->tcp_fd >= 0) close(c->tcp_fd);
+  live_.erase(std::remove(live_.begin(), live_.end(), idx), live_.end());
+  conns_[idx].reset();
+  VLOG(kVlogLifecycle) << "engine " << cfg_.index << ": connection " << idx
+                       << " closed";
+}
+
+void UcclRDMAEngine::check_liveness() {
+  pollfd fds[64];
+  uint32_t ids[64];
+  size_t n = 0;
+  auto flush = [&] {
+    if (n == 0) return;
+    if (::poll(fds, n, 0) > 0) {
+      for (size_t i = 0; i < n; ++i) {
+        if (fds[i].revents == 0) continue;
+        char b;
+        ssize_t r = recv(fds[i].fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
+            (fds[i].revents & (POLLERR | POLLHUP))) {
+          Conn* c = conns_[ids[i]].get();
+          if (c && !c->failed) {
+            fail_conn(c, RemoteError("peer closed the connection or died"));
+          }
+        }
+      }
+    }
+    n = 0;
+  };
+  for (uint32_t idx : live_) {
+    Conn* c = conns_[idx].get();
+    if (c->failed || c->tcp_fd < 0) continue;
+    fds[n] = pollfd{c->tcp_fd, POLLIN | POLLRDHUP, 0};
+    ids[n++] = idx;
+    if (n == 64) flush();
+  }
+  flush();
+}
+
+// ------------------------------------------------------- receive path
+
+int UcclRDMAEngine::poll_recv_cq(uint64_t now) {
+  WorkCompletion wc[kPollBatch];
+  int n = rcq_->poll(kPollBatch, wc);
+  for (int i = 0; i < n; ++i) {
+    const WorkCompletion& w = wc[i];
+    if (w.opcode == WcOpcode::kRecvWriteImm) {
+      ++data_srq_deficit_;
+      if (w.status == WcStatus::kSuccess) on_chunk(w, now);
+      continue;
+    }
+    if (w.qp_num == ud_->qpn()) {
+      if (w.status == WcStatus::kSuccess &&
+          w.byte_len >= transport::kGrhBytes + sizeof(AckPacket)) {
+        AckPacket a;
+        std::memcpy(
+            &a, ud_bufs_.data() + w.wr_id * kUdBufBytes + transport::kGrhBytes,
+            sizeof(a));
+        if (a.magic == kAckMagic) {
+          on_ack(a, now);
+        } else {
+          ++protocol_errors_;
+        }
+      } else if (w.status == WcStatus::kSuccess) {
+        ++protocol_errors_;
+      }
+      if (w.status != WcStatus::kWrFlushError) {
+        Sge sge{
+            reinterpret_cast<uint64_t>(ud_bufs_.data()) + w.wr_id * kUdBufBytes,
+            kUdBufBytes, ud_mr_->lkey()};
+        RecvWr r;
+        r.wr_id = w.wr_id;
+        r.sg_list = &sge;
+        r.num_sge = 1;
+        ud_->post_recv(&r, nullptr);
+      }
+      continue;
+    }
+    // A control message on a connection's RC QP (SRQ buffer w.wr_id).
+    const QpnEntry* e = qpn_get(w.qp_num);
+    if (w.status == WcStatus::kSuccess && e && e->ctrl) {
+      Conn* c = conns_[e->conn].get();
+      if (c && c->established && !c->failed) {
+        CtrlMsg m;
+        std::memset(&m, 0, sizeof(m));
+        std::memcpy(&m, ctrl_bufs_.data() + w.wr_id * kCtrlBufBytes,
+                    std::min<uint32_t>(w.byte_len, sizeof(m)));
+        on_ctrl_msg(c, m, w.byte_len);
+      }
+    } else if (w.status != WcStatus::kSuccess && e && e->ctrl &&
+               w.status != WcStatus::kWrFlushError) {
+      Conn* c = conns_[e->conn].get();
+      if (c) fail_conn(c, RemoteError("control QP failed"));
+    }
+    if (w.wr_id < kCtrlBufs) {
+      Sge sge{reinterpret_cast<uint64_t>(ctrl_bufs_.data()) +
+                  w.wr_id * kCtrlBufBytes,
+              kCtrlBufBytes, ctrl_mr_->lkey()};
+      RecvWr r;
+      r.wr_id = w.wr_id;
+      r.sg_list = &sge;
+      r.num_sge = 1;
+      ctrl_srq_->post_recv(&r, nullptr);
+    }
+  }
+  if (data_srq_deficit_ >= kRecvBatch) replenish_srq();
+  return n;
+}
+
+void UcclRDMAEngine::replenish_srq() {
+  RecvWr wrs[kRecvBatch];
+  while (data_srq_deficit_ >= kRecvBatch) {
+    for (uint32_t k = 0; k < kRecvBatch; ++k) {
+      wrs[k] = RecvWr();
+      wrs[k].next = k + 1 < kRecvBatch ? &wrs[k + 1] : nullptr;
+    }
+    if (!data_srq_->post_recv(wrs, nullptr).ok()) break;
+    data_srq_deficit_ -= kRecvBatch;
+  }
+}
+
+void UcclRDMAEngine::on_chunk(const WorkCompletion& wc, uint64_t now) {
+  const Imm imm = Imm::decode(wc.imm_data);
+  const QpnEntry* e = qpn_get(wc.qp_num);
+  if (e == nullptr || e->ctrl || e->conn != imm.flow) {
+    ++protocol_errors_;
+    return;
+  }
+  Conn* c = conns_[e->conn].get();
+  if (c == nullptr || !c->established || c->failed) return;
+  RxFlow& rx = c->rx;
+  const uint32_t delta = (imm.csn - rx.rcv_cum) & (Imm::kCsnSpace - 1);
+  if (delta >= kMaxChunksInFlight) {  // behind rcv_cum: a late duplicate
+    ++rx.duplicates;
+    rx.ack_now = true;
+    return;
+  }
+  const uint32_t csn = rx.rcv_cum + delta;
+  RxChunkInfo& info = rx.at(csn);
+  if (info.valid) {
+    ++rx.duplicates;
+    rx.ack_now = true;
+    return;
+  }
+  info = RxChunkInfo{true,
+                     imm.last,
+                     imm.trunc,
+                     imm.onesided,
+                     static_cast<uint8_t>(imm.slot),
+                     static_cast<uint8_t>(imm.buf),
+                     wc.byte_len};
+  rx.rx_bytes += wc.byte_len;
+  ++rx.rx_chunks;
+  if (delta != 0) rx.ack_now = true;  // a hole: tell the sender now
+  if (rx.unacked++ == 0) rx.first_unacked_ns = now;
+  rx.trigger_csn = csn;
+  rx.trigger_arrival_ns =
+      wc.timestamp_ns ? std::min(wc.timestamp_ns, now) : now;
+  trace("rx", c->index, csn, now);
+  while (rx.at(rx.rcv_cum).valid) {
+    RxChunkInfo done = rx.at(rx.rcv_cum);
+    rx.at(rx.rcv_cum).valid = false;
+    ++rx.rcv_cum;
+    account_chunk(c, done);
+  }
+  maybe_send_ack(c, now, false);
+}
+
+void UcclRDMAEngine::account_chunk(Conn* c, const RxChunkInfo& info) {
+  if (info.onesided) return;
+  RxFlow& rx = c->rx;
+  RxSlot& s = rx.slots[info.slot];
+  if (!s.active || info.buf >= s.n || s.bufs[info.buf].done) {
+    ++protocol_errors_;
+    return;
+  }
+  RxBuf& b = s.bufs[info.buf];
+  b.received += info.len;
+  if (!info.last) return;
+  b.done = true;
+  b.trunc = info.trunc || b.received > b.size;
+  if (windows_ && rx.windows[info.slot][info.buf]) {
+    rx.windows[info.slot][info.buf]->invalidate();  // late copies now miss
+  }
+  rx.ack_now = true;
+  if (++s.done < s.n) return;
+  Status st;
+  for (int i = 0; i < s.n; ++i) {
+    RequestAccess::set_size(s.req, i, s.bufs[i].trunc ? 0 : s.bufs[i].received);
+    if (s.bufs[i].trunc && st.ok()) {
+      st = s.is_read ? RemoteError(
+                           "peer refused the read (region unknown, out of "
+                           "range, or larger than the buffer)")
+                     : Truncated("message larger than the posted receive of " +
+                                 std::to_string(s.bufs[i].size) + " bytes");
+    }
+  }
+  s.active = false;
+  c->rec->rx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+  RequestAccess::complete(s.req, std::move(st));
+}
+
+void UcclRDMAEngine::post_recv_slot(Conn* c, const Command& cmd) {
+  RxFlow& rx = c->rx;
+  int slot = -1;
+  for (int i = 0; i < kMaxRequestsPerFlow; ++i) {
+    if (!rx.slots[i].active) {
+      slot = i;
+      break;
+    }
+  }
+  if (slot < 0) {  // cannot happen: the Endpoint bounds outstanding receives
+    c->rec->rx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+    RequestAccess::complete(cmd.req, Internal("no free receive slot"));
+    return;
+  }
+  const bool is_read = cmd.type == CmdType::kRead;
+  const int n = is_read ? 1 : cmd.n;
+  RxSlot& s = rx.slots[slot];
+  s.active = true;
+  s.req = cmd.req;
+  s.n = n;
+  s.done = 0;
+  s.is_read = is_read;
+  CtrlMsg m;
+  std::memset(&m, 0, sizeof(m));
+  m.type =
+      static_cast<uint32_t>(is_read ? CtrlType::kReadReq : CtrlType::kRecvDesc);
+  m.slot = static_cast<uint32_t>(slot);
+  m.n = static_cast<uint32_t>(n);
+  uint64_t demand = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t addr = is_read ? cmd.addr : cmd.bufs[i].addr;
+    const uint64_t size = is_read ? cmd.len : cmd.bufs[i].size;
+    const transport::MemoryRegion* mr = is_read ? cmd.mr : cmd.bufs[i].mr;
+    s.bufs[i] = RxBuf{addr, size, 0, false, false};
+    uint32_t rkey = mr ? mr->rkey() : 0;
+    if (windows_ && mr && size > 0) {
+      auto& w = rx.windows[slot][i];
+      if (!w) {
+        auto mw = pd_->alloc_mw();
+        if (mw.ok()) w = std::move(*mw);
+      }
+      auto k = w ? w->bind(*mr, addr, size,
+                           transport::kAccessLocalWrite |
+                               transport::kAccessRemoteWrite)
+                 : Result<uint32_t>(Internal("no window"));
+      if (k.ok()) rkey = *k;
+    }
+    m.bufs[i] = RecvBuf{addr, size, rkey, is_read ? 0 : cmd.bufs[i].tag};
+    demand += size;
+  }
+  if (is_read) {
+    m.region = cmd.remote_key;
+    m.read_addr = cmd.remote_addr;
+    m.read_len = cmd.len;
+  }
+  if (pacer_) {
+    pacer_->add_demand(c->index, demand, !rx.demand_started);
+    rx.demand_started = true;
+  }
+  send_ctrl(c, m);
+}
+
+void UcclRDMAEngine::send_ctrl(Conn* c, const CtrlMsg& m) {
+  Sge sge{
+      reinterpret_cast<uint64_t>(&m),
+      static_cast<uint32_t>(offsetof(CtrlMsg, bufs) + m.n * sizeof(RecvBuf)),
+      0};
+  SendWr wr;
+  wr.opcode = WrOpcode::kSend;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.inline_data = true;
+  wr.signaled = ++c->ctrl_unsignaled >= kSignalEvery;
+  wr.wr_id = make_wr_id(WrKind::kCtrl, c->index, 0,
+                        wr.signaled ? c->ctrl_unsignaled : 0, 0);
+  if (wr.signaled) c->ctrl_unsignaled = 0;
+  Status st = c->ctrl->post_send(&wr, nullptr);
+  if (!st.ok()) fail_conn(c, st.with_context("posting a receive descriptor"));
+}
+
+void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len) {
+  if (m.n < 1 || m.n > kMaxRecvsPerRequest || m.slot >= Imm::kSlots ||
+      len < offsetof(CtrlMsg, bufs) + m.n * sizeof(RecvBuf)) {
+    ++protocol_errors_;
+    fail_conn(c, ProtocolError("malformed control message from peer"));
+    return;
+  }
+  TxFlow& tx = c->tx;
+  if (m.type == static_cast<uint32_t>(CtrlType::kRecvDesc)) {
+    if (tx.desc_tail - tx.desc_head >= kDescRing) {
+      fail_conn(c, ProtocolError("peer posted more receives than allowed"));
+      return;
+    }
+    Desc& d = tx.descs[tx.desc_tail++ % kDescRing];
+    d.slot = m.slot;
+    d.n = m.n;
+    d.used_mask = 0;
+    std::copy(m.bufs, m.bufs + m.n, d.bufs);
+    match_sends(c);
+    return;
+  }
+  if (m.type != static_cast<uint32_t>(CtrlType::kReadReq)) {
+    ++protocol_errors_;
+    return;
+  }
+  // Serve a read: send our region's bytes into the peer's slot.
+  TxMsg& t = tx.msg(tx.msg_tail++);
+  t = TxMsg{};
+  t.slot = static_cast<uint8_t>(m.slot);
+  t.buf = 0;
+  t.raddr = m.bufs[0].addr;
+  t.rkey = m.bufs[0].rkey;
+  t.post_ns = clock_->now_ns();
+  const Region* r = m.region < kMaxRegions ? &regions_[m.region] : nullptr;
+  const bool ok = r && r->valid.load(std::memory_order_acquire) &&
+                  m.read_addr >= r->addr && m.read_len <= r->len &&
+                  m.read_addr - r->addr <= r->len - m.read_len &&
+                  m.read_len <= m.bufs[0].size;
+  if (ok) {
+    t.addr = m.read_addr;
+    t.len = m.read_len;
+    t.lkey = r->mrs[cfg_.index]->lkey();
+  } else {
+    t.trunc = true;  // refuse: the reader's request fails
+  }
+}
+
+void UcclRDMAEngine::maybe_send_ack(Conn* c, uint64_t now, bool force) {
+  RxFlow& rx = c->rx;
+  if (!c->established || c->failed) return;
+  if (rx.unacked == 0 && !rx.ack_now && rx.credit_pending == 0 && !force) {
+    return;
+  }
+  if (!force && !rx.ack_now && rx.credit_pending == 0 &&
+      rx.unacked < cfg_.ack_every &&
+      now - rx.first_unacked_ns < cfg_.ack_delay_ns) {
+    return;
+  }
+  AckPacket a;
+  std::memset(&a, 0, sizeof(a));
+  a.magic = kAckMagic;
+  a.flow_id = c->peer_flow;
+  a.cum_ack = rx.rcv_cum;
+  a.trigger_csn = rx.trigger_csn;
+  for (int i = 0; i < kSackWords * 64; ++i) {
+    if (rx.at(rx.rcv_cum + 1 + i).valid) a.sack[i / 64] |= 1ull << (i % 64);
+  }
+  a.rx_delay_ns = now > rx.trigger_arrival_ns ? now - rx.trigger_arrival_ns : 0;
+  a.credit_bytes = rx.credit_pending;
+  a.nonce_lo = c->nonce_lo;
+  Sge sge{reinterpret_cast<uint64_t>(&a), sizeof(a), 0};
+  SendWr wr;
+  wr.opcode = WrOpcode::kSend;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.inline_data = true;
+  wr.ah = c->peer_ah.get();
+  wr.remote_qpn = c->peer_ud_qpn;
+  wr.remote_qkey = c->peer_ud_qkey;
+  wr.signaled = ++ud_unsignaled_ >= kSignalEvery;
+  wr.wr_id = make_wr_id(WrKind::kAck, c->index, 0,
+                        wr.signaled ? ud_unsignaled_ : 0, 0);
+  if (wr.signaled) ud_unsignaled_ = 0;
+  if (!ud_->post_send(&wr, nullptr).ok()) return;  // full: next loop
+  rx.unacked = 0;
+  rx.ack_now = false;
+  rx.credit_pending = 0;
+  ++rx.acks_tx;
+}
+
+// ----------------------------------------------------- statistics, trace
+
+void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
+  auto add = [&](Conn* c) {
+    out->tx_bytes += c->tx.tx_bytes;
+    out->rx_bytes += c->rx.rx_bytes;
+    out->tx_chunks += c->tx.tx_chunks;
+    out->rx_chunks += c->rx.rx_chunks;
+    out->fast_retransmits += c->tx.fast_retx;
+    out->rto_retransmits += c->tx.rto_retx;
+    out->rtos += c->tx.rtos;
+    out->duplicate_chunks += c->rx.duplicates;
+    out->acks_sent += c->rx.acks_tx;
+    out->acks_received += c->tx.acks_rx;
+    out->rtt_p50_ns = std::max(out->rtt_p50_ns, c->tx.rtt.quantile(0.5));
+    out->rtt_p99_ns = std::max(out->rtt_p99_ns, c->tx.rtt.quantile(0.99));
+    out->rtt_max_ns = std::max(out->rtt_max_ns, c->tx.rtt.max());
+    for (auto& pc : c->tx.ccs) {
+      double w = pc.cc->cwnd_bytes();
+      out->cwnd_bytes += w >= cc::kUnlimited ? 0 : w;
+      out->rate_bps += pc.cc->rate_bps();
+      if (out->cc_state.empty()) out->cc_state = pc.cc->state();
+    }
+  };
+  if (conn != UINT32_MAX) {
+    if (conns_[conn]) add(conns_[conn].get());
+    return;
+  }
+  for (auto& c : conns_) {
+    if (c) add(c.get());
+  }
+}
+
+void UcclRDMAEngine::log_stats(uint64_t now) {
+  FlowStats f;
+  fill_stats(UINT32_MAX, &f);
+  double secs = cfg_.stats_interval_s;
+  LOG(INFO) << "engine " << cfg_.index << ": conns " << live_.size() << " tx "
+            << (f.tx_bytes - last_stats_tx_) * 8 / secs / 1e9 << " Gb/s rx "
+            << (f.rx_bytes - last_stats_rx_) * 8 / secs / 1e9
+            << " Gb/s retx fast/rto " << f.fast_retransmits << "/"
+            << f.rto_retransmits << " rtt p50/p99 " << f.rtt_p50_ns / 1000
+            << "/" << f.rtt_p99_ns / 1000 << " us " << f.cc_state;
+  last_stats_tx_ = f.tx_bytes;
+  last_stats_rx_ = f.rx_bytes;
+  (void)now;
+}
+
+Status UcclRDMAEngine::wait_query(Query* q) {
+  Command c{};
+  c.type = CmdType::kQuery;
+  c.query = q;
+  if (!thread_.joinable()) return Unavailable("engine not running");
+  uint64_t deadline = monotonic_ns() + 5000000000ull;
+  while (!submit(c)) {
+    if (monotonic_ns() > deadline) return TimedOut("engine queue full");
+    sched_yield();
+  }
+  while (!q->done.load(std::memory_order_acquire)) {
+    if (monotonic_ns() > deadline) return TimedOut("engine did not answer");
+    sched_yield();
+  }
+  return q->status;
+}
+
+Result<FlowStats> UcclRDMAEngine::conn_stats(uint32_t conn) {
+  Query q;
+  q.conn = conn;
+  UCCL_RETURN_IF_ERROR(wait_query(&q));
+  return q.flow;
+}
+
+EngineStats UcclRDMAEngine::stats() {
+  Query q;
+  if (!wait_query(&q).ok()) return EngineStats();
+  return q.engine;
+}
+
+std::string UcclRDMAEngine::device_counters() {
+  Query q;
+  q.counters = true;
+  if (!wait_query(&q).ok()) return "";
+  return q.counters_text;
+}
+
+void UcclRDMAEngine::trace(const char* name, uint32_t conn, uint32_t csn,
+                           uint64_t ts_ns) {
+  if (trace_.empty() || trace_n_ >= trace_.size()) return;
+  trace_[trace_n_++] = TraceEvent{name, conn, csn, ts_ns};
+}
+
+void UcclRDMAEngine::write_trace() {
+  if (cfg_.trace_file.empty() || trace_n_ == 0) return;
+  std::string path =
+      cfg_.trace_file + "." + std::to_string(cfg_.index) + ".json";
+  std::ofstream f(path);
+  if (!f) {
+    LOG(WARNING) << "cannot write trace " << path;
+    return;
+  }
+  f << "{\"traceEvents\":[\n";
+  for (size_t i = 0; i < trace_n_; ++i) {
+    const TraceEvent& e = trace_[i];
+    f << (i ? ",\n" : "") << "{\"name\":\"" << e.name
+      << "\",\"ph\":\"i\",\"s\":\"t\",\"ts\":" << (e.ts_ns - trace_t0_) / 1000.0
+      << ",\"pid\":" << cfg_.index << ",\"tid\":" << e.conn
+      << ",\"args\":{\"csn\":" << e.csn << "}}";
+  }
+  f << "\n]}\n";
+  LOG(INFO) << "engine " << cfg_.index << ": wrote " << trace_n_
+            << " trace events to " << path;
+  trace_n_ = 0;
+}
+
+}  // namespace uccl::engine

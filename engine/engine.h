@@ -1,0 +1,242 @@
+// UcclRDMAEngine: one pinned thread that owns a device context, its QPs,
+// CQs, SRQs and flows (shared-nothing), and runs the transport loop:
+// commands -> data completions -> control completions -> timers -> sends.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cc/credit.h"
+#include "cc/params.h"
+#include "engine/channel.h"
+#include "engine/flow.h"
+#include "engine/wire.h"
+#include "transport/nic.h"
+#include "uccl/endpoint.h"
+#include "util/clock.h"
+
+namespace uccl::engine {
+
+struct EngineConfig {
+  int index = 0;
+  int core = -1;  // -1: not pinned
+  uint32_t chunk_bytes = 64 << 10;
+  bool rc_mode = false;
+  std::string cc_name = "none";
+  cc::CcParams cc_params;
+  bool cc_per_path = false;
+  double line_rate_bps = 100e9;
+  // Reliability (UC mode).
+  uint64_t rto_min_ns = 1000000;
+  uint64_t rto_max_ns = 100000000;
+  uint64_t rto_init_ns = 5000000;
+  uint32_t max_retries = 12;  // per chunk, RTO-driven
+  uint32_t dup_ack_threshold = 3;
+  // ACK coalescing (receiver).
+  uint32_t ack_every = 4;
+  uint64_t ack_delay_ns = 20000;
+  // Idle back-off: spin this many empty loops, then sleep this long.
+  uint64_t idle_spin_loops = 20000;
+  uint64_t idle_sleep_ns = 20000;
+  std::string trace_file;       // Chrome trace of chunk events, or ""
+  double stats_interval_s = 0;  // periodic stats log line, 0 = off
+  Clock* clock = nullptr;
+};
+
+// Endpoint-owned, app-visible per-connection record (outlives the engine's
+// connection state so a stale ConnId can be detected).
+struct ConnRecord {
+  std::atomic<uint64_t> id{0};  // ConnId while usable, 0 otherwise
+  std::atomic<int> tx_outstanding{0};
+  std::atomic<int> rx_outstanding{0};
+  std::atomic<bool> failed{false};
+  uint32_t peer_engine = 0;
+  std::string peer_ip;
+};
+
+// An advertised region (one-sided reads and writes), published once.
+struct Region {
+  std::atomic<bool> valid{false};
+  uint64_t addr = 0, len = 0;
+  std::vector<const transport::MemoryRegion*> mrs;  // per engine
+};
+constexpr uint32_t kMaxRegions = 4096;
+
+// Bootstrap <-> engine: connection creation and connection of its QPs.
+struct ConnSetup {
+  std::atomic<int> done{0};
+  Status status;
+  // kCreateConn in/out.
+  uint32_t paths = 1;
+  uint32_t conn = 0;  // out: engine-local index (our flow id)
+  std::vector<transport::QpInfo> qps;
+  transport::QpInfo ctrl;
+  transport::PortAddress ud_addr;
+  uint32_t ud_qpn = 0, ud_qkey = 0;
+  // kConnectConn in.
+  uint32_t peer_flow = 0, peer_engine = 0;
+  std::vector<transport::QpInfo> peer_qps;
+  transport::QpInfo peer_ctrl;
+  transport::PortAddress peer_ud;
+  uint32_t peer_ud_qpn = 0, peer_ud_qkey = 0;
+  uint32_t peer_ipv4_be = 0;  // replaces 0.0.0.0 in the peer's addresses
+  int tcp_fd = -1;            // liveness channel, owned by the engine after
+  uint64_t nonce = 0;
+};
+
+// A statistics request answered by the engine thread.
+struct Query {
+  std::atomic<int> done{0};
+  int64_t conn = -1;  // -1: the whole engine
+  bool counters = false;
+  Status status;
+  FlowStats flow;
+  EngineStats engine;
+  std::string counters_text;
+};
+
+class UcclRDMAEngine {
+ public:
+  // Opens its device context and creates CQs, SRQs and the UD QP.
+  static Result<std::unique_ptr<UcclRDMAEngine>> create(
+      const EngineConfig& cfg, const std::string& device,
+      const transport::DeviceOptions& dev_opts, ConnRecord* records,
+      Region* regions);
+  ~UcclRDMAEngine();
+
+  // Set before start(): the core to pin to and the line rate CC assumes.
+  void set_core(int core) { cfg_.core = core; }
+  void set_line_rate(double bps) { cfg_.line_rate_bps = bps; }
+  void start();
+  void stop();  // joins the thread; pending requests fail with kCancelled
+
+  // Thread-safe: false when the queue is full.
+  bool submit(const Command& c) { return queue_.push(c); }
+  // Blocking round trip through the engine for a statistics snapshot
+  // (no shared counters between threads).
+  Result<FlowStats> conn_stats(uint32_t conn);
+  EngineStats stats();
+  transport::ProtectionDomain* pd() { return pd_.get(); }
+  const transport::DeviceInfo& device_info() const { return dev_->info(); }
+  int index() const { return cfg_.index; }
+  bool windows_supported() const { return windows_; }
+  std::string device_counters();
+
+ private:
+  struct Conn;
+  UcclRDMAEngine() = default;
+  void run();
+  int drain_commands();
+  void handle(const Command& c);
+  void create_conn(ConnSetup* s);
+  void connect_conn(ConnSetup* s);
+  void close_conn(uint32_t idx, Status why);
+  void fail_conn(Conn* c, Status why);
+
+  // Receive side.
+  int poll_recv_cq(uint64_t now);
+  void on_chunk(const transport::WorkCompletion& wc, uint64_t now);
+  void account_chunk(Conn* c, const RxChunkInfo& info);
+  void on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len);
+  void on_ack(const AckPacket& a, uint64_t now);
+  void post_recv_slot(Conn* c, const Command& cmd);
+  void maybe_send_ack(Conn* c, uint64_t now, bool force);
+  void send_ctrl(Conn* c, const CtrlMsg& m);
+
+  // Send side.
+  int poll_send_cq(uint64_t now);
+  void match_sends(Conn* c);
+  int transmit(Conn* c, uint64_t now);
+  bool post_chunk(Conn* c, uint32_t csn, uint16_t path, uint64_t now);
+  void ack_chunk(Conn* c, uint32_t csn, uint64_t now);
+  void complete_tx_msg(Conn* c, TxMsg& m);
+  void timers(uint64_t now);
+  void check_rto(Conn* c, uint64_t now);
+  void on_rtt_sample(Conn* c, ChunkRec& ch, uint64_t rtt_ns,
+                     uint64_t endpoint_ns, uint64_t now);
+  void check_liveness();
+  void replenish_srq();
+  void trace(const char* name, uint32_t conn, uint32_t csn, uint64_t ts_ns);
+  void write_trace();
+  void fill_stats(uint32_t conn, FlowStats* out);
+  void log_stats(uint64_t now);
+  Status wait_query(Query* q);
+
+  EngineConfig cfg_;
+  Clock* clock_ = nullptr;
+  std::unique_ptr<transport::Device> dev_;
+  std::unique_ptr<transport::ProtectionDomain> pd_;
+  std::unique_ptr<transport::CompletionQueue> scq_, rcq_;
+  std::unique_ptr<transport::SharedReceiveQueue> data_srq_, ctrl_srq_;
+  std::unique_ptr<transport::QueuePair> ud_;
+  std::vector<uint8_t> ctrl_bufs_, ud_bufs_;
+  std::unique_ptr<transport::MemoryRegion> ctrl_mr_, ud_mr_;
+  uint32_t data_srq_deficit_ = 0;
+  uint32_t ud_unsignaled_ = 0;
+  bool windows_ = false;
+  std::unique_ptr<cc::PullPacer> pacer_;  // cc == credit
+
+  ConnRecord* records_ = nullptr;  // kMaxFlows, Endpoint-owned
+  Region* regions_ = nullptr;      // kMaxRegions, Endpoint-owned
+  std::vector<std::unique_ptr<Conn>> conns_;
+  std::vector<uint32_t> live_;  // indices of connections in use
+  struct QpnEntry {
+    uint32_t qpn;
+    uint32_t conn;
+    bool ctrl;
+  };
+  std::vector<QpnEntry> qpn_map_;  // open addressing, power-of-two size
+  void qpn_put(uint32_t qpn, uint32_t conn, bool ctrl);
+  const QpnEntry* qpn_get(uint32_t qpn) const;
+  void qpn_erase(uint32_t qpn);
+
+  CommandQueue queue_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  uint64_t next_liveness_ns_ = 0;
+  uint64_t next_timer_ns_ = 0;
+  uint64_t next_stats_ns_ = 0;
+
+  // Statistics (engine thread only; read through kQuery commands).
+  uint64_t loops_ = 0, idle_loops_ = 0, commands_ = 0;
+  uint64_t protocol_errors_ = 0;
+  uint64_t last_stats_tx_ = 0, last_stats_rx_ = 0;
+
+  // Chrome trace ring (allocated only when tracing).
+  struct TraceEvent {
+    const char* name;
+    uint32_t conn, csn;
+    uint64_t ts_ns;
+  };
+  std::vector<TraceEvent> trace_;
+  size_t trace_n_ = 0;
+  uint64_t trace_t0_ = 0;
+};
+
+// Completes `req` (engine side): fills sizes and status, then publishes
+// done with release ordering and wakes a blocked wait().
+class RequestAccess {
+ public:
+  static void start(Request* r, uint32_t engine, uint32_t conn, int n) {
+    r->status_ = Status::OK();
+    r->n_ = n;
+    r->engine_ = engine;
+    r->conn_ = conn;
+    for (auto& s : r->sizes_) s = 0;
+    r->state_.store(Request::kPending, std::memory_order_relaxed);
+  }
+  static bool pending(const Request* r) {
+    return r->state_.load(std::memory_order_acquire) == Request::kPending;
+  }
+  static void set_size(Request* r, int i, size_t v) { r->sizes_[i] = v; }
+  static void complete(Request* r, Status st);
+  static std::atomic<uint32_t>& state(Request* r) { return r->state_; }
+  static std::atomic<uint32_t>& waiters(Request* r) { return r->waiters_; }
+  static uint32_t conn(const Request* r) { return r->conn_; }
+};
+
+}  // namespace uccl::engine

@@ -1,0 +1,74 @@
+// Engine internals shared by engine.cc (setup, receive path) and
+// engine_tx.cc (send path): sizes, work-request ids, the connection record.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace uccl::engine {
+
+constexpr uint32_t kCqDepth = 65536;
+constexpr uint32_t kDataSrqDepth = 8192;  // zero-length receives
+constexpr uint32_t kRecvBatch = 32;
+constexpr uint32_t kCtrlBufs = 1024;  // control-message receive buffers
+constexpr uint32_t kCtrlBufBytes = 256;
+static_assert(sizeof(CtrlMsg) <= kCtrlBufBytes,
+              "control buffers fit a message");
+constexpr uint32_t kUdBufs = 1024;
+constexpr uint32_t kUdBufBytes = 256;
+static_assert(transport::kGrhBytes + sizeof(AckPacket) <= kUdBufBytes,
+              "UD buffers fit GRH + ACK");
+constexpr uint32_t kUdSendDepth = 4096;
+constexpr uint32_t kUdQkey = 0x55434351;
+constexpr uint32_t kDataSendDepth = 1024;
+constexpr uint32_t kCtrlSendDepth = 512;
+constexpr uint32_t kSignalEvery = 64;  // unsignaled WRs between signals
+constexpr int kPollBatch = 64;
+constexpr uint64_t kTimerIntervalNs = 50000;       // RTO / ACK-delay scan
+constexpr uint64_t kLivenessIntervalNs = 1000000;  // TCP liveness poll
+constexpr uint32_t kChunksPerTransmit = 32;        // per connection per loop
+
+// Work-request ids: kind(2) | conn(10) | path(8) | batch(8) | csn(32).
+// `batch` on a signaled WR counts the WRs its completion retires.
+enum class WrKind : uint64_t { kData = 0, kCtrl = 1, kAck = 2 };
+
+inline uint64_t make_wr_id(WrKind kind, uint32_t conn, uint32_t path,
+                           uint32_t batch, uint32_t csn) {
+  return (static_cast<uint64_t>(kind) << 62) |
+         (static_cast<uint64_t>(conn & 0x3ff) << 48) |
+         (static_cast<uint64_t>(path & 0xff) << 40) |
+         (static_cast<uint64_t>(batch & 0xff) << 32) | csn;
+}
+inline WrKind wr_kind(uint64_t id) { return static_cast<WrKind>(id >> 62); }
+inline uint32_t wr_conn(uint64_t id) { return (id >> 48) & 0x3ff; }
+inline uint32_t wr_path(uint64_t id) { return (id >> 40) & 0xff; }
+inline uint32_t wr_batch(uint64_t id) { return (id >> 32) & 0xff; }
+inline uint32_t wr_csn(uint64_t id) { return static_cast<uint32_t>(id); }
+static_assert(kSignalEvery <= 0xff, "batch fits its field");
+static_assert(Imm::kMaxFlows <= 1024, "conn fits its field");
+static_assert(kMaxPaths <= 256, "path fits its field");
+
+struct UcclRDMAEngine::Conn {
+  uint32_t index = 0;
+  bool established = false;
+  bool failed = false;
+  Status fail_status;
+  ConnRecord* rec = nullptr;
+  std::vector<std::unique_ptr<transport::QueuePair>> qps;  // data paths
+  std::vector<uint32_t> qp_unsignaled;   // WRs since the last signaled one
+  std::vector<uint32_t> qp_outstanding;  // WRs not yet retired
+  std::unique_ptr<transport::QueuePair> ctrl;  // RC: receive descriptors
+  uint32_t ctrl_unsignaled = 0;
+  std::unique_ptr<transport::AddressHandle> peer_ah;  // peer engine's UD QP
+  uint32_t peer_ud_qpn = 0, peer_ud_qkey = 0;
+  uint32_t peer_flow = 0, peer_engine = 0;
+  uint32_t nonce_lo = 0;
+  int tcp_fd = -1;
+  TxFlow tx;
+  RxFlow rx;
+};
+
+}  // namespace uccl::engine

@@ -1,0 +1,435 @@
+// Engine send path: matching sends to the peer's receive descriptors,
+// cutting messages into chunks sprayed over paths under congestion control,
+// and UC-mode reliability (SACK, fast retransmit, RTO with backoff).
+#include <algorithm>
+
+#include "engine/engine_internal.h"
+#include "util/logging.h"
+
+namespace uccl::engine {
+
+using transport::SendWr;
+using transport::Sge;
+using transport::WcStatus;
+using transport::WorkCompletion;
+using transport::WrOpcode;
+
+namespace {
+
+PathCc& cc_for(TxFlow& tx, uint32_t path) {
+  return tx.ccs.size() == 1 ? tx.ccs[0] : tx.ccs[path];
+}
+
+void pace(PathCc& pc, uint32_t bytes, uint64_t now) {
+  uint64_t gap = pc.cc->pacing_gap_ns(bytes);
+  if (gap) pc.next_send_ns = std::max(pc.next_send_ns, now) + gap;
+}
+
+void enqueue_retx(TxFlow& tx, uint32_t csn) {
+  ChunkRec& ch = tx.chunk(csn);
+  if (ch.queued_retx || tx.retx_tail - tx.retx_head >= kRetxRing) return;
+  ch.queued_retx = true;
+  tx.retx[tx.retx_tail++ % kRetxRing] = csn;
+}
+
+}  // namespace
+
+void UcclRDMAEngine::match_sends(Conn* c) {
+  TxFlow& tx = c->tx;
+  const uint64_t now = clock_->now_ns();
+  while (tx.pend_head != tx.pend_tail) {
+    if (tx.msg_tail - tx.msg_head >= kMaxTxMsgs) return;
+    PendingSend& p = tx.pending[tx.pend_head % kMaxPendingSends];
+    // The oldest posted receive with a free buffer carrying this tag.
+    Desc* d = nullptr;
+    uint32_t b = 0;
+    for (uint32_t i = tx.desc_head; i != tx.desc_tail && d == nullptr; ++i) {
+      Desc& x = tx.descs[i % kDescRing];
+      for (uint32_t k = 0; k < x.n; ++k) {
+        if (!(x.used_mask & (1u << k)) && x.bufs[k].tag == p.tag) {
+          d = &x;
+          b = k;
+          break;
+        }
+      }
+    }
+    if (d == nullptr) return;  // wait for the receiver to post
+    d->used_mask |= 1u << b;
+    TxMsg& m = tx.msg(tx.msg_tail++);
+    m = TxMsg{};
+    m.req = p.req;
+    m.addr = p.addr;
+    m.len = p.len;
+    m.lkey = p.lkey;
+    m.raddr = d->bufs[b].addr;
+    m.rkey = d->bufs[b].rkey;
+    m.rsize = d->bufs[b].size;
+    m.slot = static_cast<uint8_t>(d->slot);
+    m.buf = static_cast<uint8_t>(b);
+    m.trunc = p.len > d->bufs[b].size;
+    m.post_ns = now;
+    ++tx.pend_head;
+    while (tx.desc_head != tx.desc_tail) {
+      Desc& h = tx.descs[tx.desc_head % kDescRing];
+      if (h.used_mask != (1u << h.n) - 1) break;
+      ++tx.desc_head;
+    }
+  }
+}
+
+int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
+  if (!c->established || c->failed) return 0;
+  TxFlow& tx = c->tx;
+  const uint32_t npaths = static_cast<uint32_t>(c->qps.size());
+  int sent = 0;
+  // Retransmissions first. They replace bytes already counted in flight,
+  // so only pacing applies to them, not the window (or credit).
+  while (tx.retx_head != tx.retx_tail &&
+         sent < static_cast<int>(kChunksPerTransmit)) {
+    const uint32_t csn = tx.retx[tx.retx_head % kRetxRing];
+    ChunkRec& ch = tx.chunk(csn);
+    if (csn_lt(csn, tx.snd_una) || ch.acked) {
+      ch.queued_retx = false;
+      ++tx.retx_head;
+      continue;
+    }
+    const uint32_t path = tx.paths->choose();
+    PathCc& pc = cc_for(tx, path);
+    if (now < pc.next_send_ns) break;
+    if (!post_chunk(c, csn, path, now)) break;
+    ch.queued_retx = false;
+    ++tx.retx_head;
+    pace(pc, ch.len, now);
+    ++sent;
+  }
+  // New chunks of the messages in order.
+  while (sent < static_cast<int>(kChunksPerTransmit) &&
+         tx.msg_chunk != tx.msg_tail) {
+    if (tx.outstanding() >= kMaxChunksInFlight) break;
+    TxMsg& m = tx.msg(tx.msg_chunk);
+    const uint32_t len = m.trunc ? 0
+                                 : static_cast<uint32_t>(std::min<uint64_t>(
+                                       cfg_.chunk_bytes, m.len - m.next_off));
+    // Power of two choices; with per-path CC fall back to any path that may
+    // send now.
+    uint32_t path = tx.paths->choose();
+    bool found = false;
+    for (uint32_t k = 0; k < (tx.ccs.size() == 1 ? 1 : npaths); ++k) {
+      uint32_t p = (path + k) % npaths;
+      PathCc& pc = cc_for(tx, p);
+      if (pc.cc->can_send(pc.inflight, len) && now >= pc.next_send_ns) {
+        path = p;
+        found = true;
+        break;
+      }
+    }
+    if (!found) break;  // window, credit or pacing says wait
+    PathCc& pc = cc_for(tx, path);
+    const uint32_t csn = tx.snd_nxt;
+    ChunkRec& ch = tx.chunk(csn);
+    ch = ChunkRec{};
+    ch.msg = tx.msg_chunk;
+    ch.len = len;
+    ch.off = m.next_off;
+    ch.last = m.trunc || m.next_off + len >= m.len;
+    if (!post_chunk(c, csn, path, now)) break;
+    ++tx.snd_nxt;
+    m.next_off += len;
+    ++m.chunks_sent;
+    if (ch.last) {
+      m.all_chunked = true;
+      m.chunks_total = m.chunks_sent;
+      ++tx.msg_chunk;
+    }
+    pc.inflight += len;
+    tx.inflight += len;
+    pc.cc->on_send(now, len);
+    pace(pc, len, now);
+    ++sent;
+  }
+  return sent;
+}
+
+bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path,
+                                uint64_t now) {
+  TxFlow& tx = c->tx;
+  ChunkRec& ch = tx.chunk(csn);
+  TxMsg& m = tx.msg(ch.msg);
+  if (c->qp_outstanding[path] + 1 >= kDataSendDepth) return false;
+  Imm imm;
+  imm.flow = c->peer_flow;
+  imm.csn = csn;
+  imm.slot = m.slot;
+  imm.buf = m.buf;
+  imm.last = ch.last;
+  imm.trunc = m.trunc;
+  imm.onesided = m.onesided;
+  Sge sge{m.addr + ch.off, ch.len, m.lkey};
+  SendWr wr;
+  wr.opcode = WrOpcode::kWriteWithImm;
+  wr.sg_list = &sge;
+  wr.num_sge = ch.len ? 1 : 0;
+  wr.imm_data = imm.encode();
+  wr.remote_addr = m.raddr + ch.off;
+  wr.rkey = m.rkey;
+  // UC: signal every kSignalEvery WRs to retire SQ slots. RC: every chunk,
+  // its completion is its acknowledgement.
+  const uint32_t unsig = c->qp_unsignaled[path] + 1;
+  wr.signaled = cfg_.rc_mode || unsig >= kSignalEvery;
+  const uint32_t batch = cfg_.rc_mode ? 1 : (wr.signaled ? unsig : 0);
+  wr.wr_id = make_wr_id(WrKind::kData, c->index, path, batch, csn);
+  Status st = c->qps[path]->post_send(&wr, nullptr);
+  if (!st.ok()) {
+    if (st.code() != StatusCode::kResourceExhausted) {
+      fail_conn(c, st.with_context("posting a chunk"));
+    }
+    return false;
+  }
+  c->qp_unsignaled[path] = wr.signaled ? 0 : unsig;
+  ++c->qp_outstanding[path];
+  const bool retx = ch.last_tx_ns != 0;
+  if (retx) {
+    ++ch.retx;
+  } else {
+    ch.first_tx_ns = now;
+    tx.tx_bytes += ch.len;
+    ++tx.tx_chunks;
+  }
+  ch.last_tx_ns = now;
+  ch.path = path;
+  trace(retx ? "retx" : "tx", c->index, csn, now);
+  VLOG(kVlogChunk) << "conn " << c->index << (retx ? " retx" : " tx") << " csn "
+                   << csn << " len " << ch.len << " path " << path;
+  return true;
+}
+
+void UcclRDMAEngine::ack_chunk(Conn* c, uint32_t csn, uint64_t now) {
+  TxFlow& tx = c->tx;
+  ChunkRec& ch = tx.chunk(csn);
+  if (ch.acked) return;
+  ch.acked = true;
+  PathCc& pc = cc_for(tx, ch.path);
+  pc.inflight -= std::min<uint64_t>(pc.inflight, ch.len);
+  tx.inflight -= std::min<uint64_t>(tx.inflight, ch.len);
+  TxMsg& m = tx.msg(ch.msg);
+  ++m.chunks_acked;
+  if (m.all_chunked && m.chunks_acked == m.chunks_total && !m.done) {
+    complete_tx_msg(c, m);
+  }
+  (void)now;
+}
+
+void UcclRDMAEngine::complete_tx_msg(Conn* c, TxMsg& m) {
+  m.done = true;
+  if (m.req) {
+    RequestAccess::set_size(m.req, 0, m.trunc ? 0 : m.len);
+    Status st;
+    if (m.trunc) {
+      st = Truncated("send of " + std::to_string(m.len) +
+                     " bytes is larger than the receive buffer of " +
+                     std::to_string(m.rsize) + " bytes");
+    }
+    c->rec->tx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+    VLOG(kVlogRequest) << "conn " << c->index << " send of " << m.len
+                       << " bytes done";
+    RequestAccess::complete(m.req, std::move(st));
+  }
+  TxFlow& tx = c->tx;
+  while (tx.msg_head != tx.msg_chunk && tx.msg(tx.msg_head).done) ++tx.msg_head;
+}
+
+void UcclRDMAEngine::on_rtt_sample(Conn* c, ChunkRec& ch, uint64_t rtt,
+                                   uint64_t endpoint, uint64_t now) {
+  (void)endpoint;
+  TxFlow& tx = c->tx;
+  tx.rtt.add(rtt);
+  tx.paths->on_rtt(ch.path, rtt);
+  // RFC 6298 smoothing for the RTO.
+  if (tx.srtt_ns == 0) {
+    tx.srtt_ns = rtt;
+    tx.rttvar_ns = rtt / 2;
+  } else {
+    uint64_t err = tx.srtt_ns > rtt ? tx.srtt_ns - rtt : rtt - tx.srtt_ns;
+    tx.rttvar_ns = (3 * tx.rttvar_ns + err) / 4;
+    tx.srtt_ns = (7 * tx.srtt_ns + rtt) / 8;
+  }
+  tx.rto_ns = std::clamp(tx.srtt_ns + 4 * tx.rttvar_ns, cfg_.rto_min_ns,
+                         cfg_.rto_max_ns);
+  (void)now;
+}
+
+void UcclRDMAEngine::on_ack(const AckPacket& a, uint64_t now) {
+  Conn* c = a.flow_id < conns_.size() ? conns_[a.flow_id].get() : nullptr;
+  if (c == nullptr || !c->established || a.nonce_lo != c->nonce_lo) {
+    ++protocol_errors_;
+    return;
+  }
+  if (c->failed) return;
+  TxFlow& tx = c->tx;
+  ++tx.acks_rx;
+  if (a.credit_bytes) tx.ccs[0].cc->on_credit(a.credit_bytes);
+  // Acknowledgement (UC mode; RC acknowledges through send completions).
+  uint32_t newly_bytes = 0, newly_chunks = 0;
+  auto ack = [&](uint32_t s) {
+    ChunkRec& ch = tx.chunk(s);
+    if (ch.acked) return;
+    newly_bytes += ch.len;
+    ++newly_chunks;
+    ack_chunk(c, s, now);
+  };
+  uint32_t highest = a.cum_ack;
+  bool any_sack = false;
+  bool advanced = false;
+  if (!cfg_.rc_mode && !c->failed) {
+    const uint32_t cum = a.cum_ack;
+    if (csn_lt(tx.snd_una, cum) && !csn_lt(tx.snd_nxt, cum)) {
+      advanced = true;
+      for (uint32_t s = tx.snd_una; s != cum && !c->failed; ++s) ack(s);
+      tx.snd_una = cum;
+      tx.dupacks = 0;
+      tx.rto_backoff = 0;
+      tx.last_progress_ns = now;
+    }
+    for (int w = 0; w < kSackWords; ++w) {
+      uint64_t bits = a.sack[w];
+      while (bits) {
+        const uint32_t s = cum + 1 + w * 64 + __builtin_ctzll(bits);
+        bits &= bits - 1;
+        if (!csn_lt(s, tx.snd_nxt)) break;
+        any_sack = true;
+        highest = s;
+        if (!csn_lt(s, tx.snd_una)) {
+          tx.chunk(s).sacked = true;
+          ack(s);
+        }
+      }
+    }
+    if (!advanced && any_sack && tx.has_unacked()) ++tx.dupacks;
+  }
+  // RTT sample from the chunk that triggered this ACK (Karn: only chunks
+  // sent once), decomposed into fabric and endpoint (receiver) delay.
+  const uint32_t t = a.trigger_csn;
+  if (csn_lt(t, tx.snd_nxt) && !csn_lt(t, tx.snd_nxt - kChunkRing)) {
+    ChunkRec& ch = tx.chunk(t);
+    if (ch.retx == 0 && ch.first_tx_ns && !ch.rtt_sampled &&
+        now > ch.first_tx_ns) {
+      ch.rtt_sampled = true;
+      const uint64_t rtt = now - ch.first_tx_ns;
+      const uint64_t endpoint = std::min<uint64_t>(a.rx_delay_ns, rtt);
+      on_rtt_sample(c, ch, rtt, endpoint, now);
+      cc::CcSample s;
+      s.now_ns = now;
+      s.rtt_ns = rtt;
+      s.endpoint_delay_ns = endpoint;
+      s.fabric_delay_ns = rtt - endpoint;
+      s.acked_bytes = newly_bytes ? newly_bytes : ch.len;
+      s.acked_packets = newly_chunks ? newly_chunks : 1;
+      cc_for(tx, ch.path).cc->on_ack(s);
+    }
+  }
+  if (cfg_.rc_mode || c->failed) return;
+  // Fast retransmit: holes below the highest SACKed chunk, once the
+  // duplicate-ACK threshold says they are lost rather than late.
+  if (any_sack && tx.dupacks >= cfg_.dup_ack_threshold) {
+    bool lost = false;
+    for (uint32_t s = tx.snd_una; csn_lt(s, highest); ++s) {
+      ChunkRec& ch = tx.chunk(s);
+      if (ch.acked || ch.queued_retx) continue;
+      if (ch.retx > 0 &&
+          now - ch.last_tx_ns < std::max(tx.srtt_ns, cfg_.rto_min_ns)) {
+        continue;  // retransmitted recently: give it time
+      }
+      enqueue_retx(tx, s);
+      ++tx.fast_retx;
+      lost = true;
+    }
+    if (lost) {
+      for (auto& pc : tx.ccs) pc.cc->on_loss(now, false);
+      trace("fast_retx", c->index, tx.snd_una, now);
+    }
+  }
+}
+
+int UcclRDMAEngine::poll_send_cq(uint64_t now) {
+  WorkCompletion wc[kPollBatch];
+  int n = scq_->poll(kPollBatch, wc);
+  for (int i = 0; i < n; ++i) {
+    const WorkCompletion& w = wc[i];
+    const WrKind kind = wr_kind(w.wr_id);
+    if (kind == WrKind::kAck) continue;  // UD: nothing to retire
+    Conn* c = conns_[wr_conn(w.wr_id)].get();
+    if (c == nullptr) continue;
+    const bool flushed = w.status == WcStatus::kWrFlushError;
+    if (w.status != WcStatus::kSuccess && !flushed && !c->failed) {
+      fail_conn(c, RemoteError(std::string(kind == WrKind::kCtrl
+                                               ? "control message failed: "
+                                               : "data transfer failed: ") +
+                               transport::wc_status_name(w.status)));
+    }
+    if (kind != WrKind::kData) continue;
+    const uint32_t path = wr_path(w.wr_id);
+    if (path < c->qp_outstanding.size()) {
+      c->qp_outstanding[path] -=
+          std::min<uint32_t>(c->qp_outstanding[path], wr_batch(w.wr_id));
+    }
+    if (cfg_.rc_mode && w.status == WcStatus::kSuccess && !c->failed) {
+      TxFlow& tx = c->tx;
+      ack_chunk(c, wr_csn(w.wr_id), now);
+      while (tx.snd_una != tx.snd_nxt && tx.chunk(tx.snd_una).acked)
+        ++tx.snd_una;
+    }
+  }
+  return n;
+}
+
+void UcclRDMAEngine::timers(uint64_t now) {
+  if (now >= next_liveness_ns_) {
+    check_liveness();
+    next_liveness_ns_ = now + kLivenessIntervalNs;
+  }
+  if (cfg_.stats_interval_s > 0 && now >= next_stats_ns_) {
+    if (next_stats_ns_) log_stats(now);
+    next_stats_ns_ = now + static_cast<uint64_t>(cfg_.stats_interval_s * 1e9);
+  }
+  if (cfg_.rc_mode) return;
+  for (size_t i = 0; i < live_.size(); ++i)
+    check_rto(conns_[live_[i]].get(), now);
+}
+
+void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
+  TxFlow& tx = c->tx;
+  if (c->failed || !tx.has_unacked()) {
+    tx.last_progress_ns = now;
+    return;
+  }
+  const uint64_t rto =
+      tx.rto_backoff >= 20
+          ? cfg_.rto_max_ns
+          : std::min(cfg_.rto_max_ns, tx.rto_ns << tx.rto_backoff);
+  if (now - tx.last_progress_ns < rto) return;
+  ++tx.rtos;
+  ChunkRec& una = tx.chunk(tx.snd_una);
+  if (una.retx >= cfg_.max_retries) {
+    fail_conn(c,
+              TimedOut("no acknowledgement after " + std::to_string(una.retx) +
+                       " retransmissions (peer unreachable?)"));
+    return;
+  }
+  // Everything unacknowledged goes again (SACKed chunks are not resent).
+  for (uint32_t s = tx.snd_una; s != tx.snd_nxt; ++s) {
+    ChunkRec& ch = tx.chunk(s);
+    if (!ch.acked && !ch.queued_retx) {
+      enqueue_retx(tx, s);
+      ++tx.rto_retx;
+    }
+  }
+  for (auto& pc : tx.ccs) pc.cc->on_loss(now, true);
+  tx.dupacks = 0;
+  ++tx.rto_backoff;
+  tx.last_progress_ns = now;
+  trace("rto", c->index, tx.snd_una, now);
+  VLOG(kVlogChunk) << "conn " << c->index << " RTO, csn " << tx.snd_una
+                   << " backoff " << tx.rto_backoff;
+}
+
+}  // namespace uccl::engine

@@ -1,0 +1,171 @@
+// Per-connection state inside an engine: the transmit flow (matching,
+// chunking, SACK/RTO reliability, CC) and the receive flow (slots, chunk
+// accounting in CSN order, ACK coalescing). All fixed-size; no allocation
+// on the datapath.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cc/cc.h"
+#include "cc/path_selector.h"
+#include "engine/imm.h"
+#include "engine/stats.h"
+#include "engine/wire.h"
+#include "transport/nic.h"
+#include "uccl/endpoint.h"
+
+namespace uccl::engine {
+
+constexpr uint32_t kMaxPendingSends = 256;  // posted sends not yet matched
+constexpr uint32_t kMaxTxMsgs = 512;        // matched, being transmitted
+constexpr uint32_t kDescRing = 64;          // peer's receive descriptors
+constexpr uint32_t kChunkRing = kMaxChunksInFlight;
+constexpr uint32_t kRetxRing = kChunkRing;
+static_assert((kChunkRing & (kChunkRing - 1)) == 0, "power of two");
+static_assert(kDescRing >= static_cast<uint32_t>(kMaxRequestsPerFlow),
+              "room for every receive the peer may post");
+
+// Extended CSN comparisons (32-bit serial arithmetic).
+inline bool csn_lt(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) < 0;
+}
+
+struct PendingSend {
+  Request* req;
+  uint64_t addr;
+  uint64_t len;
+  uint32_t lkey;
+  int32_t tag;
+};
+
+// A peer receive (descriptor) waiting for our sends.
+struct Desc {
+  uint32_t slot;
+  uint32_t n;
+  uint32_t used_mask;  // buffers already matched
+  RecvBuf bufs[kMaxRecvsPerRequest];
+};
+
+struct TxMsg {
+  Request* req;   // nullptr: engine-internal (serving a peer's read)
+  uint64_t addr;  // local source
+  uint64_t len;
+  uint32_t lkey;
+  uint64_t raddr;  // remote destination
+  uint32_t rkey;
+  uint8_t slot, buf;
+  bool onesided;
+  bool trunc;  // send to a too-small buffer: one empty chunk
+  bool done;
+  uint64_t rsize;         // size of the receive buffer it was matched to
+  uint64_t next_off;      // bytes cut into chunks so far
+  uint32_t chunks_sent;   // distinct chunks cut so far
+  uint32_t chunks_total;  // valid once all_chunked
+  uint32_t chunks_acked;
+  bool all_chunked;
+  uint64_t post_ns;
+};
+
+struct ChunkRec {
+  uint32_t msg;  // TxMsg counter (index = msg % kMaxTxMsgs)
+  uint32_t len;
+  uint64_t off;
+  uint64_t first_tx_ns;
+  uint64_t last_tx_ns;
+  uint16_t path;
+  uint8_t retx;  // retransmissions so far
+  bool acked;
+  bool sacked;
+  bool last;
+  bool queued_retx;
+  bool rtt_sampled;
+};
+
+struct PathCc {
+  std::unique_ptr<cc::CongestionControl> cc;
+  uint64_t inflight = 0;
+  uint64_t next_send_ns = 0;
+};
+
+struct TxFlow {
+  PendingSend pending[kMaxPendingSends];
+  uint32_t pend_head = 0, pend_tail = 0;
+  Desc descs[kDescRing];
+  uint32_t desc_head = 0, desc_tail = 0;
+  TxMsg msgs[kMaxTxMsgs];
+  uint32_t msg_head = 0;   // oldest not completed
+  uint32_t msg_chunk = 0;  // next to cut into chunks
+  uint32_t msg_tail = 0;
+  ChunkRec chunks[kChunkRing];
+  uint32_t snd_una = 0;  // oldest unacknowledged CSN
+  uint32_t snd_nxt = 0;  // next new CSN
+  uint32_t retx[kRetxRing];
+  uint32_t retx_head = 0, retx_tail = 0;
+  // Congestion control: one entry per flow, or one per path.
+  std::vector<PathCc> ccs;
+  std::unique_ptr<cc::PathSelector> paths;
+  // Reliability (UC mode).
+  uint32_t dupacks = 0;
+  uint64_t srtt_ns = 0, rttvar_ns = 0, rto_ns = 0;
+  uint32_t rto_backoff = 0;
+  uint64_t last_progress_ns = 0;
+  uint64_t inflight = 0;
+  // Statistics.
+  Histogram rtt;
+  uint64_t tx_bytes = 0, tx_chunks = 0;
+  uint64_t fast_retx = 0, rto_retx = 0, rtos = 0, acks_rx = 0;
+
+  bool has_unacked() const { return snd_una != snd_nxt; }
+  uint32_t outstanding() const { return snd_nxt - snd_una; }
+  ChunkRec& chunk(uint32_t csn) { return chunks[csn & (kChunkRing - 1)]; }
+  TxMsg& msg(uint32_t i) { return msgs[i % kMaxTxMsgs]; }
+};
+
+struct RxBuf {
+  uint64_t addr;
+  uint64_t size;
+  uint64_t received;
+  bool done;
+  bool trunc;
+};
+
+struct RxSlot {
+  bool active = false;
+  Request* req = nullptr;
+  int n = 0;
+  int done = 0;
+  bool is_read = false;  // a read_async waiting for the peer's data
+  RxBuf bufs[kMaxRecvsPerRequest];
+};
+
+struct RxChunkInfo {
+  bool valid;
+  bool last, trunc, onesided;
+  uint8_t slot, buf;
+  uint32_t len;
+};
+
+struct RxFlow {
+  RxSlot slots[kMaxRequestsPerFlow];
+  // Receive windows, one per (slot, buffer), made on first use.
+  std::unique_ptr<transport::MemoryWindow> windows[kMaxRequestsPerFlow]
+                                                  [kMaxRecvsPerRequest];
+  uint32_t rcv_cum = 0;  // every CSN below has arrived and been accounted
+  RxChunkInfo ring[kChunkRing] = {};
+  // ACK coalescing.
+  uint32_t unacked = 0;
+  uint64_t first_unacked_ns = 0;
+  uint32_t trigger_csn = 0;
+  uint64_t trigger_arrival_ns = 0;
+  bool ack_now = false;
+  uint64_t credit_pending = 0;
+  bool demand_started = false;  // cc=credit: first demand is speculative
+  // Statistics.
+  uint64_t rx_bytes = 0, rx_chunks = 0, duplicates = 0, acks_tx = 0;
+
+  RxChunkInfo& at(uint32_t csn) { return ring[csn & (kChunkRing - 1)]; }
+};
+
+}  // namespace uccl::engine

@@ -1,0 +1,102 @@
+// Engine wire formats, documented here once: the TCP bootstrap messages, the
+// receive descriptors (clear-to-send) on the RC control QP, and the ACK /
+// credit packets on the UD control QP. Little-endian, fixed layouts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/imm.h"
+#include "transport/nic.h"
+
+namespace uccl::engine {
+
+// ------------------------------------------------------------ bootstrap
+// Over the TCP connection that connect()/accept() open, in this order:
+//   1. both sides send BootHello and check the peer's (magic, version,
+//      QP mode); paths = min of both.
+//   2. both send BootQps (+ `paths` QpInfo after it).
+//   3. both connect their QPs and send a 1-byte kBootReady.
+// The TCP connection then stays open as the liveness channel: EOF or an
+// error on it fails the connection's requests (peer died or closed).
+constexpr uint32_t kBootMagic = 0x55434342;  // "UCCB"
+constexpr uint16_t kBootVersion = 1;
+constexpr uint8_t kBootReady = 0xA5;
+
+struct BootHello {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t size;         // sizeof(BootHello), checked
+  uint64_t nonce;        // random per endpoint
+  uint32_t paths;        // QPs per connection this side wants
+  uint32_t chunk_bytes;  // informational
+  uint8_t rc_mode;       // 1 RC data QPs, 0 UC
+  uint8_t pad[7];
+};
+static_assert(sizeof(BootHello) == 32, "BootHello layout");
+
+struct BootQps {
+  uint32_t magic;
+  uint32_t flow_id;                // put this in data immediates and ACKs to us
+  uint32_t engine;                 // our engine index (selects our rkeys)
+  uint32_t num_qps;                // data QPs that follow (== agreed paths)
+  transport::PortAddress ud_addr;  // our engine's UD control QP
+  uint32_t ud_qpn;
+  uint32_t ud_qkey;
+  transport::QpInfo ctrl_qp;  // RC control QP (descriptors)
+  // followed by num_qps transport::QpInfo
+};
+static_assert(sizeof(BootQps) == 16 + 24 + 8 + 40, "BootQps layout");
+
+// ----------------------------------------------- control QP messages (RC)
+// SENDs on the connection's RC control QP; reliable and in order.
+enum class CtrlType : uint32_t {
+  kRecvDesc = 1,  // receiver posted a (grouped) receive: send into it
+  kReadReq = 2,   // send [addr, addr+len) of my region into your slot
+};
+
+struct RecvBuf {
+  uint64_t addr;
+  uint64_t size;  // maximum bytes
+  uint32_t rkey;  // window for this receive only (late duplicates miss)
+  int32_t tag;
+};
+static_assert(sizeof(RecvBuf) == 24, "RecvBuf layout");
+
+struct CtrlMsg {
+  uint32_t type;    // CtrlType
+  uint32_t slot;    // receiver slot (< kMaxRequestsPerFlow)
+  uint32_t n;       // buffers (1..kMaxRecvsPerRequest)
+  uint32_t region;  // kReadReq: advertised region id on the message's receiver
+  // kReadReq: source on the sender side of this message's receiver.
+  uint64_t read_addr;
+  uint64_t read_len;
+  RecvBuf bufs[kMaxRecvsPerRequest];
+};
+static_assert(sizeof(CtrlMsg) == 32 + 24 * kMaxRecvsPerRequest,
+              "CtrlMsg layout");
+
+// ----------------------------------------------- UD control packets
+// One UD QP per engine carries ACKs (and credit grants) for all its flows.
+// Coalescing (receiver): an ACK goes out when a message completes, when a
+// chunk arrives out of order (so holes are seen at once), after every
+// ack_every chunks, or when ack_delay_us passed since the first unacked
+// chunk. A lost ACK is covered by the next (cumulative + SACK) or the RTO.
+constexpr uint32_t kAckMagic = 0x55434341;  // "UCCA"
+constexpr int kSackWords = 4;               // 256 chunks beyond cum_ack
+
+struct AckPacket {
+  uint32_t magic;
+  uint32_t flow_id;           // the sender's flow id (from its BootQps)
+  uint32_t cum_ack;           // every CSN below this arrived (extended CSN)
+  uint32_t trigger_csn;       // the chunk whose arrival sent this ACK
+  uint64_t sack[kSackWords];  // bit i: cum_ack + 1 + i arrived
+  uint64_t rx_delay_ns;       // trigger chunk's arrival -> this ACK (endpoint)
+  uint64_t credit_bytes;      // receiver-driven credit granted (cc=credit)
+  uint32_t nonce_lo;          // low bits of the connection's nonce
+  uint32_t pad;
+};
+static_assert(sizeof(AckPacket) == 16 + 8 * kSackWords + 24,
+              "AckPacket layout");
+
+}  // namespace uccl::engine

@@ -1,0 +1,198 @@
+// UCCL's C++ API: an Endpoint owns engine threads on one NIC; connections
+// carry two-sided (send/recv, grouped and tagged) and one-sided (write/read)
+// transfers, completed through caller-owned Request objects without locks.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "uccl/status.h"
+
+namespace uccl {
+
+namespace engine {
+class RequestAccess;
+}
+
+// Limits implied by the wire formats (engine/imm.h checks them).
+constexpr int kMaxRecvsPerRequest = 8;   // grouped receives (NCCL maxRecvs)
+constexpr int kMaxRequestsPerFlow = 32;  // outstanding receives per direction
+constexpr int kMaxPaths = 64;            // QPs per connection
+
+struct EndpointConfig {
+  // NIC: "udp" (software NIC, every interface), "udp:<if>", "udp:<ip>",
+  // or a verbs device ("mlx5_0").
+  std::string device;
+  int num_engines = 0;            // engine threads; 0 = UCCL_ENGINES
+  std::vector<int> engine_cores;  // pin engines here; empty = near the NIC
+  uint32_t chunk_bytes = 0;       // 0 = UCCL_CHUNK_KB
+  uint32_t paths = 0;             // QPs per connection; 0 = UCCL_PATHS
+  int rc_mode = -1;               // 1 RC QPs, 0 UC + software reliability,
+                                  // -1 = UCCL_RC_MODE
+  std::string cc;                 // "" = UCCL_CC
+  std::string cc_params;          // "" = UCCL_CC_PARAMS
+  // Software NIC fault injection for this endpoint ("" = UCCL_FAULT_*).
+  std::string fault_tx, fault_rx;
+  uint64_t fault_seed = 0;    // 0 = UCCL_FAULT_SEED
+  double nic_rate_gbps = -1;  // software NIC line-rate limit; <0 = knob
+
+  // Builds a config from UCCL_* knobs; fields set above override them.
+  static EndpointConfig from_knobs();
+};
+
+// One outstanding operation. The caller owns it and must keep it alive (and
+// not move it) until test() reports done. Reusable after completion.
+class Request {
+ public:
+  Request() = default;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+
+  bool done() const { return state_.load(std::memory_order_acquire) == kDone; }
+  // Valid once done(): OK, or why it failed.
+  const Status& status() const { return status_; }
+  // Received (or sent) bytes per buffer, valid once done().
+  size_t size(int i = 0) const { return sizes_[i]; }
+  int count() const { return n_; }
+
+ private:
+  friend class Endpoint;
+  friend class engine::RequestAccess;
+  enum : uint32_t { kIdle = 0, kPending = 1, kDone = 2 };
+  std::atomic<uint32_t> state_{kIdle};
+  std::atomic<uint32_t> waiters_{0};
+  Status status_;
+  int n_ = 0;
+  size_t sizes_[kMaxRecvsPerRequest] = {};
+  // Engine-private routing.
+  uint32_t engine_ = 0;
+  uint32_t conn_ = 0;
+  uint32_t slot_ = 0;
+  uint64_t user_ = 0;  // free for the caller (e.g. the NCCL plugin)
+
+ public:
+  uint64_t user_data() const { return user_; }
+  void set_user_data(uint64_t v) { user_ = v; }
+};
+
+// A registered memory region, usable on every connection of its endpoint.
+struct MrHandle;
+
+// Where a peer may write or read one-sidedly: advertise() output, sent to
+// the peer out of band (fixed size, trivially copyable).
+struct RemoteRegion {
+  uint64_t addr = 0;
+  uint64_t len = 0;
+  uint32_t rkeys[16] = {};  // per engine of the owner
+  uint32_t num_engines = 0;
+  uint32_t region = 0;  // owner's region id (for reads)
+};
+
+using ConnId = uint64_t;
+
+// Counters for one connection (both directions) or the whole endpoint.
+struct FlowStats {
+  uint64_t tx_bytes = 0, rx_bytes = 0;
+  uint64_t tx_chunks = 0, rx_chunks = 0;
+  uint64_t fast_retransmits = 0, rto_retransmits = 0, rtos = 0;
+  uint64_t duplicate_chunks = 0;
+  uint64_t acks_sent = 0, acks_received = 0;
+  uint64_t rtt_p50_ns = 0, rtt_p99_ns = 0, rtt_max_ns = 0;
+  double cwnd_bytes = 0, rate_bps = 0;
+  std::string cc_state;
+};
+
+struct EngineStats {
+  uint64_t loops = 0, idle_loops = 0;
+  uint64_t commands = 0;
+  FlowStats total;
+};
+
+class Endpoint {
+ public:
+  // Opens the device, starts and pins the engines. Errors (bad device,
+  // knobs, cores) come back as Status; nothing aborts.
+  static Result<std::unique_ptr<Endpoint>> create(const EndpointConfig& cfg);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  // --- connections (TCP bootstrap, magic + version checked) ---
+  // Starts listening; port 0 picks one. Returns the port.
+  Result<uint16_t> listen(uint16_t port = 0);
+  // Blocking forms, bounded by timeout_ms.
+  Result<ConnId> connect(const std::string& ip, uint16_t port,
+                         int timeout_ms = 30000);
+  Result<ConnId> accept(int timeout_ms = 30000);
+  // Non-blocking forms (NCCL calls these repeatedly): start, then poll until
+  // it returns a ConnId (or an error). kUnavailable means "not yet".
+  Result<uint64_t> connect_start(const std::string& ip, uint16_t port);
+  Result<ConnId> connect_poll(uint64_t pending);
+  Result<ConnId> accept_poll();  // kUnavailable until a peer finished
+  // Address of the connection's peer ("10.0.0.2").
+  std::string peer_ip(ConnId c) const;
+  // Closes a connection: its pending requests complete with kCancelled, the
+  // peer's with kRemoteError.
+  Status close(ConnId c);
+
+  // --- memory ---
+  Result<MrHandle*> reg_mr(void* addr, size_t len);
+  Status dereg_mr(MrHandle* mh);
+  // Lets peers write/read [addr, addr+len) of a registered region.
+  Result<RemoteRegion> advertise(MrHandle* mh, void* addr, size_t len);
+
+  // --- two-sided ---
+  // Sends len bytes; matches the peer's oldest posted receive having a
+  // buffer with this tag. kResourceExhausted when too many are outstanding.
+  Status send_async(ConnId c, const void* data, size_t len, MrHandle* mh,
+                    Request* req, int tag = 0);
+  // Posts n (1..8) receive buffers as one request; each takes one message
+  // with its tag. sizes are maxima; req->size(i) gives what arrived.
+  Status recv_async(ConnId c, int n, void* const* data, const size_t* sizes,
+                    const int* tags, MrHandle* const* mhs, Request* req);
+  Status recv_async(ConnId c, void* data, size_t size, MrHandle* mh,
+                    Request* req) {
+    int tag = 0;
+    return recv_async(c, 1, &data, &size, &tag, &mh, req);
+  }
+  // Makes received data visible to the local device (GPU) before use; host
+  // memory needs nothing, so this completes at once there.
+  Status flush_async(ConnId c, int n, void* const* data, const size_t* sizes,
+                     MrHandle* const* mhs, Request* req);
+
+  // --- one-sided, on a region the peer advertised ---
+  Status write_async(ConnId c, const void* src, size_t len, MrHandle* mh,
+                     const RemoteRegion& dst, uint64_t dst_offset,
+                     Request* req);
+  Status read_async(ConnId c, void* dst, size_t len, MrHandle* mh,
+                    const RemoteRegion& src, uint64_t src_offset, Request* req);
+
+  // --- completion ---
+  bool test(const Request* req) const { return req->done(); }
+  // Blocks until done or timeout (kTimedOut, request stays pending).
+  Status wait(Request* req, int timeout_ms = -1);
+  // Polls a set; returns how many are done.
+  int poll(Request* const* reqs, int n) const;
+
+  // --- observability ---
+  Result<FlowStats> conn_stats(ConnId c) const;
+  std::vector<EngineStats> engine_stats() const;
+  std::string stats_text() const;  // one line per engine
+  const EndpointConfig& config() const;
+  // Device facts (for NCCL properties).
+  std::string device_name() const;
+  uint64_t link_speed_mbps() const;
+  int numa_node() const;
+  std::string pci_path() const;
+
+ private:
+  struct Impl;
+  explicit Endpoint(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace uccl

@@ -94,6 +94,10 @@ struct MrHandle {
   void* addr = nullptr;
   size_t len = 0;
   std::vector<std::unique_ptr<transport::MemoryRegion>> mrs;  // per engine
+  // Regions advertised from this memory and their windows: invalidated by
+  // dereg_mr so no peer (or late retransmission) can touch freed memory.
+  std::vector<uint32_t> regions;
+  std::vector<std::unique_ptr<transport::MemoryWindow>> windows;
 };
 
 EndpointConfig EndpointConfig::from_knobs() {
@@ -121,6 +125,30 @@ uint64_t make_conn_id(uint32_t engine, uint32_t idx, uint64_t gen) {
          idx;
 }
 
+// Engines of all endpoints in this process spread over cores: each takes
+// the least-used core in its preference order.
+std::mutex g_core_mu;
+std::map<int, int> g_core_users;
+
+std::vector<int> claim_cores(int n, const std::vector<int>& preference) {
+  std::lock_guard<std::mutex> lock(g_core_mu);
+  std::vector<int> out;
+  for (int i = 0; i < n && !preference.empty(); ++i) {
+    int best = preference[0];
+    for (int c : preference) {
+      if (g_core_users[c] < g_core_users[best]) best = c;
+    }
+    ++g_core_users[best];
+    out.push_back(best);
+  }
+  return out;
+}
+
+void release_cores(const std::vector<int>& cores) {
+  std::lock_guard<std::mutex> lock(g_core_mu);
+  for (int c : cores) --g_core_users[c];
+}
+
 bool covers(const MrHandle* mh, const void* p, size_t len) {
   if (mh == nullptr) return false;
   uint64_t a = reinterpret_cast<uint64_t>(p);
@@ -135,7 +163,7 @@ struct Endpoint::Impl {
   std::vector<std::unique_ptr<UcclRDMAEngine>> engines;
   std::vector<std::unique_ptr<ConnRecord[]>> records;
   std::unique_ptr<engine::Region[]> regions;
-  std::vector<std::unique_ptr<transport::MemoryWindow>> region_windows;
+  std::vector<int> cores;  // pinned engines, released on destruction
   std::atomic<uint32_t> next_region{0};
   std::atomic<uint64_t> next_gen{1};
   std::atomic<uint32_t> rr{0};
@@ -290,7 +318,11 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
   double gbps = knob_link_gbps().get();
   double line = gbps > 0 ? gbps * 1e9 : di.link_speed_mbps * 1e6;
   if (cores.empty()) {
-    cores = choose_engine_cores(c.num_engines, di.numa_node, allowed_cpus());
+    std::vector<int> allowed = allowed_cpus();
+    cores = claim_cores(c.num_engines,
+                        choose_engine_cores(static_cast<int>(allowed.size()),
+                                            di.numa_node, allowed));
+    impl->cores = cores;
   }
   for (int i = 0; i < c.num_engines; ++i) {
     auto& e = impl->engines[i];
@@ -316,9 +348,9 @@ Endpoint::~Endpoint() {
     impl_->listen_fd = -1;
   }
   for (auto& e : impl_->engines) e->stop();
-  impl_->region_windows.clear();
   for (MrHandle* m : impl_->mrs) delete m;
   impl_->engines.clear();
+  release_cores(impl_->cores);
 }
 
 const EndpointConfig& Endpoint::config() const { return impl_->cfg; }
@@ -536,8 +568,10 @@ Result<RemoteRegion> Endpoint::advertise(MrHandle* mh, void* addr, size_t len) {
   out.region = id;
   r.addr = out.addr;
   r.len = len;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  mh->regions.push_back(id);
   for (size_t e = 0; e < impl_->engines.size(); ++e) {
-    r.mrs.push_back(mh->mrs[e].get());
+    r.lkeys.push_back(mh->mrs[e]->lkey());
     uint32_t rkey = mh->mrs[e]->rkey();
     // A window limits the peer to exactly this range where supported.
     auto w = impl_->engines[e]->pd()->alloc_mw();
@@ -548,8 +582,7 @@ Result<RemoteRegion> Endpoint::advertise(MrHandle* mh, void* addr, size_t len) {
                               transport::kAccessLocalWrite);
       if (k.ok()) {
         rkey = *k;
-        std::lock_guard<std::mutex> lock(impl_->mu);
-        impl_->region_windows.push_back(std::move(*w));
+        mh->windows.push_back(std::move(*w));
       }
     }
     out.rkeys[e] = rkey;
@@ -760,27 +793,16 @@ Status Endpoint::wait(Request* req, int timeout_ms) {
   if (RequestAccess::state(req).load(std::memory_order_acquire) == 0) {
     return InvalidArgument("wait: request was never posted");
   }
-  for (int i = 0; i < 2000; ++i) {
+  for (int i = 0; i < 2000; ++i) {  // spin briefly before sleeping
     if (req->done()) return req->status();
     __builtin_ia32_pause();
   }
-  const uint64_t deadline =
-      timeout_ms < 0 ? UINT64_MAX
-                     : monotonic_ns() + uint64_t(timeout_ms) * 1000000;
-  RequestAccess::waiters(req).fetch_add(1, std::memory_order_acq_rel);
-  while (!req->done()) {
-    uint64_t now = monotonic_ns();
-    if (now >= deadline) {
-      RequestAccess::waiters(req).fetch_sub(1, std::memory_order_acq_rel);
-      return TimedOut("request did not complete within " +
-                      std::to_string(timeout_ms) + " ms");
-    }
-    uint64_t left = std::min<uint64_t>(deadline - now, 10000000);
-    timespec ts{0, static_cast<long>(left)};
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&RequestAccess::state(req)),
-            FUTEX_WAIT_PRIVATE, 1u /* kPending */, &ts, nullptr, 0);
+  const uint64_t ns =
+      timeout_ms < 0 ? UINT64_MAX : uint64_t(timeout_ms) * 1000000;
+  if (!RequestAccess::wait(req, ns)) {
+    return TimedOut("request did not complete within " +
+                    std::to_string(timeout_ms) + " ms");
   }
-  RequestAccess::waiters(req).fetch_sub(1, std::memory_order_acq_rel);
   return req->status();
 }
 
@@ -791,6 +813,14 @@ int Endpoint::poll(Request* const* reqs, int n) const {
 }
 
 // ----------------------------------------------------------- statistics
+
+std::string Endpoint::nic_counters() const {
+  std::ostringstream os;
+  for (size_t i = 0; i < impl_->engines.size(); ++i) {
+    os << "[engine " << i << "]\n" << impl_->engines[i]->device_counters();
+  }
+  return os.str();
+}
 
 Result<FlowStats> Endpoint::conn_stats(ConnId c) const {
   uint32_t e, i;

@@ -32,10 +32,33 @@ using transport::WrOpcode;
 
 void RequestAccess::complete(Request* r, Status st) {
   r->status_ = std::move(st);
-  r->state_.store(Request::kDone, std::memory_order_release);
-  if (r->waiters_.load(std::memory_order_acquire) != 0) {
+  uint32_t* word = reinterpret_cast<uint32_t*>(&r->state_);
+  uint32_t old = r->state_.exchange(Request::kDone, std::memory_order_acq_rel);
+  // From here on `r` may be gone; the futex wake only uses the address (a
+  // stray wake of an unrelated waiter there is allowed by futex semantics).
+  if (old & Request::kWaiter) {
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr,
+            0);
+  }
+}
+
+bool RequestAccess::wait(Request* r, uint64_t timeout_ns) {
+  const uint64_t deadline =
+      timeout_ns == UINT64_MAX ? UINT64_MAX : monotonic_ns() + timeout_ns;
+  for (;;) {
+    uint32_t s = r->state_.load(std::memory_order_acquire);
+    if ((s & Request::kStateMask) == Request::kDone) return true;
+    if (!(s & Request::kWaiter) &&
+        !r->state_.compare_exchange_weak(s, s | Request::kWaiter,
+                                         std::memory_order_acq_rel)) {
+      continue;  // changed under us (maybe done): look again
+    }
+    uint64_t now = monotonic_ns();
+    if (now >= deadline) return false;
+    uint64_t left = std::min<uint64_t>(deadline - now, 100000000);
+    timespec ts{0, static_cast<long>(left)};
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&r->state_),
-            FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+            FUTEX_WAIT_PRIVATE, s | Request::kWaiter, &ts, nullptr, 0);
   }
 }
 
@@ -231,10 +254,15 @@ void UcclRDMAEngine::run() {
     }
     ++loops_;
     if (work == 0) {
+      // Spin briefly, then yield each empty loop (free when the core is
+      // ours, essential when it is shared), then sleep once long idle.
       ++idle_loops_;
-      if (++idle > cfg_.idle_spin_loops && cfg_.idle_sleep_ns > 0) {
+      ++idle;
+      if (idle > cfg_.idle_spin_loops && cfg_.idle_sleep_ns > 0) {
         timespec ts{0, static_cast<long>(cfg_.idle_sleep_ns)};
         nanosleep(&ts, nullptr);
+      } else if (idle > kIdleYieldLoops) {
+        sched_yield();
       }
     } else {
       idle = 0;
@@ -463,14 +491,17 @@ void UcclRDMAEngine::connect_conn(ConnSetup* s) {
   s->done.store(1, std::memory_order_release);
 }
 
-void UcclRDMAEngine::fail_conn(Conn* c, Status why) {
+void UcclRDMAEngine::fail_conn(Conn* c, Status why, bool warn) {
   if (c->failed) return;
   c->failed = true;
   c->fail_status = why;
   c->rec->failed.store(true, std::memory_order_release);
-  if (why.code() != StatusCode::kCancelled) {  // closing is not a failure
+  if (warn && why.code() != StatusCode::kCancelled) {
     LOG(WARNING) << "engine " << cfg_.index << ": connection " << c->index
                  << " failed: " << why;
+  } else {
+    VLOG(kVlogLifecycle) << "engine " << cfg_.index << ": connection "
+                         << c->index << " ended: " << why;
   }
   // Tell the peer through the liveness channel: it sees EOF and fails too.
   if (c->tcp_fd >= 0) shutdown(c->tcp_fd, SHUT_RDWR);
@@ -502,6 +533,9 @@ void UcclRDMAEngine::fail_conn(Conn* c, Status why) {
 void UcclRDMAEngine::close_conn(uint32_t idx, Status why) {
   Conn* c = conns_[idx].get();
   if (c == nullptr) return;
+  if (c->tcp_fd >= 0 && !c->failed) {
+    send(c->tcp_fd, &kBootBye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
   fail_conn(c, why);
   for (auto& qp : c->qps) qpn_erase(qp->qpn());
   if (c->ctrl) qpn_erase(c->ctrl->qpn());
@@ -521,14 +555,18 @@ void UcclRDMAEngine::check_liveness() {
     if (::poll(fds, n, 0) > 0) {
       for (size_t i = 0; i < n; ++i) {
         if (fds[i].revents == 0) continue;
-        char b;
+        // Peek only: the handshake may not have read its ready byte yet.
+        uint8_t b = 0;
         ssize_t r = recv(fds[i].fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
-        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
-            (fds[i].revents & (POLLERR | POLLHUP))) {
-          Conn* c = conns_[ids[i]].get();
-          if (c && !c->failed) {
-            fail_conn(c, RemoteError("peer closed the connection or died"));
-          }
+        Conn* c = conns_[ids[i]].get();
+        if (c == nullptr || c->failed) continue;
+        if (r == 1 && b == kBootBye) {
+          fail_conn(c, RemoteError("peer closed the connection"), false);
+        } else if (r == 0 ||
+                   (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
+                   (fds[i].revents & (POLLERR | POLLHUP))) {
+          fail_conn(c, RemoteError("peer went away (process exited or "
+                                   "connection lost)"));
         }
       }
     }
@@ -664,6 +702,9 @@ void UcclRDMAEngine::on_chunk(const WorkCompletion& wc, uint64_t now) {
   rx.trigger_arrival_ns =
       wc.timestamp_ns ? std::min(wc.timestamp_ns, now) : now;
   trace("rx", c->index, csn, now);
+  VLOG(kVlogChunk) << "conn " << c->index << " rx csn " << csn << " slot "
+                   << imm.slot << " len " << wc.byte_len
+                   << (imm.last ? " last" : "") << " cum " << rx.rcv_cum;
   while (rx.at(rx.rcv_cum).valid) {
     RxChunkInfo done = rx.at(rx.rcv_cum);
     rx.at(rx.rcv_cum).valid = false;
@@ -755,6 +796,9 @@ void UcclRDMAEngine::post_recv_slot(Conn* c, const Command& cmd) {
       if (k.ok()) rkey = *k;
     }
     m.bufs[i] = RecvBuf{addr, size, rkey, is_read ? 0 : cmd.bufs[i].tag};
+    VLOG(kVlogRequest) << "conn " << c->index << " receive in slot " << slot
+                       << " buf " << i << " size " << size << " rkey 0x"
+                       << std::hex << rkey << std::dec;
     demand += size;
   }
   if (is_read) {
@@ -788,6 +832,11 @@ void UcclRDMAEngine::send_ctrl(Conn* c, const CtrlMsg& m) {
 }
 
 void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len) {
+  if (m.type == static_cast<uint32_t>(CtrlType::kAckReq) &&
+      len >= offsetof(CtrlMsg, bufs)) {
+    maybe_send_ack(c, clock_->now_ns(), true);
+    return;
+  }
   if (m.n < 1 || m.n > kMaxRecvsPerRequest || m.slot >= Imm::kSlots ||
       len < offsetof(CtrlMsg, bufs) + m.n * sizeof(RecvBuf)) {
     ++protocol_errors_;
@@ -828,7 +877,7 @@ void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len) {
   if (ok) {
     t.addr = m.read_addr;
     t.len = m.read_len;
-    t.lkey = r->mrs[cfg_.index]->lkey();
+    t.lkey = r->lkeys[cfg_.index];
   } else {
     t.trunc = true;  // refuse: the reader's request fails
   }
@@ -871,6 +920,8 @@ void UcclRDMAEngine::maybe_send_ack(Conn* c, uint64_t now, bool force) {
                         wr.signaled ? ud_unsignaled_ : 0, 0);
   if (wr.signaled) ud_unsignaled_ = 0;
   if (!ud_->post_send(&wr, nullptr).ok()) return;  // full: next loop
+  VLOG(kVlogChunk) << "conn " << c->index << " ack cum " << a.cum_ack
+                   << " trigger " << a.trigger_csn;
   rx.unacked = 0;
   rx.ack_now = false;
   rx.credit_pending = 0;

@@ -59,10 +59,12 @@ struct ConnRecord {
 };
 
 // An advertised region (one-sided reads and writes), published once.
+// Written once by advertise() before `valid` is published; invalidated
+// (never rewritten) when its memory is deregistered.
 struct Region {
   std::atomic<bool> valid{false};
   uint64_t addr = 0, len = 0;
-  std::vector<const transport::MemoryRegion*> mrs;  // per engine
+  std::vector<uint32_t> lkeys;  // per engine
 };
 constexpr uint32_t kMaxRegions = 4096;
 
@@ -135,7 +137,7 @@ class UcclRDMAEngine {
   void create_conn(ConnSetup* s);
   void connect_conn(ConnSetup* s);
   void close_conn(uint32_t idx, Status why);
-  void fail_conn(Conn* c, Status why);
+  void fail_conn(Conn* c, Status why, bool warn = true);
 
   // Receive side.
   int poll_recv_cq(uint64_t now);
@@ -156,6 +158,7 @@ class UcclRDMAEngine {
   void complete_tx_msg(Conn* c, TxMsg& m);
   void timers(uint64_t now);
   void check_rto(Conn* c, uint64_t now);
+  int detect_losses(Conn* c, uint64_t now, uint64_t wait_ns);
   void on_rtt_sample(Conn* c, ChunkRec& ch, uint64_t rtt_ns,
                      uint64_t endpoint_ns, uint64_t now);
   void check_liveness();
@@ -230,12 +233,14 @@ class RequestAccess {
     r->state_.store(Request::kPending, std::memory_order_relaxed);
   }
   static bool pending(const Request* r) {
-    return r->state_.load(std::memory_order_acquire) == Request::kPending;
+    return (r->state_.load(std::memory_order_acquire) & Request::kStateMask) ==
+           Request::kPending;
   }
   static void set_size(Request* r, int i, size_t v) { r->sizes_[i] = v; }
   static void complete(Request* r, Status st);
   static std::atomic<uint32_t>& state(Request* r) { return r->state_; }
-  static std::atomic<uint32_t>& waiters(Request* r) { return r->waiters_; }
+  // Blocks until done or `timeout_ns` (true if done).
+  static bool wait(Request* r, uint64_t timeout_ns);
   static uint32_t conn(const Request* r) { return r->conn_; }
 };
 

@@ -2,6 +2,7 @@
 // cutting messages into chunks sprayed over paths under congestion control,
 // and UC-mode reliability (SACK, fast retransmit, RTO with backoff).
 #include <algorithm>
+#include <cstring>
 
 #include "engine/engine_internal.h"
 #include "util/logging.h"
@@ -267,6 +268,8 @@ void UcclRDMAEngine::on_ack(const AckPacket& a, uint64_t now) {
   if (c->failed) return;
   TxFlow& tx = c->tx;
   ++tx.acks_rx;
+  VLOG(kVlogChunk) << "conn " << c->index << " got ack cum " << a.cum_ack
+                   << " una " << tx.snd_una << " nxt " << tx.snd_nxt;
   if (a.credit_bytes) tx.ccs[0].cc->on_credit(a.credit_bytes);
   // Acknowledgement (UC mode; RC acknowledges through send completions).
   uint32_t newly_bytes = 0, newly_chunks = 0;
@@ -275,6 +278,7 @@ void UcclRDMAEngine::on_ack(const AckPacket& a, uint64_t now) {
     if (ch.acked) return;
     newly_bytes += ch.len;
     ++newly_chunks;
+    tx.rack_tx_ns = std::max(tx.rack_tx_ns, ch.last_tx_ns);
     ack_chunk(c, s, now);
   };
   uint32_t highest = a.cum_ack;
@@ -298,6 +302,7 @@ void UcclRDMAEngine::on_ack(const AckPacket& a, uint64_t now) {
         if (!csn_lt(s, tx.snd_nxt)) break;
         any_sack = true;
         highest = s;
+        if (csn_lt(tx.high_sacked, s + 1)) tx.high_sacked = s + 1;
         if (!csn_lt(s, tx.snd_una)) {
           tx.chunk(s).sacked = true;
           ack(s);
@@ -328,26 +333,37 @@ void UcclRDMAEngine::on_ack(const AckPacket& a, uint64_t now) {
     }
   }
   if (cfg_.rc_mode || c->failed) return;
-  // Fast retransmit: holes below the highest SACKed chunk, once the
-  // duplicate-ACK threshold says they are lost rather than late.
+  tx.last_ack_ns = now;
+  // Fast retransmit once the duplicate-ACK threshold is met; which holes
+  // count as lost is decided by time (RACK), since sprayed paths reorder.
+  (void)highest;
   if (any_sack && tx.dupacks >= cfg_.dup_ack_threshold) {
-    bool lost = false;
-    for (uint32_t s = tx.snd_una; csn_lt(s, highest); ++s) {
-      ChunkRec& ch = tx.chunk(s);
-      if (ch.acked || ch.queued_retx) continue;
-      if (ch.retx > 0 &&
-          now - ch.last_tx_ns < std::max(tx.srtt_ns, cfg_.rto_min_ns)) {
-        continue;  // retransmitted recently: give it time
-      }
-      enqueue_retx(tx, s);
-      ++tx.fast_retx;
-      lost = true;
-    }
-    if (lost) {
+    const uint64_t srtt = tx.srtt_ns ? tx.srtt_ns : cfg_.rto_min_ns;
+    if (detect_losses(c, now, srtt + srtt / 4) > 0) {
       for (auto& pc : tx.ccs) pc.cc->on_loss(now, false);
       trace("fast_retx", c->index, tx.snd_una, now);
     }
   }
+}
+
+int UcclRDMAEngine::detect_losses(Conn* c, uint64_t now, uint64_t wait_ns) {
+  // A hole below the highest SACKed chunk is lost when (a) a chunk sent
+  // after it was delivered and (b) it has been out for `wait_ns` (an RTT
+  // plus a reordering window): RACK-style (RFC 8985), so reordering of any
+  // depth in packets does not cause spurious retransmissions.
+  TxFlow& tx = c->tx;
+  if (!csn_lt(tx.snd_una, tx.high_sacked)) return 0;
+  int lost = 0;
+  for (uint32_t s = tx.snd_una; csn_lt(s, tx.high_sacked); ++s) {
+    ChunkRec& ch = tx.chunk(s);
+    if (ch.acked || ch.queued_retx) continue;
+    if (ch.last_tx_ns >= tx.rack_tx_ns || now - ch.last_tx_ns < wait_ns)
+      continue;
+    enqueue_retx(tx, s);
+    ++tx.fast_retx;
+    ++lost;
+  }
+  return lost;
 }
 
 int UcclRDMAEngine::poll_send_cq(uint64_t now) {
@@ -402,27 +418,37 @@ void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
     tx.last_progress_ns = now;
     return;
   }
+  const uint64_t srtt = tx.srtt_ns ? tx.srtt_ns : cfg_.rto_min_ns;
+  // ACKs stopped but SACKs showed holes: recover them without an RTO.
+  if (now - tx.last_ack_ns >= srtt && detect_losses(c, now, 2 * srtt) > 0) {
+    for (auto& pc : tx.ccs) pc.cc->on_loss(now, false);
+  }
   const uint64_t rto =
       tx.rto_backoff >= 20
           ? cfg_.rto_max_ns
           : std::min(cfg_.rto_max_ns, tx.rto_ns << tx.rto_backoff);
   if (now - tx.last_progress_ns < rto) return;
-  ++tx.rtos;
-  ChunkRec& una = tx.chunk(tx.snd_una);
-  if (una.retx >= cfg_.max_retries) {
-    fail_conn(c,
-              TimedOut("no acknowledgement after " + std::to_string(una.retx) +
-                       " retransmissions (peer unreachable?)"));
+  // Give up after max_retries consecutive RTOs without any progress.
+  if (tx.rto_backoff >= cfg_.max_retries) {
+    fail_conn(c, TimedOut("no acknowledgement after " +
+                          std::to_string(tx.rto_backoff) +
+                          " retransmission timeouts (peer unreachable?)"));
     return;
   }
-  // Everything unacknowledged goes again (SACKed chunks are not resent).
-  for (uint32_t s = tx.snd_una; s != tx.snd_nxt; ++s) {
-    ChunkRec& ch = tx.chunk(s);
-    if (!ch.acked && !ch.queued_retx) {
-      enqueue_retx(tx, s);
-      ++tx.rto_retx;
-    }
+  ++tx.rtos;
+  // Like TCP: resend the oldest unacknowledged chunk only; SACK-based loss
+  // detection recovers the rest once it is acknowledged. Resending
+  // everything would bury a slow receiver under duplicates.
+  if (!tx.chunk(tx.snd_una).acked) {
+    enqueue_retx(tx, tx.snd_una);
+    ++tx.rto_retx;
   }
+  // The receiver may have completed the message and dropped our resends at
+  // its NIC (the receive's window is gone): ask for an ACK reliably.
+  CtrlMsg probe;
+  std::memset(&probe, 0, sizeof(probe));
+  probe.type = static_cast<uint32_t>(CtrlType::kAckReq);
+  send_ctrl(c, probe);
   for (auto& pc : tx.ccs) pc.cc->on_loss(now, true);
   tx.dupacks = 0;
   ++tx.rto_backoff;

@@ -111,6 +111,9 @@ struct TxFlow {
   uint64_t srtt_ns = 0, rttvar_ns = 0, rto_ns = 0;
   uint32_t rto_backoff = 0;
   uint64_t last_progress_ns = 0;
+  uint64_t rack_tx_ns = 0;   // latest send time of any delivered chunk
+  uint32_t high_sacked = 0;  // one past the highest SACKed CSN
+  uint64_t last_ack_ns = 0;
   uint64_t inflight = 0;
   // Statistics.
   Histogram rtt;

@@ -22,6 +22,9 @@ namespace uccl::engine {
 constexpr uint32_t kBootMagic = 0x55434342;  // "UCCB"
 constexpr uint16_t kBootVersion = 1;
 constexpr uint8_t kBootReady = 0xA5;
+// Sent on the TCP connection when a side closes gracefully: the peer fails
+// its pending requests quietly instead of reporting a crashed peer.
+constexpr uint8_t kBootBye = 0xB7;
 
 struct BootHello {
   uint32_t magic;
@@ -53,6 +56,9 @@ static_assert(sizeof(BootQps) == 16 + 24 + 8 + 40, "BootQps layout");
 enum class CtrlType : uint32_t {
   kRecvDesc = 1,  // receiver posted a (grouped) receive: send into it
   kReadReq = 2,   // send [addr, addr+len) of my region into your slot
+  kAckReq = 3,    // the sender's RTO fired: send it an ACK now (n = 0). The
+                  // chunks it resends may be dropped by the NIC (their receive
+                  // already completed), so they cannot elicit one themselves.
 };
 
 struct RecvBuf {

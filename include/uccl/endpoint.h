@@ -52,7 +52,9 @@ class Request {
   Request(const Request&) = delete;
   Request& operator=(const Request&) = delete;
 
-  bool done() const { return state_.load(std::memory_order_acquire) == kDone; }
+  bool done() const {
+    return (state_.load(std::memory_order_acquire) & kStateMask) == kDone;
+  }
   // Valid once done(): OK, or why it failed.
   const Status& status() const { return status_; }
   // Received (or sent) bytes per buffer, valid once done().
@@ -62,9 +64,17 @@ class Request {
  private:
   friend class Endpoint;
   friend class engine::RequestAccess;
-  enum : uint32_t { kIdle = 0, kPending = 1, kDone = 2 };
+  // One word: the state, plus a flag set by a thread blocked in wait(). The
+  // engine publishes completion with a single exchange and never touches
+  // the request afterwards (it may be gone the moment done() is true).
+  enum : uint32_t {
+    kIdle = 0,
+    kPending = 1,
+    kDone = 2,
+    kStateMask = 3,
+    kWaiter = 4
+  };
   std::atomic<uint32_t> state_{kIdle};
-  std::atomic<uint32_t> waiters_{0};
   Status status_;
   int n_ = 0;
   size_t sizes_[kMaxRecvsPerRequest] = {};
@@ -182,6 +192,8 @@ class Endpoint {
   Result<FlowStats> conn_stats(ConnId c) const;
   std::vector<EngineStats> engine_stats() const;
   std::string stats_text() const;  // one line per engine
+  // The NIC's own counters per engine (packets, drops by reason, faults).
+  std::string nic_counters() const;
   const EndpointConfig& config() const;
   // Device facts (for NCCL properties).
   std::string device_name() const;

@@ -21,7 +21,10 @@ TEST(EngineSmoke, SendRecvManySizes) {
         p->server->recv_async(p->s_conns[0], rb.ptr(), kMax, rb.mh, &rr).ok());
     ASSERT_TRUE(
         p->client->send_async(p->c_conns[0], sb.ptr(), len, sb.mh, &sr).ok());
-    ASSERT_TRUE(p->client->wait(&sr, 20000).ok()) << sr.status();
+    ASSERT_TRUE(p->client->wait(&sr, 20000).ok())
+        << sr.status() << "\nclient:\n"
+        << p->client->stats_text() << p->client->nic_counters() << "\nserver:\n"
+        << p->server->stats_text() << p->server->nic_counters();
     ASSERT_TRUE(p->server->wait(&rr, 20000).ok()) << rr.status();
     EXPECT_EQ(rr.size(0), len);
     EXPECT_EQ(find_pattern_mismatch(rb.ptr(), len, seed), -1) << len;

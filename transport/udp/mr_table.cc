@@ -18,9 +18,10 @@ MrTable::Slot* MrTable::slot(uint32_t index) const {
   return page ? &page->slots[index % kPageSlots] : nullptr;
 }
 
-uint32_t MrTable::publish(Slot* s, uint32_t index, uint64_t addr,
-                          uint64_t len, uint32_t access) {
-  uint16_t gen = static_cast<uint16_t>(s->generation.load(std::memory_order_relaxed) + 1);
+uint32_t MrTable::publish(Slot* s, uint32_t index, uint64_t addr, uint64_t len,
+                          uint32_t access, uint32_t parent) {
+  uint16_t gen =
+      static_cast<uint16_t>(s->generation.load(std::memory_order_relaxed) + 1);
   if (gen == 0) gen = 1;
   s->generation.store(gen, std::memory_order_relaxed);
   uint32_t key = (static_cast<uint32_t>(gen) << 16) | index;
@@ -31,6 +32,7 @@ uint32_t MrTable::publish(Slot* s, uint32_t index, uint64_t addr,
   s->addr.store(addr, std::memory_order_release);
   s->len.store(len, std::memory_order_release);
   s->access.store(access, std::memory_order_release);
+  s->parent.store(parent, std::memory_order_release);
   s->key.store(key, std::memory_order_release);
   s->seq.store(seq + 2, std::memory_order_release);
   return key;
@@ -48,7 +50,7 @@ Result<uint32_t> MrTable::add(uint64_t addr, uint64_t len, uint32_t access) {
   std::lock_guard<std::mutex> lock(mu_);
   Slot* s = slot(index);
   s->reserved = false;
-  return publish(s, index, addr, len, access);
+  return publish(s, index, addr, len, access, 0);
 }
 
 Result<uint32_t> MrTable::reserve() {
@@ -72,8 +74,8 @@ Result<uint32_t> MrTable::reserve() {
 }
 
 uint32_t MrTable::rebind(uint32_t index, uint64_t addr, uint64_t len,
-                         uint32_t access) {
-  return publish(slot(index), index, addr, len, access);
+                         uint32_t access, uint32_t parent) {
+  return publish(slot(index), index, addr, len, access, parent);
 }
 
 void MrTable::unbind(uint32_t index) { clear(slot(index)); }
@@ -92,20 +94,31 @@ void MrTable::remove(uint32_t key) {
   clear(s);
 }
 
-MrTable::Check MrTable::check(uint32_t key, uint64_t addr, uint64_t len,
-                              uint32_t need) const {
-  if (key == 0) return Check::kBadKey;
+bool MrTable::read(uint32_t key, uint64_t* base, uint64_t* size, uint32_t* acc,
+                   uint32_t* parent) const {
+  if (key == 0) return false;
   const Slot* s = slot(key & 0xffff);
-  if (s == nullptr) return Check::kBadKey;
+  if (s == nullptr) return false;
   uint32_t seq1 = s->seq.load(std::memory_order_acquire);
-  if (seq1 & 1) return Check::kBadKey;  // being (de)registered right now
+  if (seq1 & 1) return false;  // being (de)registered right now
   // Acquire loads keep the second sequence read after the field reads.
   uint32_t k = s->key.load(std::memory_order_acquire);
-  uint64_t base = s->addr.load(std::memory_order_acquire);
-  uint64_t size = s->len.load(std::memory_order_acquire);
-  uint32_t acc = s->access.load(std::memory_order_acquire);
-  if (s->seq.load(std::memory_order_relaxed) != seq1 || k != key) {
-    return Check::kBadKey;
+  *base = s->addr.load(std::memory_order_acquire);
+  *size = s->len.load(std::memory_order_acquire);
+  *acc = s->access.load(std::memory_order_acquire);
+  *parent = s->parent.load(std::memory_order_acquire);
+  return s->seq.load(std::memory_order_relaxed) == seq1 && k == key;
+}
+
+MrTable::Check MrTable::check(uint32_t key, uint64_t addr, uint64_t len,
+                              uint32_t need) const {
+  uint64_t base, size;
+  uint32_t acc, parent;
+  if (!read(key, &base, &size, &acc, &parent)) return Check::kBadKey;
+  if (parent != 0) {  // a window: its region must still be registered
+    uint64_t pb, ps;
+    uint32_t pa, pp;
+    if (!read(parent, &pb, &ps, &pa, &pp)) return Check::kBadKey;
   }
   // Overflow-safe containment: addr >= base && addr + len <= base + size.
   if (addr < base || addr - base > size || len > size - (addr - base)) {

@@ -28,9 +28,11 @@ class MrTable {
   void remove(uint32_t key);
 
   // Windows: a slot reserved for one owner thread, re-keyed without locks.
-  Result<uint32_t> reserve();                  // slot index, unbound
-  uint32_t rebind(uint32_t index, uint64_t addr, uint64_t len,
-                  uint32_t access);            // new key
+  Result<uint32_t> reserve();  // slot index, unbound
+  // `parent` is the key of the region the window lies in: the window is
+  // valid only while that key is (deregistering the region kills it).
+  uint32_t rebind(uint32_t index, uint64_t addr, uint64_t len, uint32_t access,
+                  uint32_t parent);  // new key
   void unbind(uint32_t index);
   void release(uint32_t index);
 
@@ -44,6 +46,7 @@ class MrTable {
     std::atomic<uint64_t> addr{0};
     std::atomic<uint64_t> len{0};
     std::atomic<uint32_t> access{0};
+    std::atomic<uint32_t> parent{0};  // window: its region's key; 0 = none
     // Writer-side only: under mu_, or by a window's single owner.
     std::atomic<uint16_t> generation{0};
     bool reserved = false;  // owned by a window (under mu_)
@@ -53,7 +56,10 @@ class MrTable {
   };
   Slot* slot(uint32_t index) const;
   static uint32_t publish(Slot* s, uint32_t index, uint64_t addr, uint64_t len,
-                          uint32_t access);
+                          uint32_t access, uint32_t parent);
+  // Reads slot `key` consistently; false if the key is not current.
+  bool read(uint32_t key, uint64_t* base, uint64_t* size, uint32_t* acc,
+            uint32_t* parent) const;
   static void clear(Slot* s);
 
   std::atomic<Page*> pages_[kPages];

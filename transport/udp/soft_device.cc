@@ -100,7 +100,7 @@ Result<uint32_t> SoftMw::bind(const MemoryRegion& mr, uint64_t addr,
   if ((mr.access() & access) != access) {
     return PermissionDenied("memory window needs rights its region lacks");
   }
-  return pd_->table().rebind(index_, addr, len, access);
+  return pd_->table().rebind(index_, addr, len, access, mr.lkey());
 }
 
 void SoftMw::invalidate() { pd_->table().unbind(index_); }

@@ -447,6 +447,9 @@ void SoftQp::emit_fragment(SqEntry& e, uint64_t now) {
   if (type_ == QpType::kRC && e.started &&
       psn_lt(h.psn, highest_sent_psn_ + 1)) {
     ++dev_->counters_.rc_retransmits;
+    // Recovering: have every resent packet acknowledged, so one that gets
+    // through restarts progress even if the next ones are lost.
+    h.flags |= kFlagAckReq;
   } else if (type_ == QpType::kRC) {
     highest_sent_psn_ = h.psn;
   }
@@ -788,6 +791,8 @@ bool SoftQp::place_fragment(const WireHeader& h, const uint8_t* payload,
         break;
       case MrTable::Check::kBadKey:
         ++c.drop_bad_rkey;
+        VLOG(kVlogPacket) << "QP " << qpn_ << ": bad rkey 0x" << std::hex
+                          << h.rkey << std::dec << " psn " << h.psn;
         *syn = AckSyndrome::kNakRemoteAccess;
         return false;
       case MrTable::Check::kOutOfBounds:

@@ -75,8 +75,9 @@ UCCL_KNOB(int64_t, knob_idle_spin, "UCCL_IDLE_SPIN_LOOPS", 20000,
 UCCL_KNOB(int64_t, knob_idle_sleep_us, "UCCL_IDLE_SLEEP_US", 20,
           "Engine: sleep per empty loop once idle, us (0 = always spin).", 0,
           1000000);
-UCCL_KNOB(std::string, knob_trace_file, "UCCL_TRACE_FILE", "",
-          "Write a Chrome trace of chunk events to <file>.<engine>.json.");
+UCCL_KNOB(
+    std::string, knob_trace_file, "UCCL_TRACE_FILE", "",
+    "Write a Chrome trace of chunk events to <file>.<pid>.<n>.<engine>.json.");
 UCCL_KNOB(double, knob_stats_interval, "UCCL_STATS_INTERVAL_S", 0.0,
           "Log one statistics line per engine every N seconds (0 = off).", 0.0,
           86400.0);
@@ -307,7 +308,8 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     ec.ack_delay_ns = knob_ack_delay_us().get() * 1000;
     ec.idle_spin_loops = knob_idle_spin().get();
     ec.idle_sleep_ns = knob_idle_sleep_us().get() * 1000;
-    ec.trace_file = knob_trace_file().get();
+    ec.trace_file =
+        c.trace_file.empty() ? knob_trace_file().get() : c.trace_file;
     ec.stats_interval_s = knob_stats_interval().get();
     auto e = UcclRDMAEngine::create(ec, c.device, dopt, impl->records[i].get(),
                                     impl->regions.get());
@@ -315,7 +317,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     impl->engines.push_back(std::move(*e));
   }
   const transport::DeviceInfo& di = impl->engines[0]->device_info();
-  double gbps = knob_link_gbps().get();
+  double gbps = c.link_gbps > 0 ? c.link_gbps : knob_link_gbps().get();
   double line = gbps > 0 ? gbps * 1e9 : di.link_speed_mbps * 1e6;
   if (cores.empty()) {
     std::vector<int> allowed = allowed_cpus();

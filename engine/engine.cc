@@ -129,11 +129,9 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
   }
   // Receive windows (per-receive rkeys) where the backend has them.
   e->windows_ = e->pd_->alloc_mw().ok();
-  if (cfg.cc_name == "credit") {
+  if (cfg.cc_name == "credit") {  // validated here, built in start()
     auto p = cc::CreditSender::params_from(cfg.cc_params);
     if (!p.ok()) return p.status();
-    e->pacer_ = std::make_unique<cc::PullPacer>(
-        *p, cfg.line_rate_bps, Imm::kMaxFlows, e->clock_->now_ns());
   }
   e->conns_.resize(Imm::kMaxFlows);
   e->live_.reserve(Imm::kMaxFlows);
@@ -145,6 +143,11 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
 UcclRDMAEngine::~UcclRDMAEngine() { stop(); }
 
 void UcclRDMAEngine::start() {
+  if (cfg_.cc_name == "credit") {  // needs the final line rate
+    auto p = cc::CreditSender::params_from(cfg_.cc_params);
+    pacer_ = std::make_unique<cc::PullPacer>(*p, cfg_.line_rate_bps,
+                                             Imm::kMaxFlows, clock_->now_ns());
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -945,6 +948,8 @@ void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
     out->rtt_p50_ns = std::max(out->rtt_p50_ns, c->tx.rtt.quantile(0.5));
     out->rtt_p99_ns = std::max(out->rtt_p99_ns, c->tx.rtt.quantile(0.99));
     out->rtt_max_ns = std::max(out->rtt_max_ns, c->tx.rtt.max());
+    out->max_inflight_bytes =
+        std::max(out->max_inflight_bytes, c->tx.max_inflight);
     for (auto& pc : c->tx.ccs) {
       double w = pc.cc->cwnd_bytes();
       out->cwnd_bytes += w >= cc::kUnlimited ? 0 : w;
@@ -1021,8 +1026,11 @@ void UcclRDMAEngine::trace(const char* name, uint32_t conn, uint32_t csn,
 
 void UcclRDMAEngine::write_trace() {
   if (cfg_.trace_file.empty() || trace_n_ == 0) return;
-  std::string path =
-      cfg_.trace_file + "." + std::to_string(cfg_.index) + ".json";
+  // <file>.<pid>.<endpoint>.<engine>.json: unique per process and engine.
+  static std::atomic<int> instance{0};
+  std::string path = cfg_.trace_file + "." + std::to_string(getpid()) + "." +
+                     std::to_string(instance.fetch_add(1)) + "." +
+                     std::to_string(cfg_.index) + ".json";
   std::ofstream f(path);
   if (!f) {
     LOG(WARNING) << "cannot write trace " << path;

@@ -144,6 +144,7 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
     }
     pc.inflight += len;
     tx.inflight += len;
+    tx.max_inflight = std::max(tx.max_inflight, tx.inflight);
     pc.cc->on_send(now, len);
     pace(pc, len, now);
     ++sent;

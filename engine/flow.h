@@ -115,6 +115,7 @@ struct TxFlow {
   uint32_t high_sacked = 0;  // one past the highest SACKed CSN
   uint64_t last_ack_ns = 0;
   uint64_t inflight = 0;
+  uint64_t max_inflight = 0;
   // Statistics.
   Histogram rtt;
   uint64_t tx_bytes = 0, tx_chunks = 0;

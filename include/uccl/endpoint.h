@@ -39,6 +39,9 @@ struct EndpointConfig {
   std::string fault_tx, fault_rx;
   uint64_t fault_seed = 0;    // 0 = UCCL_FAULT_SEED
   double nic_rate_gbps = -1;  // software NIC line-rate limit; <0 = knob
+  double link_gbps = 0;       // line rate CC assumes; 0 = UCCL_LINK_GBPS
+                              // or the device's speed
+  std::string trace_file;     // Chrome trace; "" = UCCL_TRACE_FILE
 
   // Builds a config from UCCL_* knobs; fields set above override them.
   static EndpointConfig from_knobs();
@@ -112,6 +115,7 @@ struct FlowStats {
   uint64_t duplicate_chunks = 0;
   uint64_t acks_sent = 0, acks_received = 0;
   uint64_t rtt_p50_ns = 0, rtt_p99_ns = 0, rtt_max_ns = 0;
+  uint64_t max_inflight_bytes = 0;  // high-water mark of unacked bytes
   double cwnd_bytes = 0, rate_bps = 0;
   std::string cc_state;
 };

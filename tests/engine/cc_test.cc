@@ -1,0 +1,107 @@
+// Congestion control is enforced, not just computed: a TIMELY rate cap, a
+// Swift window and receiver-granted credit each bound what the sender does.
+// Time bounds here are one-sided (enforcement can only slow a transfer).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "tests/engine/engine_test_util.h"
+#include "util/clock.h"
+
+namespace uccl::testing {
+namespace {
+
+double transfer_seconds(Pair* p, size_t len, FlowStats* stats = nullptr) {
+  Buf sb(p->client.get(), len), rb(p->server.get(), len);
+  fill_pattern(sb.ptr(), len, 3);
+  Request rr, sr;
+  EXPECT_TRUE(
+      p->server->recv_async(p->s_conns[0], rb.ptr(), len, rb.mh, &rr).ok());
+  const uint64_t t0 = monotonic_ns();
+  EXPECT_TRUE(
+      p->client->send_async(p->c_conns[0], sb.ptr(), len, sb.mh, &sr).ok());
+  EXPECT_TRUE(p->server->wait(&rr, 60000).ok()) << rr.status();
+  EXPECT_TRUE(p->client->wait(&sr, 60000).ok()) << sr.status();
+  const double secs = (monotonic_ns() - t0) / 1e9;
+  EXPECT_EQ(find_pattern_mismatch(rb.ptr(), len, 3), -1);
+  if (stats) *stats = *p->client->conn_stats(p->c_conns[0]);
+  return secs;
+}
+
+TEST(CcEnforcementTest, TimelyRateIsPaced) {
+  EndpointConfig c = test_config(1, 2);
+  c.cc = "timely";
+  c.cc_params = "max_rate_gbps=0.2,min_rate_gbps=0.01";  // 25 MB/s
+  auto p = Pair::make(c);
+  ASSERT_TRUE(p);
+  FlowStats st;
+  double secs = transfer_seconds(p.get(), 4 << 20, &st);
+  // 4 MiB at <= 25 MB/s takes >= 0.167 s (minus one chunk of head start).
+  EXPECT_GE(secs, 0.15) << "rate computed but not enforced";
+  EXPECT_LE(st.rate_bps, 0.2e9 + 1);
+  EXPECT_NE(st.cc_state.find("rate_gbps"), std::string::npos) << st.cc_state;
+}
+
+TEST(CcEnforcementTest, SwiftWindowBoundsInflight) {
+  EndpointConfig c = test_config(1, 4);
+  c.cc = "swift";
+  c.cc_params = "init_cwnd=2,max_cwnd=2";  // at most 2 chunks in flight
+  auto p = Pair::make(c);
+  ASSERT_TRUE(p);
+  FlowStats st;
+  transfer_seconds(p.get(), 8 << 20, &st);
+  EXPECT_GT(st.max_inflight_bytes, 0u);
+  EXPECT_LE(st.max_inflight_bytes, 2u * 64 * 1024) << "window not enforced";
+  // Without CC the same transfer has far more in flight.
+  auto q = Pair::make(test_config(1, 4));
+  FlowStats free_st;
+  transfer_seconds(q.get(), 8 << 20, &free_st);
+  EXPECT_GT(free_st.max_inflight_bytes, 2u * 64 * 1024);
+}
+
+TEST(CcEnforcementTest, ReceiverCreditPacesTheSender) {
+  EndpointConfig c = test_config(1, 2);
+  c.cc = "credit";
+  c.link_gbps = 0.2;  // the receiver grants at most 25 MB/s
+  c.cc_params = "spec_bytes=262144";
+  auto p = Pair::make(c);
+  ASSERT_TRUE(p);
+  double secs = transfer_seconds(p.get(), 4 << 20);
+  // (4 MiB - 256 KiB speculative) at 25 MB/s >= 0.157 s.
+  EXPECT_GE(secs, 0.14) << "credit granted faster than line rate";
+}
+
+TEST(TraceTest, ChromeTraceHasChunkEvents) {
+  const std::string path = ::testing::TempDir() + "/uccl_trace";
+  {
+    EndpointConfig c = test_config(1, 1);
+    c.trace_file = path;
+    auto p = Pair::make(c);
+    ASSERT_TRUE(p);
+    transfer_seconds(p.get(), 1 << 20);
+  }  // endpoints write their traces when they stop
+  // One file per engine; the client's has the sends.
+  std::string t;
+  for (int i = 0; i < 64; ++i) {
+    std::ifstream f(path + "." + std::to_string(getpid()) + "." +
+                    std::to_string(i) + ".0.json");
+    if (!f) continue;
+    std::stringstream ss;
+    ss << f.rdbuf();
+    t += ss.str();
+  }
+  ASSERT_FALSE(t.empty()) << "no trace file";
+  EXPECT_EQ(t.rfind("{\"traceEvents\":[", 0), 0u);
+  size_t tx = 0, pos = 0;
+  while ((pos = t.find("\"name\":\"tx\"", pos)) != std::string::npos) {
+    ++tx;
+    ++pos;
+  }
+  EXPECT_GE(tx, 16u) << "16 chunks of 64 KiB were sent";
+  EXPECT_NE(t.find("\"name\":\"rx\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace uccl::testing

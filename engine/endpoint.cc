@@ -64,6 +64,10 @@ UCCL_KNOB(int64_t, knob_dup_ack, "UCCL_DUP_ACK_THRESHOLD", 3,
           "Duplicate ACKs (with SACK holes) before fast retransmit. Raise it "
           "when paths reorder a lot (adaptive routing).",
           1, 100000);
+UCCL_KNOB(int64_t, knob_path_queue, "UCCL_PATH_QUEUE", 16,
+          "Most chunks per path handed to the NIC and not yet sent (RC: not "
+          "yet acknowledged); the rest wait in the engine.",
+          1, 1000);
 UCCL_KNOB(int64_t, knob_ack_every, "UCCL_ACK_EVERY", 4,
           "Receiver: ACK at least every N chunks.", 1, 1024);
 UCCL_KNOB(int64_t, knob_ack_delay_us, "UCCL_ACK_DELAY_US", 20,
@@ -304,6 +308,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     ec.rto_init_ns = std::max<uint64_t>(ec.rto_min_ns, 5000000);
     ec.max_retries = static_cast<uint32_t>(knob_max_retries().get());
     ec.dup_ack_threshold = static_cast<uint32_t>(knob_dup_ack().get());
+    ec.path_queue = static_cast<uint32_t>(knob_path_queue().get());
     ec.ack_every = static_cast<uint32_t>(knob_ack_every().get());
     ec.ack_delay_ns = knob_ack_delay_us().get() * 1000;
     ec.idle_spin_loops = knob_idle_spin().get();

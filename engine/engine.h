@@ -36,6 +36,7 @@ struct EngineConfig {
   uint64_t rto_init_ns = 5000000;
   uint32_t max_retries = 12;  // per chunk, RTO-driven
   uint32_t dup_ack_threshold = 3;
+  uint32_t path_queue = 16;  // chunks per path inside the NIC at most
   // ACK coalescing (receiver).
   uint32_t ack_every = 4;
   uint64_t ack_delay_ns = 20000;
@@ -158,7 +159,7 @@ class UcclRDMAEngine {
   void complete_tx_msg(Conn* c, TxMsg& m);
   void timers(uint64_t now);
   void check_rto(Conn* c, uint64_t now);
-  int detect_losses(Conn* c, uint64_t now, uint64_t wait_ns);
+  int detect_losses(Conn* c, uint64_t now);
   void on_rtt_sample(Conn* c, ChunkRec& ch, uint64_t rtt_ns,
                      uint64_t endpoint_ns, uint64_t now);
   void check_liveness();

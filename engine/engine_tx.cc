@@ -94,7 +94,11 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
       ++tx.retx_head;
       continue;
     }
-    const uint32_t path = tx.paths->choose();
+    uint32_t path = tx.paths->choose();
+    for (uint32_t k = 0;
+         k < npaths && c->qp_outstanding[path] >= cfg_.path_queue; ++k) {
+      path = (path + 1) % npaths;
+    }
     PathCc& pc = cc_for(tx, path);
     if (now < pc.next_send_ns) break;
     if (!post_chunk(c, csn, path, now)) break;
@@ -115,9 +119,10 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
     // send now.
     uint32_t path = tx.paths->choose();
     bool found = false;
-    for (uint32_t k = 0; k < (tx.ccs.size() == 1 ? 1 : npaths); ++k) {
+    for (uint32_t k = 0; k < npaths; ++k) {
       uint32_t p = (path + k) % npaths;
       PathCc& pc = cc_for(tx, p);
+      if (c->qp_outstanding[p] >= cfg_.path_queue) continue;
       if (pc.cc->can_send(pc.inflight, len) && now >= pc.next_send_ns) {
         path = p;
         found = true;
@@ -157,7 +162,7 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path,
   TxFlow& tx = c->tx;
   ChunkRec& ch = tx.chunk(csn);
   TxMsg& m = tx.msg(ch.msg);
-  if (c->qp_outstanding[path] + 1 >= kDataSendDepth) return false;
+  if (c->qp_outstanding[path] >= cfg_.path_queue) return false;
   Imm imm;
   imm.flow = c->peer_flow;
   imm.csn = csn;
@@ -177,7 +182,7 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path,
   // UC: signal every kSignalEvery WRs to retire SQ slots. RC: every chunk,
   // its completion is its acknowledgement.
   const uint32_t unsig = c->qp_unsignaled[path] + 1;
-  wr.signaled = cfg_.rc_mode || unsig >= kSignalEvery;
+  wr.signaled = cfg_.rc_mode || unsig >= kDataSignalEvery;
   const uint32_t batch = cfg_.rc_mode ? 1 : (wr.signaled ? unsig : 0);
   wr.wr_id = make_wr_id(WrKind::kData, c->index, path, batch, csn);
   Status st = c->qps[path]->post_send(&wr, nullptr);
@@ -245,6 +250,7 @@ void UcclRDMAEngine::on_rtt_sample(Conn* c, ChunkRec& ch, uint64_t rtt,
   (void)endpoint;
   TxFlow& tx = c->tx;
   tx.rtt.add(rtt);
+  if (tx.min_rtt_ns == 0 || rtt < tx.min_rtt_ns) tx.min_rtt_ns = rtt;
   tx.paths->on_rtt(ch.path, rtt);
   // RFC 6298 smoothing for the RTO.
   if (tx.srtt_ns == 0) {
@@ -255,8 +261,11 @@ void UcclRDMAEngine::on_rtt_sample(Conn* c, ChunkRec& ch, uint64_t rtt,
     tx.rttvar_ns = (3 * tx.rttvar_ns + err) / 4;
     tx.srtt_ns = (7 * tx.srtt_ns + rtt) / 8;
   }
-  tx.rto_ns = std::clamp(tx.srtt_ns + 4 * tx.rttvar_ns, cfg_.rto_min_ns,
-                         cfg_.rto_max_ns);
+  // RFC 6298, but never below 1.5 x srtt: steady RTTs shrink rttvar until
+  // any queueing hiccup would fire the timer spuriously.
+  tx.rto_ns =
+      std::clamp(tx.srtt_ns + std::max(4 * tx.rttvar_ns, tx.srtt_ns / 2),
+                 cfg_.rto_min_ns, cfg_.rto_max_ns);
   (void)now;
 }
 
@@ -279,7 +288,10 @@ void UcclRDMAEngine::on_ack(const AckPacket& a, uint64_t now) {
     if (ch.acked) return;
     newly_bytes += ch.len;
     ++newly_chunks;
-    tx.rack_tx_ns = std::max(tx.rack_tx_ns, ch.last_tx_ns);
+    if (ch.last_tx_ns >= tx.rack_tx_ns[ch.path] && now > ch.last_tx_ns) {
+      tx.rack_tx_ns[ch.path] = ch.last_tx_ns;
+      tx.rack_rtt_ns[ch.path] = now - ch.last_tx_ns;
+    }
     ack_chunk(c, s, now);
   };
   uint32_t highest = a.cum_ack;
@@ -339,27 +351,30 @@ void UcclRDMAEngine::on_ack(const AckPacket& a, uint64_t now) {
   // count as lost is decided by time (RACK), since sprayed paths reorder.
   (void)highest;
   if (any_sack && tx.dupacks >= cfg_.dup_ack_threshold) {
-    const uint64_t srtt = tx.srtt_ns ? tx.srtt_ns : cfg_.rto_min_ns;
-    if (detect_losses(c, now, srtt + srtt / 4) > 0) {
+    if (detect_losses(c, now) > 0) {
       for (auto& pc : tx.ccs) pc.cc->on_loss(now, false);
       trace("fast_retx", c->index, tx.snd_una, now);
     }
   }
 }
 
-int UcclRDMAEngine::detect_losses(Conn* c, uint64_t now, uint64_t wait_ns) {
-  // A hole below the highest SACKed chunk is lost when (a) a chunk sent
-  // after it was delivered and (b) it has been out for `wait_ns` (an RTT
-  // plus a reordering window): RACK-style (RFC 8985), so reordering of any
-  // depth in packets does not cause spurious retransmissions.
+int UcclRDMAEngine::detect_losses(Conn* c, uint64_t now) {
+  // RACK (RFC 8985): a hole is lost when a chunk sent after it was
+  // delivered and it has been out for that chunk's RTT plus a reordering
+  // window (min RTT / 4), so reordering of any depth in packets, and queues
+  // that swell RTTs, do not cause spurious retransmissions.
   TxFlow& tx = c->tx;
   if (!csn_lt(tx.snd_una, tx.high_sacked)) return 0;
+  const uint64_t reo_wnd = std::max<uint64_t>(tx.min_rtt_ns / 4, 20000);
   int lost = 0;
   for (uint32_t s = tx.snd_una; csn_lt(s, tx.high_sacked); ++s) {
     ChunkRec& ch = tx.chunk(s);
     if (ch.acked || ch.queued_retx) continue;
-    if (ch.last_tx_ns >= tx.rack_tx_ns || now - ch.last_tx_ns < wait_ns)
+    const uint64_t rack_tx = tx.rack_tx_ns[ch.path];
+    if (rack_tx == 0 || ch.last_tx_ns >= rack_tx ||
+        now - ch.last_tx_ns < tx.rack_rtt_ns[ch.path] + reo_wnd) {
       continue;
+    }
     enqueue_retx(tx, s);
     ++tx.fast_retx;
     ++lost;
@@ -419,16 +434,19 @@ void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
     tx.last_progress_ns = now;
     return;
   }
-  const uint64_t srtt = tx.srtt_ns ? tx.srtt_ns : cfg_.rto_min_ns;
   // ACKs stopped but SACKs showed holes: recover them without an RTO.
-  if (now - tx.last_ack_ns >= srtt && detect_losses(c, now, 2 * srtt) > 0) {
+  if (detect_losses(c, now) > 0) {
     for (auto& pc : tx.ccs) pc.cc->on_loss(now, false);
   }
   const uint64_t rto =
       tx.rto_backoff >= 20
           ? cfg_.rto_max_ns
           : std::min(cfg_.rto_max_ns, tx.rto_ns << tx.rto_backoff);
-  if (now - tx.last_progress_ns < rto) return;
+  // The oldest unacknowledged chunk has been out for an RTO (counted from
+  // its last transmission and from the last RTO), whatever other paths do.
+  const uint64_t sent =
+      std::max(tx.chunk(tx.snd_una).last_tx_ns, tx.last_progress_ns);
+  if (now - sent < rto) return;
   // Give up after max_retries consecutive RTOs without any progress.
   if (tx.rto_backoff >= cfg_.max_retries) {
     fail_conn(c, TimedOut("no acknowledgement after " +

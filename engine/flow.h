@@ -111,7 +111,12 @@ struct TxFlow {
   uint64_t srtt_ns = 0, rttvar_ns = 0, rto_ns = 0;
   uint32_t rto_backoff = 0;
   uint64_t last_progress_ns = 0;
-  uint64_t rack_tx_ns = 0;   // latest send time of any delivered chunk
+  // RACK (RFC 8985) per path: send time and RTT of the most recently sent
+  // chunk delivered on each path (a UC QP keeps order, so a later chunk
+  // delivered on the same path is evidence of loss; other paths' chunks
+  // are not), and the minimum RTT for the reordering window.
+  std::vector<uint64_t> rack_tx_ns, rack_rtt_ns;
+  uint64_t min_rtt_ns = 0;
   uint32_t high_sacked = 0;  // one past the highest SACKed CSN
   uint64_t last_ack_ns = 0;
   uint64_t inflight = 0;

@@ -53,7 +53,7 @@ Result<std::unique_ptr<CongestionControl>> make_cc(const std::string& name,
                                   mss_bytes);
   } else if (name == "swift") {
     UCCL_ASSIGN_OR_RETURN(SwiftParams p, Swift::params_from(params));
-    cc = std::make_unique<Swift>(p, mss_bytes);
+    cc = std::make_unique<Swift>(p, mss_bytes, line_rate_bps);
   } else if (name == "credit") {
     UCCL_ASSIGN_OR_RETURN(CreditParams p, CreditSender::params_from(params));
     cc = std::make_unique<CreditSender>(p, line_rate_bps);

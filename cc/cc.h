@@ -20,6 +20,9 @@ struct CcSample {
   uint32_t acked_bytes = 0;        // newly acknowledged
   uint32_t acked_packets = 0;      // same, in packets (chunks)
   uint32_t hops = 0;               // network hops of the path, 0 = unknown
+  uint32_t segment_bytes = 0;      // size of the sampled packet (chunk), 0 =
+                                   // unknown; its serialization time at line
+                                   // rate is not queueing (TIMELY, 4.1)
   bool ecn = false;                // congestion-experienced mark
 };
 

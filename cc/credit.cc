@@ -12,10 +12,12 @@ Result<CreditParams> CreditSender::params_from(const CcParams& c) {
   p.base_rtt_us = c.get("base_rtt_us", p.base_rtt_us);
   p.spec_bytes = c.get("spec_bytes", p.spec_bytes);
   p.grant_bytes = c.get("grant_bytes", p.grant_bytes);
-  if (p.base_rtt_us <= 0 || p.spec_bytes < 0 || p.grant_bytes < 1) {
+  p.bucket_us = c.get("bucket_us", p.bucket_us);
+  if (p.base_rtt_us <= 0 || p.spec_bytes < 0 || p.grant_bytes < 1 ||
+      p.bucket_us < 0) {
     return InvalidArgument(
-        "credit: need base_rtt_us>0, spec_bytes>=0, "
-        "grant_bytes>=1");
+        "credit: need base_rtt_us>0, spec_bytes>=0, grant_bytes>=1, "
+        "bucket_us>=0");
   }
   return p;
 }
@@ -46,6 +48,8 @@ PullPacer::PullPacer(const CreditParams& p, double line_rate_bps,
                      uint32_t max_flows, uint64_t now_ns)
     : rate_bytes_per_ns_(line_rate_bps / 8e9),
       grant_bytes_(p.grant_bytes),
+      bucket_(
+          std::max(2 * p.grant_bytes, line_rate_bps / 8 * p.bucket_us * 1e-6)),
       spec_(spec_of(p, line_rate_bps)),
       tokens_(p.grant_bytes),
       last_ns_(now_ns),
@@ -82,8 +86,8 @@ void PullPacer::remove_flow(uint32_t flow) {
 
 int PullPacer::poll(uint64_t now_ns, Grant* out, int max) {
   if (now_ns > last_ns_) {
-    tokens_ = std::min(grant_bytes_,
-                       tokens_ + (now_ns - last_ns_) * rate_bytes_per_ns_);
+    tokens_ =
+        std::min(bucket_, tokens_ + (now_ns - last_ns_) * rate_bytes_per_ns_);
     last_ns_ = now_ns;
   }
   int n = 0;

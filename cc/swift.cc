@@ -23,11 +23,14 @@ Result<SwiftParams> Swift::params_from(const CcParams& c) {
   p.min_cwnd = c.get("min_cwnd", p.min_cwnd);
   p.max_cwnd = c.get("max_cwnd", p.max_cwnd);
   p.init_cwnd = c.get("init_cwnd", p.init_cwnd);
+  p.target_from_min_delay =
+      c.get("target_from_min_delay", p.target_from_min_delay);
+  p.target_queue_pkts = c.get("target_queue_pkts", p.target_queue_pkts);
   p.retx_reset_threshold =
       static_cast<int>(c.get("retx_reset_threshold", p.retx_reset_threshold));
   if (p.ai <= 0 || !(p.beta > 0 && p.beta <= 1) ||
       !(p.max_mdf > 0 && p.max_mdf < 1) || p.base_target_us <= 0 ||
-      p.fs_range_us < 0 ||
+      p.fs_range_us < 0 || p.target_queue_pkts < 0 ||
       !(p.fs_min_cwnd > 0 && p.fs_min_cwnd < p.fs_max_cwnd) ||
       !(p.min_cwnd > 0 && p.min_cwnd <= p.init_cwnd &&
         p.init_cwnd <= p.max_cwnd) ||
@@ -39,8 +42,8 @@ Result<SwiftParams> Swift::params_from(const CcParams& c) {
   return p;
 }
 
-Swift::Swift(const SwiftParams& p, uint32_t mss_bytes)
-    : p_(p), mss_(mss_bytes) {
+Swift::Swift(const SwiftParams& p, uint32_t mss_bytes, double line_rate_bps)
+    : p_(p), mss_(mss_bytes), line_rate_bps_(line_rate_bps) {
   // Flow scaling: alpha/sqrt(cwnd) + beta' is fs_range at fs_min_cwnd and 0
   // at fs_max_cwnd (Swift Section 3.3).
   fs_alpha_ = p.fs_range_us /
@@ -57,6 +60,15 @@ double Swift::target_delay_us(uint32_t hops) const {
   double fs = fs_alpha_ / std::sqrt(fcwnd_) + fs_beta_;
   fs = std::clamp(fs, 0.0, p_.fs_range_us);
   return p_.base_target_us + hops * p_.hop_scale_us + fs;
+}
+
+double Swift::effective_target_us(uint32_t hops) const {
+  const double floor_us =
+      p_.target_from_min_delay != 0 && min_fabric_us_ > 0 ? min_fabric_us_ : 0;
+  const double room_us =
+      line_rate_bps_ > 0 ? p_.target_queue_pkts * mss_ * 8e6 / line_rate_bps_
+                         : 0;
+  return target_delay_us(hops) + floor_us + room_us;
 }
 
 bool Swift::can_decrease(uint64_t now_ns) const {
@@ -83,9 +95,15 @@ void Swift::on_ack(const CcSample& s) {
     }
     *w = clamp(*w);
   };
-  const double fabric_us =
-      (s.fabric_delay_ns ? s.fabric_delay_ns : s.rtt_ns) / 1000.0;
-  update(&fcwnd_, fabric_us, target_delay_us(s.hops));
+  const double ser_us =
+      line_rate_bps_ > 0 ? s.segment_bytes * 8e6 / line_rate_bps_ : 0;
+  const double fabric_us = std::max(
+      (s.fabric_delay_ns ? s.fabric_delay_ns : s.rtt_ns) / 1000.0 - ser_us,
+      0.0);
+  if (min_fabric_us_ < 0 || fabric_us < min_fabric_us_) {
+    min_fabric_us_ = fabric_us;
+  }
+  update(&fcwnd_, fabric_us, effective_target_us(s.hops));
   update(&ecwnd_, s.endpoint_delay_ns / 1000.0, p_.endpoint_target_us);
   if (decreased) {
     last_decrease_ns_ = s.now_ns;
@@ -125,7 +143,7 @@ std::string Swift::state() const {
   std::snprintf(buf, sizeof(buf),
                 "cwnd_pkts=%.3f fcwnd=%.3f ecwnd=%.3f "
                 "target_us=%.1f srtt_us=%.1f",
-                cwnd_pkts(), fcwnd_, ecwnd_, target_delay_us(last_hops_),
+                cwnd_pkts(), fcwnd_, ecwnd_, effective_target_us(last_hops_),
                 srtt_ns_ / 1000.0);
   return buf;
 }

@@ -28,11 +28,25 @@ struct SwiftParams {
   double max_cwnd = 1000;           // packets
   double init_cwnd = 10;            // packets
   int retx_reset_threshold = 5;     // RTOs in a row before cwnd = min_cwnd
+  // Ours: 1 adds the smallest fabric delay seen to the target, so delay
+  // that no queue causes (host stacks: 100+ us on the software NIC) does
+  // not read as congestion; with an absolute target below that floor every
+  // sample looks congested and flows starve. 0: the paper's absolute target.
+  double target_from_min_delay = 1;
+  // Ours: room in the target for this many of our packets serialized at
+  // line rate. The paper's packets are 4 KB at 50-100 Gb/s (< 1 us each, so
+  // its 25 us target holds dozens); an engine chunk is 64 KiB, half a
+  // millisecond at 1 Gb/s, and one flow's chunk ahead in the queue would
+  // otherwise read as congestion to every other flow. Needs the line rate.
+  double target_queue_pkts = 2;
 };
 
 class Swift final : public CongestionControl {
  public:
-  Swift(const SwiftParams& p, uint32_t mss_bytes);
+  // line_rate_bps > 0: a sample's fabric delay excludes its segment's
+  // serialization (our adaptation to chunk-sized packets; the paper's 4 KB
+  // packets at 50-100 Gb/s make it negligible).
+  Swift(const SwiftParams& p, uint32_t mss_bytes, double line_rate_bps = 0);
   static Result<SwiftParams> params_from(const CcParams& c);
 
   const char* name() const override { return "swift"; }
@@ -50,6 +64,9 @@ class Swift final : public CongestionControl {
   // Fabric target delay for the current window (us): base + hops*h +
   // clamp(alpha/sqrt(cwnd) + beta', 0, fs_range).
   double target_delay_us(uint32_t hops) const;
+  // The target applied: target_delay_us plus, with target_from_min_delay,
+  // the smallest fabric delay seen.
+  double effective_target_us(uint32_t hops) const;
   uint64_t srtt_ns() const { return srtt_ns_; }
   int retransmit_count() const { return retx_count_; }
 
@@ -59,6 +76,7 @@ class Swift final : public CongestionControl {
 
   SwiftParams p_;
   uint32_t mss_;
+  double line_rate_bps_;
   double fs_alpha_, fs_beta_;
   double fcwnd_, ecwnd_;
   uint64_t srtt_ns_ = 0;
@@ -66,6 +84,7 @@ class Swift final : public CongestionControl {
   bool decreased_ever_ = false;
   int retx_count_ = 0;
   uint32_t last_hops_ = 0;
+  double min_fabric_us_ = -1;  // smallest fabric delay sampled
 };
 
 }  // namespace uccl::cc

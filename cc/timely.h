@@ -29,6 +29,11 @@ struct TimelyParams {
   // Window on top of the rate (ours): at most rate x window_rtts x RTT
   // in flight, so a stalled receiver cannot make the flow queue unbounded.
   double window_rtts = 2;
+  // Ours: 1 measures the RTT above the smallest seen (T_low, T_high and the
+  // patched reference then count from it), so host delay no queue causes
+  // (100+ us through the software NIC, vs the paper's NIC timestamps) does
+  // not hold every flow at min_rate. 0: the paper's absolute thresholds.
+  double thresholds_from_min_rtt = 1;
 };
 
 class Timely final : public CongestionControl {
@@ -55,11 +60,14 @@ class Timely final : public CongestionControl {
   TimelyParams p_;
   bool patched_;
   uint32_t mss_;
+  double line_rate_bps_;
   double max_rate_;
   double rate_bps_;
   double prev_rtt_us_ = 0;
   double rtt_diff_us_ = 0;
   double last_rtt_us_ = 0;
+  double floor_rtt_us_ = -1;  // smallest RTT seen (thresholds_from_min_rtt)
+  double last_raw_rtt_us_ = 0;
   int neg_count_ = 0;
 };
 

@@ -243,7 +243,7 @@ void UcclRDMAEngine::run() {
       int n = pacer_->poll(now, g, 16);
       for (int i = 0; i < n; ++i) {
         Conn* c = conns_[g[i].flow].get();
-        if (c && c->established) c->rx.credit_pending += g[i].bytes;
+        if (c && c->established) c->rx.credit_granted += g[i].bytes;
       }
     }
     if (now >= next_timer_ns_) {
@@ -398,6 +398,10 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
     cq.max_send_wr = kCtrlSendDepth;
     cq.max_inline_data = 256;
     cq.own_source_port = false;
+    // Descriptors and ACK requests must outlive any overload of the path
+    // (the engine's own liveness check finds dead peers): 16 ms doubling
+    // over 7 retries on the software NIC is about 4 s.
+    cq.rc.timeout = 12;
     auto qp = dev_->create_qp(cq);
     if (qp.ok()) {
       s->ctrl = (*qp)->local_info();
@@ -842,6 +846,16 @@ void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len) {
     maybe_send_ack(c, clock_->now_ns(), true);
     return;
   }
+  if (m.type == static_cast<uint32_t>(CtrlType::kPullReq) &&
+      len >= offsetof(CtrlMsg, bufs)) {
+    // Bounded by what could be in flight, so a peer cannot inflate the
+    // demand (and take every other flow's share of the pull pacer).
+    const uint64_t cap = uint64_t{kMaxChunksInFlight} * cfg_.chunk_bytes * 2;
+    if (pacer_ && m.read_len > 0) {
+      pacer_->add_demand(c->index, std::min(m.read_len, cap), false);
+    }
+    return;
+  }
   if (m.n < 1 || m.n > kMaxRecvsPerRequest || m.slot >= Imm::kSlots ||
       len < offsetof(CtrlMsg, bufs) + m.n * sizeof(RecvBuf)) {
     ++protocol_errors_;
@@ -891,11 +905,9 @@ void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len) {
 void UcclRDMAEngine::maybe_send_ack(Conn* c, uint64_t now, bool force) {
   RxFlow& rx = c->rx;
   if (!c->established || c->failed) return;
-  if (rx.unacked == 0 && !rx.ack_now && rx.credit_pending == 0 && !force) {
-    return;
-  }
-  if (!force && !rx.ack_now && rx.credit_pending == 0 &&
-      rx.unacked < cfg_.ack_every &&
+  const bool new_credit = rx.credit_granted != rx.credit_acked;
+  if (rx.unacked == 0 && !rx.ack_now && !new_credit && !force) return;
+  if (!force && !rx.ack_now && !new_credit && rx.unacked < cfg_.ack_every &&
       now - rx.first_unacked_ns < cfg_.ack_delay_ns) {
     return;
   }
@@ -909,7 +921,7 @@ void UcclRDMAEngine::maybe_send_ack(Conn* c, uint64_t now, bool force) {
     if (rx.at(rx.rcv_cum + 1 + i).valid) a.sack[i / 64] |= 1ull << (i % 64);
   }
   a.rx_delay_ns = now > rx.trigger_arrival_ns ? now - rx.trigger_arrival_ns : 0;
-  a.credit_bytes = rx.credit_pending;
+  a.credit_bytes = rx.credit_granted;
   a.nonce_lo = c->nonce_lo;
   Sge sge{reinterpret_cast<uint64_t>(&a), sizeof(a), 0};
   SendWr wr;
@@ -929,7 +941,7 @@ void UcclRDMAEngine::maybe_send_ack(Conn* c, uint64_t now, bool force) {
                    << " trigger " << a.trigger_csn;
   rx.unacked = 0;
   rx.ack_now = false;
-  rx.credit_pending = 0;
+  rx.credit_acked = rx.credit_granted;
   ++rx.acks_tx;
 }
 
@@ -963,8 +975,16 @@ void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
     if (conns_[conn]) add(conns_[conn].get());
     return;
   }
+  // Engine totals; the CC state shown is the flow that sent the most.
+  Conn* busiest = nullptr;
   for (auto& c : conns_) {
-    if (c) add(c.get());
+    if (!c) continue;
+    add(c.get());
+    if (!busiest || c->tx.tx_bytes > busiest->tx.tx_bytes) busiest = c.get();
+  }
+  if (busiest && !busiest->tx.ccs.empty()) {
+    out->cc_state = "flow " + std::to_string(busiest->index) + " " +
+                    busiest->tx.ccs[0].cc->state();
   }
 }
 

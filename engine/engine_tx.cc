@@ -22,15 +22,26 @@ PathCc& cc_for(TxFlow& tx, uint32_t path) {
 }
 
 void pace(PathCc& pc, uint32_t bytes, uint64_t now) {
-  uint64_t gap = pc.cc->pacing_gap_ns(bytes);
-  if (gap) pc.next_send_ns = std::max(pc.next_send_ns, now) + gap;
+  pc.last_send_ns = now;
+  pc.last_bytes = std::max<uint32_t>(bytes, 1);
 }
 
+void leave_pipe(TxFlow& tx, ChunkRec& ch) {
+  if (!ch.in_pipe) return;
+  ch.in_pipe = false;
+  PathCc& pc = cc_for(tx, ch.path);
+  pc.inflight -= std::min<uint64_t>(pc.inflight, ch.len);
+  tx.inflight -= std::min<uint64_t>(tx.inflight, ch.len);
+}
+
+// Declares `csn` lost: it leaves the pipe and waits to be sent again.
 void enqueue_retx(TxFlow& tx, uint32_t csn) {
   ChunkRec& ch = tx.chunk(csn);
   if (ch.queued_retx || tx.retx_tail - tx.retx_head >= kRetxRing) return;
   ch.queued_retx = true;
   tx.retx[tx.retx_tail++ % kRetxRing] = csn;
+  leave_pipe(tx, ch);
+  tx.pull_bytes += ch.len;
 }
 
 }  // namespace
@@ -83,27 +94,77 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
   TxFlow& tx = c->tx;
   const uint32_t npaths = static_cast<uint32_t>(c->qps.size());
   int sent = 0;
-  // Retransmissions first. They replace bytes already counted in flight,
-  // so only pacing applies to them, not the window (or credit).
+  // cc=credit: ask the receiver to pull what we are about to resend (its
+  // grants covered the first copies only).
+  if (tx.pull_bytes && pacer_) {
+    CtrlMsg pull;
+    std::memset(&pull, 0, sizeof(pull));
+    pull.type = static_cast<uint32_t>(CtrlType::kPullReq);
+    pull.read_len = tx.pull_bytes;
+    send_ctrl(c, pull);
+    if (c->failed) return 0;
+  }
+  tx.pull_bytes = 0;
+  // A path that may carry `len` bytes now: the power-of-two choice, else
+  // any path with room in its queue, window (or credit) and pacing.
+  auto pick_path = [&](uint32_t len, uint32_t* out) {
+    const uint32_t first = tx.paths->choose();
+    for (uint32_t k = 0; k < npaths; ++k) {
+      const uint32_t p = (first + k) % npaths;
+      PathCc& pc = cc_for(tx, p);
+      if (c->qp_outstanding[p] >= cfg_.path_queue) continue;
+      if (pc.cc->can_send(pc.inflight, len) && pc.paced_ok(now)) {
+        *out = p;
+        return true;
+      }
+    }
+    return false;
+  };
+  // The RTO's resend of the oldest chunk goes at once, whatever the window
+  // or pacing say (TCP's loss window of one segment): a controller that
+  // paces slower than the RTO backs off would otherwise fail the flow.
+  if (tx.rto_urgent) {
+    ChunkRec& ch = tx.chunk(tx.snd_una);
+    if (!tx.has_unacked() || ch.acked || !ch.queued_retx) {
+      tx.rto_urgent = false;
+    } else {
+      for (uint32_t p = 0; p < npaths; ++p) {
+        if (c->qp_outstanding[p] >= cfg_.path_queue) continue;
+        if (!post_chunk(c, tx.snd_una, static_cast<uint16_t>(p), now)) break;
+        tx.rto_urgent = false;
+        ch.queued_retx = false;  // its entry in the ring is skipped
+        PathCc& pc = cc_for(tx, p);
+        ch.in_pipe = true;
+        pc.inflight += ch.len;
+        tx.inflight += ch.len;
+        pc.cc->on_send(now, ch.len);
+        pace(pc, ch.len, now);
+        ++sent;
+        break;
+      }
+    }
+  }
+  // Retransmissions; lost chunks left the pipe, so they obey the window,
+  // credit and pacing as new data does.
   while (tx.retx_head != tx.retx_tail &&
          sent < static_cast<int>(kChunksPerTransmit)) {
     const uint32_t csn = tx.retx[tx.retx_head % kRetxRing];
     ChunkRec& ch = tx.chunk(csn);
-    if (csn_lt(csn, tx.snd_una) || ch.acked) {
+    if (csn_lt(csn, tx.snd_una) || ch.acked || !ch.queued_retx) {
       ch.queued_retx = false;
       ++tx.retx_head;
       continue;
     }
-    uint32_t path = tx.paths->choose();
-    for (uint32_t k = 0;
-         k < npaths && c->qp_outstanding[path] >= cfg_.path_queue; ++k) {
-      path = (path + 1) % npaths;
-    }
-    PathCc& pc = cc_for(tx, path);
-    if (now < pc.next_send_ns) break;
-    if (!post_chunk(c, csn, path, now)) break;
+    uint32_t path;
+    if (!pick_path(ch.len, &path)) break;
+    if (!post_chunk(c, csn, static_cast<uint16_t>(path), now)) break;
     ch.queued_retx = false;
     ++tx.retx_head;
+    PathCc& pc = cc_for(tx, path);
+    ch.in_pipe = true;
+    pc.inflight += ch.len;
+    tx.inflight += ch.len;
+    pc.cc->on_send(now, ch.len);
     pace(pc, ch.len, now);
     ++sent;
   }
@@ -115,21 +176,8 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
     const uint32_t len = m.trunc ? 0
                                  : static_cast<uint32_t>(std::min<uint64_t>(
                                        cfg_.chunk_bytes, m.len - m.next_off));
-    // Power of two choices; with per-path CC fall back to any path that may
-    // send now.
-    uint32_t path = tx.paths->choose();
-    bool found = false;
-    for (uint32_t k = 0; k < npaths; ++k) {
-      uint32_t p = (path + k) % npaths;
-      PathCc& pc = cc_for(tx, p);
-      if (c->qp_outstanding[p] >= cfg_.path_queue) continue;
-      if (pc.cc->can_send(pc.inflight, len) && now >= pc.next_send_ns) {
-        path = p;
-        found = true;
-        break;
-      }
-    }
-    if (!found) break;  // window, credit or pacing says wait
+    uint32_t path;
+    if (!pick_path(len, &path)) break;  // window, credit or pacing says wait
     PathCc& pc = cc_for(tx, path);
     const uint32_t csn = tx.snd_nxt;
     ChunkRec& ch = tx.chunk(csn);
@@ -138,7 +186,8 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
     ch.len = len;
     ch.off = m.next_off;
     ch.last = m.trunc || m.next_off + len >= m.len;
-    if (!post_chunk(c, csn, path, now)) break;
+    if (!post_chunk(c, csn, static_cast<uint16_t>(path), now)) break;
+    ch.in_pipe = true;
     ++tx.snd_nxt;
     m.next_off += len;
     ++m.chunks_sent;
@@ -215,9 +264,7 @@ void UcclRDMAEngine::ack_chunk(Conn* c, uint32_t csn, uint64_t now) {
   ChunkRec& ch = tx.chunk(csn);
   if (ch.acked) return;
   ch.acked = true;
-  PathCc& pc = cc_for(tx, ch.path);
-  pc.inflight -= std::min<uint64_t>(pc.inflight, ch.len);
-  tx.inflight -= std::min<uint64_t>(tx.inflight, ch.len);
+  leave_pipe(tx, ch);
   TxMsg& m = tx.msg(ch.msg);
   ++m.chunks_acked;
   if (m.all_chunked && m.chunks_acked == m.chunks_total && !m.done) {
@@ -280,7 +327,10 @@ void UcclRDMAEngine::on_ack(const AckPacket& a, uint64_t now) {
   ++tx.acks_rx;
   VLOG(kVlogChunk) << "conn " << c->index << " got ack cum " << a.cum_ack
                    << " una " << tx.snd_una << " nxt " << tx.snd_nxt;
-  if (a.credit_bytes) tx.ccs[0].cc->on_credit(a.credit_bytes);
+  if (a.credit_bytes > tx.credit_seen) {  // cumulative: ACKs may be lost
+    tx.ccs[0].cc->on_credit(a.credit_bytes - tx.credit_seen);
+    tx.credit_seen = a.credit_bytes;
+  }
   // Acknowledgement (UC mode; RC acknowledges through send completions).
   uint32_t newly_bytes = 0, newly_chunks = 0;
   auto ack = [&](uint32_t s) {
@@ -288,7 +338,13 @@ void UcclRDMAEngine::on_ack(const AckPacket& a, uint64_t now) {
     if (ch.acked) return;
     newly_bytes += ch.len;
     ++newly_chunks;
-    if (ch.last_tx_ns >= tx.rack_tx_ns[ch.path] && now > ch.last_tx_ns) {
+    // RACK's clock advances only on unambiguous deliveries: an ACK for a
+    // retransmitted chunk sooner than the min RTT is for an earlier copy
+    // (RFC 8985, 6.2 step 2); taking it would declare everything sent on
+    // this path before the retransmission lost.
+    const bool ambiguous = ch.retx > 0 && now - ch.last_tx_ns < tx.min_rtt_ns;
+    if (!ambiguous && ch.last_tx_ns >= tx.rack_tx_ns[ch.path] &&
+        now > ch.last_tx_ns) {
       tx.rack_tx_ns[ch.path] = ch.last_tx_ns;
       tx.rack_rtt_ns[ch.path] = now - ch.last_tx_ns;
     }
@@ -342,6 +398,7 @@ void UcclRDMAEngine::on_ack(const AckPacket& a, uint64_t now) {
       s.fabric_delay_ns = rtt - endpoint;
       s.acked_bytes = newly_bytes ? newly_bytes : ch.len;
       s.acked_packets = newly_chunks ? newly_chunks : 1;
+      s.segment_bytes = ch.len;
       cc_for(tx, ch.path).cc->on_ack(s);
     }
   }
@@ -455,12 +512,19 @@ void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
     return;
   }
   ++tx.rtos;
-  // Like TCP: resend the oldest unacknowledged chunk only; SACK-based loss
-  // detection recovers the rest once it is acknowledged. Resending
-  // everything would bury a slow receiver under duplicates.
-  if (!tx.chunk(tx.snd_una).acked) {
-    enqueue_retx(tx, tx.snd_una);
-    ++tx.rto_retx;
+  // RACK on RTO (RFC 8985, 6.3): the oldest chunk and every chunk out for
+  // longer than an RTT plus the reordering window are lost. (Resending only
+  // the oldest recovers a lost window one RTO per chunk.) They left the
+  // pipe, so the window paces their resending.
+  const uint64_t reo_wnd = std::max<uint64_t>(tx.min_rtt_ns / 4, 20000);
+  for (uint32_t s = tx.snd_una; s != tx.snd_nxt; ++s) {
+    ChunkRec& ch = tx.chunk(s);
+    if (ch.acked || ch.queued_retx) continue;
+    const uint64_t rtt = std::max(tx.srtt_ns, tx.rack_rtt_ns[ch.path]);
+    if (s == tx.snd_una || now - ch.last_tx_ns >= rtt + reo_wnd) {
+      enqueue_retx(tx, s);
+      ++tx.rto_retx;
+    }
   }
   // The receiver may have completed the message and dropped our resends at
   // its NIC (the receive's window is gone): ask for an ACK reliably.
@@ -469,6 +533,7 @@ void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
   probe.type = static_cast<uint32_t>(CtrlType::kAckReq);
   send_ctrl(c, probe);
   for (auto& pc : tx.ccs) pc.cc->on_loss(now, true);
+  tx.rto_urgent = true;
   tx.dupacks = 0;
   ++tx.rto_backoff;
   tx.last_progress_ns = now;

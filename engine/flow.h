@@ -81,12 +81,25 @@ struct ChunkRec {
   bool last;
   bool queued_retx;
   bool rtt_sampled;
+  // Counted in the flow's (and its path's) bytes in flight. A chunk declared
+  // lost leaves the pipe (RFC 6675 "pipe") until it is sent again, so
+  // retransmissions obey the window like new data.
+  bool in_pipe;
 };
 
 struct PathCc {
   std::unique_ptr<cc::CongestionControl> cc;
   uint64_t inflight = 0;
-  uint64_t next_send_ns = 0;
+  // Pacing: the last send's time and size. The next may leave once the
+  // controller's *current* gap for those bytes has passed, so a window that
+  // grows (an ACK) shortens a wait that was set when it was small.
+  uint64_t last_send_ns = 0;
+  uint32_t last_bytes = 0;
+
+  bool paced_ok(uint64_t now) const {
+    return last_bytes == 0 ||
+           now >= last_send_ns + cc->pacing_gap_ns(last_bytes);
+  }
 };
 
 struct TxFlow {
@@ -110,6 +123,7 @@ struct TxFlow {
   uint32_t dupacks = 0;
   uint64_t srtt_ns = 0, rttvar_ns = 0, rto_ns = 0;
   uint32_t rto_backoff = 0;
+  bool rto_urgent = false;  // resend snd_una now, past window and pacing
   uint64_t last_progress_ns = 0;
   // RACK (RFC 8985) per path: send time and RTT of the most recently sent
   // chunk delivered on each path (a UC QP keeps order, so a later chunk
@@ -121,6 +135,10 @@ struct TxFlow {
   uint64_t last_ack_ns = 0;
   uint64_t inflight = 0;
   uint64_t max_inflight = 0;
+  // cc=credit: the receiver's cumulative grant last seen, and bytes declared
+  // lost whose resend the receiver has not been asked to pull yet.
+  uint64_t credit_seen = 0;
+  uint64_t pull_bytes = 0;
   // Statistics.
   Histogram rtt;
   uint64_t tx_bytes = 0, tx_chunks = 0;
@@ -169,7 +187,9 @@ struct RxFlow {
   uint32_t trigger_csn = 0;
   uint64_t trigger_arrival_ns = 0;
   bool ack_now = false;
-  uint64_t credit_pending = 0;
+  // cc=credit: granted so far (cumulative) and the value last sent in an ACK.
+  uint64_t credit_granted = 0;
+  uint64_t credit_acked = 0;
   bool demand_started = false;  // cc=credit: first demand is speculative
   // Statistics.
   uint64_t rx_bytes = 0, rx_chunks = 0, duplicates = 0, acks_tx = 0;

@@ -59,6 +59,9 @@ enum class CtrlType : uint32_t {
   kAckReq = 3,    // the sender's RTO fired: send it an ACK now (n = 0). The
                   // chunks it resends may be dropped by the NIC (their receive
                   // already completed), so they cannot elicit one themselves.
+  kPullReq = 4,   // cc=credit: the sender will resend read_len bytes it
+                  // declared lost; the receiver adds them to the flow's
+                  // demand so its pull pacer grants credit for them (n = 0).
 };
 
 struct RecvBuf {
@@ -98,7 +101,8 @@ struct AckPacket {
   uint32_t trigger_csn;       // the chunk whose arrival sent this ACK
   uint64_t sack[kSackWords];  // bit i: cum_ack + 1 + i arrived
   uint64_t rx_delay_ns;       // trigger chunk's arrival -> this ACK (endpoint)
-  uint64_t credit_bytes;      // receiver-driven credit granted (cc=credit)
+  uint64_t credit_bytes;      // cc=credit: credit granted on this flow so far
+                              // (cumulative, so a lost ACK loses no credit)
   uint32_t nonce_lo;          // low bits of the connection's nonce
   uint32_t pad;
 };

@@ -54,11 +54,18 @@ DEFINE_double(loss, 0.0, "Inject this packet loss probability on transmit.");
 DEFINE_string(fault_tx, "", "Transmit fault spec (see UCCL_FAULT_TX).");
 DEFINE_string(fault_rx, "", "Receive fault spec (see UCCL_FAULT_RX).");
 DEFINE_uint64(fault_seed, 1, "Fault injection seed.");
+DEFINE_double(link_gbps, 0,
+              "Line rate the congestion control assumes, Gb/s (credit grants "
+              "at it; 0: the device's link speed). Set it to a bottleneck's "
+              "rate.");
 DEFINE_double(nic_rate_gbps, 0,
               "Software NIC line-rate limit, Gb/s (0: none).");
 DEFINE_double(connect_timeout_s, 10, "Client: give up connecting after this.");
 DEFINE_uint64(seed, 42, "Data pattern seed.");
 DEFINE_bool(json, false, "Also print the summary as one JSON line.");
+DEFINE_bool(flow_stats, false,
+            "Print each flow's transport statistics (CC state, RTT, "
+            "retransmissions) in the summary.");
 
 namespace {
 
@@ -119,8 +126,9 @@ struct Slot {
 struct Flow {
   ConnId conn = 0;
   std::vector<Slot> tx, rx;
-  uint64_t tx_next = 0, rx_next = 0;  // next request number to post
-  uint64_t tx_head = 0, rx_head = 0;  // oldest outstanding (FIFO order)
+  uint64_t tx_next = 0, rx_next = 0;    // next request number to post
+  uint64_t tx_head = 0, rx_head = 0;    // oldest outstanding (FIFO order)
+  uint64_t tx_bytes = 0, rx_bytes = 0;  // completed
 };
 
 class Runner {
@@ -257,6 +265,7 @@ void Runner::complete_recv(uint32_t f, Slot& s) {
   }
   for (uint32_t m = 0; m < p_.nmsg; ++m) {
     rx_bytes_ += r.size(m);
+    fl_[f].rx_bytes += r.size(m);
     ++rx_msgs_;
     if (r.size(m) != p_.msize) {
       ++errors_;
@@ -288,6 +297,7 @@ void Runner::complete_send(uint32_t f, Slot& s) {
       fail(s.reqs[m].status(), "send on flow " + std::to_string(f));
     }
     tx_bytes_ += s.reqs[m].size(0);
+    fl_[f].tx_bytes += s.reqs[m].size(0);
     ++tx_msgs_;
   }
   s.posted = false;
@@ -558,6 +568,39 @@ int Runner::finish(double secs, const std::vector<double>* lat_us) {
   std::printf("  %-10s %14llu %10llu %10.2f\n", "received",
               static_cast<unsigned long long>(rx_bytes_),
               static_cast<unsigned long long>(rx_msgs_), gbps_rx);
+  // Per-flow rates and Jain's fairness index, in the direction that moved
+  // data (tx on the client in tpt).
+  if (fl_.size() > 1 && p_.perftype != kLat && secs > 0) {
+    const bool by_tx = tx_bytes_ >= rx_bytes_;
+    double sum = 0, sq = 0;
+    std::string list;
+    for (const Flow& f : fl_) {
+      const double g = (by_tx ? f.tx_bytes : f.rx_bytes) * 8 / secs / 1e9;
+      sum += g;
+      sq += g * g;
+      char b[32];
+      std::snprintf(b, sizeof(b), " %.2f", g);
+      list += b;
+    }
+    const double jain = sq > 0 ? sum * sum / (fl_.size() * sq) : 1.0;
+    std::printf("  per-flow Gb/s (%s):%s  Jain's index %.3f\n",
+                by_tx ? "sent" : "received", list.c_str(), jain);
+  }
+  if (FLAGS_flow_stats) {
+    for (size_t i = 0; i < fl_.size(); ++i) {
+      auto st = ep_->conn_stats(fl_[i].conn);
+      if (!st.ok()) continue;
+      std::printf(
+          "  flow %zu: rtt p50/p99 %.0f/%.0f us, retx fast %llu rto %llu "
+          "(%llu timeouts), max in flight %llu B, %s\n",
+          i, st->rtt_p50_ns / 1e3, st->rtt_p99_ns / 1e3,
+          static_cast<unsigned long long>(st->fast_retransmits),
+          static_cast<unsigned long long>(st->rto_retransmits),
+          static_cast<unsigned long long>(st->rtos),
+          static_cast<unsigned long long>(st->max_inflight_bytes),
+          st->cc_state.c_str());
+    }
+  }
   std::printf(
       "  peer: sent %llu bytes / %llu messages, received %llu bytes / "
       "%llu messages, %llu errors\n",
@@ -709,6 +752,8 @@ EndpointConfig config_from_flags() {
   c.fault_rx = FLAGS_fault_rx;
   c.fault_seed = FLAGS_fault_seed;
   c.nic_rate_gbps = FLAGS_nic_rate_gbps > 0 ? FLAGS_nic_rate_gbps : -1;
+  if (FLAGS_link_gbps < 0) die(kExitUsage, "--link_gbps must be >= 0");
+  c.link_gbps = FLAGS_link_gbps;
   return c;
 }
 

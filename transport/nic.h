@@ -145,7 +145,8 @@ static_assert(sizeof(QpInfo) == 40, "QpInfo is exchanged on the wire");
 
 // RC timers, in verbs' encodings (timeout: 4.096 us * 2^timeout).
 struct RcAttrs {
-  uint8_t timeout = 14;        // ~67 ms on hardware; software NIC: see udp/
+  uint8_t timeout = 14;        // ~67 ms; the software NIC doubles it per
+                               // retry (up to 64x), see udp/soft_qp.cc
   uint8_t retry_cnt = 7;       // retransmissions before kRetryExceeded
   uint8_t rnr_retry = 7;       // 7 = retry forever
   uint8_t min_rnr_timer = 12;  // 0.64 ms
@@ -274,6 +275,10 @@ struct DeviceInfo {
   std::string ip;       // software NIC: address it binds
   uint64_t link_speed_mbps = 0;
   uint32_t mtu_bytes = 0;  // largest message payload per packet
+  // Header bytes each packet adds on the wire around mtu_bytes of payload
+  // (link, network, transport); pacing to a line rate in payload bytes uses
+  // mtu / (mtu + this).
+  uint32_t wire_overhead_bytes = 0;
   int numa_node = -1;
   std::string pci_path;  // "" when unknown/virtual
   uint64_t guid = 0;

@@ -21,6 +21,13 @@ namespace {
 constexpr double kLine = 100e9;
 constexpr uint32_t kMss = 4096;
 
+// The paper's absolute thresholds (the properties below are the paper's).
+TimelyParams paper_timely() {
+  TimelyParams p;
+  p.thresholds_from_min_rtt = 0;
+  return p;
+}
+
 CcSample rtt_sample(uint64_t now_ns, double rtt_us) {
   CcSample s;
   s.now_ns = now_ns;
@@ -32,7 +39,7 @@ CcSample rtt_sample(uint64_t now_ns, double rtt_us) {
 }
 
 TEST(TimelyTest, IncreasesAdditivelyBelowTlow) {
-  TimelyParams p;
+  TimelyParams p = paper_timely();
   Timely t(p, false, kLine, kMss);
   t.set_rate_for_testing(10e9);
   t.on_ack(rtt_sample(1000, 30));
@@ -42,7 +49,7 @@ TEST(TimelyTest, IncreasesAdditivelyBelowTlow) {
 }
 
 TEST(TimelyTest, DecreasesAboveThighByThighOverRtt) {
-  TimelyParams p;
+  TimelyParams p = paper_timely();
   Timely t(p, false, kLine, kMss);
   t.set_rate_for_testing(10e9);
   t.on_ack(rtt_sample(1000, 1000));  // 2x Thigh
@@ -50,7 +57,7 @@ TEST(TimelyTest, DecreasesAboveThighByThighOverRtt) {
 }
 
 TEST(TimelyTest, GradientDecidesBetweenThresholds) {
-  TimelyParams p;
+  TimelyParams p = paper_timely();
   Timely t(p, false, kLine, kMss);
   t.set_rate_for_testing(10e9);
   t.on_ack(rtt_sample(1000, 100));
@@ -63,7 +70,7 @@ TEST(TimelyTest, GradientDecidesBetweenThresholds) {
 }
 
 TEST(TimelyTest, EntersHaiAfterNNegativeGradients) {
-  TimelyParams p;
+  TimelyParams p = paper_timely();
   Timely t(p, false, kLine, kMss);
   t.set_rate_for_testing(5e9);
   double rtt = 400;
@@ -86,7 +93,7 @@ TEST(TimelyTest, EntersHaiAfterNNegativeGradients) {
 }
 
 TEST(TimelyTest, RespectsRateBounds) {
-  TimelyParams p;
+  TimelyParams p = paper_timely();
   p.min_rate_bps = 1e9;
   Timely t(p, false, kLine, kMss);
   EXPECT_DOUBLE_EQ(t.rate_bps(), kLine);  // starts at line rate
@@ -97,7 +104,7 @@ TEST(TimelyTest, RespectsRateBounds) {
 }
 
 TEST(TimelyPatchedTest, WeightingFunctionOfTheGradient) {
-  TimelyParams p;
+  TimelyParams p = paper_timely();
   // Strongly falling RTT (g <= -1/4): w = 0, rate -> delta + rate... i.e.
   // additive increase by delta.
   Timely t(p, true, kLine, kMss);
@@ -115,7 +122,7 @@ TEST(TimelyPatchedTest, WeightingFunctionOfTheGradient) {
 }
 
 TEST(TimelyPatchedTest, UniqueFixedPointAtReferenceRtt) {
-  TimelyParams p;
+  TimelyParams p = paper_timely();
   // With a flat RTT (g = 0, w = 1/2): below rtt_ref rates rise, above they
   // fall, at rtt_ref they settle at delta/(beta*...)-independent equality:
   // two flows at different rates see the same RTT and move towards each
@@ -145,6 +152,7 @@ SwiftParams swift_params() {
   p.base_target_us = 20;
   p.fs_range_us = 20;
   p.hop_scale_us = 2;
+  p.target_from_min_delay = 0;  // the paper's absolute target
   return p;
 }
 
@@ -216,6 +224,54 @@ TEST(SwiftTest, ResetsAfterRepeatedTimeouts) {
   EXPECT_EQ(s.retransmit_count(), 0);
 }
 
+// TIMELY's RTT leaves out the segment's serialization at line rate, and by
+// default the host delay floor (smallest RTT seen).
+TEST(TimelyTest, SerializationAndHostFloorAreNotQueueing) {
+  TimelyParams p = paper_timely();
+  const uint32_t seg = 65536;
+  Timely t(p, false, 1e9, seg);  // 64 KiB at 1 Gb/s: 524 us on the wire
+  t.set_rate_for_testing(0.5e9);
+  CcSample s = rtt_sample(1000, 524.288 + 30);
+  s.segment_bytes = seg;
+  t.on_ack(s);
+  EXPECT_DOUBLE_EQ(t.rate_bps(), 0.5e9 + p.add_rate_bps) << "30 us < T_low";
+
+  TimelyParams f;  // default: thresholds count from the smallest RTT
+  Timely u(f, false, kLine, kMss);
+  u.set_rate_for_testing(10e9);
+  u.on_ack(rtt_sample(1000, 300));  // the host floor: no queue
+  u.on_ack(rtt_sample(2000, 320));  // 20 us above it: below T_low
+  EXPECT_DOUBLE_EQ(u.rate_bps(), 10e9 + 2 * f.add_rate_bps);
+  u.on_ack(rtt_sample(3000, 300 + 1000));  // 1000 us above: > T_high
+  EXPECT_NEAR(u.rate_bps(),
+              (10e9 + 2 * f.add_rate_bps) * (1 - f.beta * (1 - 500.0 / 1000)),
+              1);
+  // The window still covers the whole RTT.
+  EXPECT_GE(u.cwnd_bytes(), u.rate_bps() / 8 * 1300e-6 * f.window_rtts - 1);
+}
+
+// The target Swift applies adds the delay floor and room for our packets.
+TEST(SwiftTest, TargetCountsFromFloorAndLeavesRoomForPackets) {
+  SwiftParams p = swift_params();
+  p.target_from_min_delay = 1;
+  p.target_queue_pkts = 2;
+  const uint32_t seg = 65536;
+  Swift s(p, seg, 1e9);  // a 64 KiB packet is 524 us at 1 Gb/s
+  const double room = 2 * 524.288;
+  EXPECT_NEAR(s.effective_target_us(0), s.target_delay_us(0) + room, 1e-6);
+  CcSample a = rtt_sample(1000, 524.288 + 150);  // 150 us of host delay
+  a.segment_bytes = seg;
+  s.on_ack(a);
+  EXPECT_NEAR(s.effective_target_us(0), s.target_delay_us(0) + room + 150,
+              1e-6);
+  // One other packet of ours ahead in the queue (524 us) is no congestion.
+  const double w = s.fabric_cwnd();
+  CcSample b = rtt_sample(2000, 524.288 + 150 + 524.288);
+  b.segment_bytes = seg;
+  s.on_ack(b);
+  EXPECT_GT(s.fabric_cwnd(), w);
+}
+
 TEST(SwiftTest, EndpointWindowSeesOnlyEndpointDelay) {
   SwiftParams p = swift_params();
   p.endpoint_target_us = 50;
@@ -241,10 +297,30 @@ TEST(CreditTest, PullPacerNeverExceedsLineRate) {
     if (rng() % 4 == 0) pacer.add_demand(rng() % 64, rng() % 200000, false);
     int n = pacer.poll(t, g, 16);
     for (int i = 0; i < n; ++i) granted += g[i].bytes;
-    ASSERT_LE(static_cast<double>(granted), rate / 8e9 * t + p.grant_bytes)
+    ASSERT_LE(static_cast<double>(granted),
+              rate / 8e9 * t + pacer.bucket_bytes())
         << "at " << t << " ns";
   }
   EXPECT_GT(granted, 0u);
+}
+
+// A late poll may grant up to the bucket (200 us of line rate by default,
+// at least two grants) at once, and no more.
+TEST(CreditTest, BucketBoundsTheBurstAfterALatePoll) {
+  CreditParams p;
+  p.grant_bytes = 10000;
+  PullPacer pacer(p, 10e9, 4, 0);  // 200 us at 10 Gb/s = 250 KB
+  EXPECT_DOUBLE_EQ(pacer.bucket_bytes(), 250000);
+  pacer.add_demand(0, 10000000, false);
+  PullPacer::Grant g[64];
+  int n = pacer.poll(10000000, g, 64);  // 10 ms late
+  uint64_t bytes = 0;
+  for (int i = 0; i < n; ++i) bytes += g[i].bytes;
+  EXPECT_EQ(bytes, 250000u);
+  CreditParams q;
+  q.grant_bytes = 65536;
+  PullPacer slow(q, 1e9, 4, 0);  // 200 us at 1 Gb/s is less than 2 grants
+  EXPECT_DOUBLE_EQ(slow.bucket_bytes(), 2 * 65536);
 }
 
 TEST(CreditTest, SpeculativeCreditForNewFlowsAndRoundRobin) {

@@ -19,6 +19,9 @@ struct FaultCase {
   bool tx_only;        // loss rates are per packet: apply them once
 };
 
+// Readable parameter names in gtest/ctest output.
+void PrintTo(const FaultCase& c, std::ostream* os) { *os << c.spec; }
+
 class FaultTest : public ::testing::TestWithParam<std::tuple<bool, FaultCase>> {
 };
 

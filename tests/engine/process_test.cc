@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "tests/child_process.h"
 #include "tests/engine/engine_test_util.h"
 #include "util/clock.h"
 
@@ -23,7 +24,7 @@ template <typename F>
 pid_t spawn(F body, int* pipe_read_end) {
   int fds[2];
   EXPECT_EQ(pipe(fds), 0);
-  pid_t pid = fork();
+  pid_t pid = fork_child();
   if (pid == 0) {
     close(fds[0]);
     int rc = body(fds[1]);
@@ -161,7 +162,7 @@ int victim_child(int port_fd, bool send) {
 void kill_mid_transfer(bool survivor_sends) {
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
-  pid_t pid = fork();
+  pid_t pid = fork_child();
   if (pid == 0) {
     close(fds[1]);
     _exit(victim_child(fds[0], !survivor_sends));

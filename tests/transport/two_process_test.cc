@@ -9,6 +9,7 @@
 #include <cstring>
 #include <tuple>
 
+#include "tests/child_process.h"
 #include "tests/transport/nic_test_util.h"
 #include "transport/udp/soft_nic.h"
 #include "util/pattern.h"
@@ -138,7 +139,7 @@ TEST_P(TwoProcess, ByteExactAcrossSizes) {
 #endif
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
-  pid_t pid = fork();
+  pid_t pid = uccl::testing::fork_child();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     close(sv[0]);
@@ -232,7 +233,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(TwoProcessUd, DatagramsBothWays) {
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
-  pid_t pid = fork();
+  pid_t pid = uccl::testing::fork_child();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     // Echo server: every datagram received is sent back unchanged.

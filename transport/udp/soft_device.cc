@@ -243,6 +243,8 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
   d->info_.netdev = nif.name;
   d->info_.ip = ipv4_to_string(nif.ipv4_be);
   d->info_.mtu_bytes = d->mtu_;
+  // Ethernet 14 (+4 FCS) + IPv4 20 + UDP 8 + our header.
+  d->info_.wire_overhead_bytes = 18 + 20 + 8 + sizeof(WireHeader);
   d->info_.numa_node = nif.numa_node;
   d->info_.pci_path = nif.pci_path;
   d->info_.active = true;

@@ -576,7 +576,11 @@ void SoftQp::on_timer(uint64_t now) {
       psn_le(h.first_psn + h.npkts - 1, acked_psn_)) {
     return;  // acknowledged; waiting for room in the CQ
   }
-  if (now - last_progress_ns_ < rto_ns_ || now < rnr_until_ns_) return;
+  // Unlike an IB NIC, the timeout doubles with each retry (up to 64x): a
+  // software NIC's peer is a process that may be descheduled or flooded
+  // for tens of milliseconds, which must not break the connection.
+  const uint64_t rto = rto_ns_ << std::min<uint32_t>(retries_, 6);
+  if (now - last_progress_ns_ < rto || now < rnr_until_ns_) return;
   ++dev_->counters_.rc_timeouts;
   if (++retries_ > cfg_.rc.retry_cnt) {
     VLOG(kVlogLifecycle) << "QP " << qpn_ << ": retry count exceeded";
@@ -944,6 +948,17 @@ void SoftQp::on_rc_request(const WireHeader& h, const uint8_t* payload,
         else
           ++c.drop_no_access;
         return false;
+      }
+    }
+    // A repeated READ (a response fragment was lost) restarts its response
+    // where the requester asks, instead of adding a second stream: parallel
+    // copies of a long response would overrun the requester again and again.
+    for (uint32_t i = reads_head_; i != reads_tail_; ++i) {
+      ReadJob& q = reads_[i & (reads_.size() - 1)];
+      if (q.psn == h.psn && q.addr == h.remote_addr && q.len == h.msg_len) {
+        q.offset = h.frag_offset;
+        dev_->mark_pending(this);
+        return true;
       }
     }
     if (reads_tail_ - reads_head_ >= reads_.size()) return true;  // busy:

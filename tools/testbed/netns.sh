@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Two-host testbed on one machine: network namespaces <name>-a and <name>-b
+# joined by a veth pair, with an optional tc bottleneck (rate, queue, delay).
+#
+#   tools/testbed/netns.sh up [--name=uccl] [--rate=10gbit] [--queue_kb=256]
+#                             [--delay_us=0] [--mtu=9000]
+#   tools/testbed/netns.sh exec a|b <command...>   run inside a namespace
+#   tools/testbed/netns.sh ip a|b                  print that side's address
+#   tools/testbed/netns.sh qdisc a|b               tc -s qdisc of that side
+#   tools/testbed/netns.sh down [--name=uccl]      remove everything
+#
+# Side a is 10.199.0.1, side b 10.199.0.2 (/24). The bottleneck applies to
+# each side's egress: netem (delay, if any) feeding a tbf with the given rate
+# and a byte-limited queue (drop-tail). `up` replaces a testbed of the same
+# name. Needs root (ip netns, tc). Traffic never leaves the two namespaces.
+set -euo pipefail
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+name=${UCCL_TESTBED:-uccl}
+rate=""
+queue_kb=256
+delay_us=0
+mtu=9000
+side=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --name=*) name=${1#--name=} ;;
+    --rate=*) rate=${1#--rate=} ;;
+    --queue_kb=*) queue_kb=${1#--queue_kb=} ;;
+    --delay_us=*) delay_us=${1#--delay_us=} ;;
+    --mtu=*) mtu=${1#--mtu=} ;;
+    a | b)
+      if [ -z "$side" ]; then side=$1; shift; break; fi ;;
+    *) echo "netns.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+ns_a="$name-a"
+ns_b="$name-b"
+if_a="$name-va"
+if_b="$name-vb"
+ip_a=10.199.0.1
+ip_b=10.199.0.2
+
+need_root() {
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "netns.sh: needs root (ip netns, tc)" >&2
+    exit 2
+  fi
+}
+
+down() {
+  ip netns del "$ns_a" 2>/dev/null || true
+  ip netns del "$ns_b" 2>/dev/null || true
+  ip link del "$if_a" 2>/dev/null || true
+}
+
+shape() {  # shape <ns> <ifname>
+  local ns=$1 dev=$2
+  [ -z "$rate" ] && return 0
+  local parent="root"
+  if [ "$delay_us" != "0" ]; then
+    if ! ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: netem \
+      delay "${delay_us}us" limit 100000; then
+      echo "netns.sh: --delay_us needs the netem qdisc (sch_netem), which" \
+        "this kernel lacks" >&2
+      down
+      exit 1
+    fi
+    parent="parent 1:1"
+  fi
+  # burst: at least two MTU-sized packets; the queue is drop-tail in bytes.
+  # shellcheck disable=SC2086
+  ip netns exec "$ns" tc qdisc add dev "$dev" $parent handle 10: tbf \
+    rate "$rate" burst $((mtu * 2 + 1600)) limit $((queue_kb * 1024))
+}
+
+case "$cmd" in
+  up)
+    need_root
+    down
+    ip netns add "$ns_a"
+    ip netns add "$ns_b"
+    ip link add "$if_a" type veth peer name "$if_b"
+    ip link set "$if_a" netns "$ns_a"
+    ip link set "$if_b" netns "$ns_b"
+    ip -n "$ns_a" addr add "$ip_a/24" dev "$if_a"
+    ip -n "$ns_b" addr add "$ip_b/24" dev "$if_b"
+    for pair in "$ns_a:$if_a" "$ns_b:$if_b"; do
+      ns=${pair%%:*}
+      dev=${pair#*:}
+      ip -n "$ns" link set "$dev" mtu "$mtu"
+      ip -n "$ns" link set "$dev" up
+      ip -n "$ns" link set lo up
+      shape "$ns" "$dev"
+    done
+    # Both ends up (carrier) and a route between them.
+    for _ in $(seq 1 50); do
+      ip -n "$ns_a" link show "$if_a" | grep -q LOWER_UP &&
+        ip -n "$ns_b" link show "$if_b" | grep -q LOWER_UP && break
+      sleep 0.1
+    done
+    if ! ip -n "$ns_a" link show "$if_a" | grep -q LOWER_UP ||
+      ! ip -n "$ns_a" route get "$ip_b" >/dev/null 2>&1; then
+      echo "netns.sh: the veth pair did not come up" >&2
+      down
+      exit 1
+    fi
+    echo "testbed $name up: $ns_a ($ip_a, $if_a) <-> $ns_b ($ip_b, $if_b)," \
+      "mtu $mtu, bottleneck ${rate:-none}${rate:+ queue ${queue_kb} KiB}" \
+      "delay ${delay_us} us"
+    ;;
+  down)
+    need_root
+    down
+    echo "testbed $name down"
+    ;;
+  exec)
+    need_root
+    case "$side" in
+      a) exec ip netns exec "$ns_a" "$@" ;;
+      b) exec ip netns exec "$ns_b" "$@" ;;
+      *) echo "netns.sh exec: give a or b" >&2; exit 2 ;;
+    esac
+    ;;
+  ip)
+    case "$side" in
+      a) echo "$ip_a" ;;
+      b) echo "$ip_b" ;;
+      *) echo "netns.sh ip: give a or b" >&2; exit 2 ;;
+    esac
+    ;;
+  qdisc)
+    need_root
+    case "$side" in
+      a) ip netns exec "$ns_a" tc -s qdisc show dev "$if_a" ;;
+      b) ip netns exec "$ns_b" tc -s qdisc show dev "$if_b" ;;
+      *) echo "netns.sh qdisc: give a or b" >&2; exit 2 ;;
+    esac
+    ;;
+  *)
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    [ -z "$cmd" ] || [ "$cmd" = "help" ] || [ "$cmd" = "--help" ] || exit 2
+    ;;
+esac

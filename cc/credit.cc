@@ -13,11 +13,12 @@ Result<CreditParams> CreditSender::params_from(const CcParams& c) {
   p.spec_bytes = c.get("spec_bytes", p.spec_bytes);
   p.grant_bytes = c.get("grant_bytes", p.grant_bytes);
   p.bucket_us = c.get("bucket_us", p.bucket_us);
+  p.rate_frac = c.get("rate_frac", p.rate_frac);
   if (p.base_rtt_us <= 0 || p.spec_bytes < 0 || p.grant_bytes < 1 ||
-      p.bucket_us < 0) {
+      p.bucket_us < 0 || !(p.rate_frac > 0 && p.rate_frac <= 1)) {
     return InvalidArgument(
         "credit: need base_rtt_us>0, spec_bytes>=0, grant_bytes>=1, "
-        "bucket_us>=0");
+        "bucket_us>=0, 0<rate_frac<=1");
   }
   return p;
 }
@@ -46,7 +47,7 @@ std::string CreditSender::state() const {
 
 PullPacer::PullPacer(const CreditParams& p, double line_rate_bps,
                      uint32_t max_flows, uint64_t now_ns)
-    : rate_bytes_per_ns_(line_rate_bps / 8e9),
+    : rate_bytes_per_ns_(line_rate_bps * p.rate_frac / 8e9),
       grant_bytes_(p.grant_bytes),
       bucket_(
           std::max(2 * p.grant_bytes, line_rate_bps / 8 * p.bucket_us * 1e-6)),

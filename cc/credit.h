@@ -20,6 +20,10 @@ struct CreditParams {
   // comes late (the engine loop is no hardware timer): 4.5 of 10 Gb/s
   // measured on the software NIC, 5.7 with 200 us.
   double bucket_us = 200;
+  // Fraction of the line rate the receiver pulls at. Below 1 (as pull
+  // pacers are run) so that a small error in the header overhead the
+  // engine assumes cannot build a standing queue at the bottleneck.
+  double rate_frac = 0.99;
 };
 
 // Sender half. Everything it sends needs credit, retransmissions included:

@@ -7,11 +7,13 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -333,9 +335,11 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
   double line = gbps > 0 ? gbps * 1e9 : di.link_speed_mbps * 1e6;
   // Congestion control and the pull pacer count payload bytes: take the
   // headers each packet adds out of the line rate.
+  // Per chunk: its payload over payload plus one header per packet.
   if (di.mtu_bytes > 0) {
-    line *= static_cast<double>(di.mtu_bytes) /
-            (di.mtu_bytes + di.wire_overhead_bytes);
+    const double chunk = c.chunk_bytes;
+    const double pkts = std::ceil(chunk / di.mtu_bytes);
+    line *= chunk / (chunk + pkts * di.wire_overhead_bytes);
   }
   if (cores.empty()) {
     std::vector<int> allowed = allowed_cpus();
@@ -813,9 +817,16 @@ Status Endpoint::wait(Request* req, int timeout_ms) {
   if (RequestAccess::state(req).load(std::memory_order_acquire) == 0) {
     return InvalidArgument("wait: request was never posted");
   }
-  for (int i = 0; i < 2000; ++i) {  // spin briefly before sleeping
+  // Spin briefly, then yield a while, then sleep on the futex. Yielding
+  // (not pausing) matters when this thread shares a core with an engine:
+  // a pause loop holds the core the engine needs to complete the request.
+  for (int i = 0; i < 64; ++i) {
     if (req->done()) return req->status();
     __builtin_ia32_pause();
+  }
+  for (int i = 0; i < 2000; ++i) {
+    if (req->done()) return req->status();
+    sched_yield();
   }
   const uint64_t ns =
       timeout_ms < 0 ? UINT64_MAX : uint64_t(timeout_ms) * 1000000;

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 
 #include "engine/engine_internal.h"
@@ -325,6 +326,10 @@ void UcclRDMAEngine::handle(const Command& cmd) {
     return;
   }
   TxFlow& tx = c->tx;
+  trace(cmd.type == CmdType::kSend   ? "cmd_send"
+        : cmd.type == CmdType::kRecv ? "cmd_recv"
+                                     : "cmd",
+        c->index, 0, clock_->now_ns());
   switch (cmd.type) {
     case CmdType::kSend: {
       PendingSend& p = tx.pending[tx.pend_tail++ % kMaxPendingSends];
@@ -754,6 +759,7 @@ void UcclRDMAEngine::account_chunk(Conn* c, const RxChunkInfo& info) {
   }
   s.active = false;
   c->rec->rx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+  trace("recv_done", c->index, rx.rcv_cum, clock_->now_ns());
   RequestAccess::complete(s.req, std::move(st));
 }
 
@@ -868,6 +874,7 @@ void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len) {
       fail_conn(c, ProtocolError("peer posted more receives than allowed"));
       return;
     }
+    trace("desc_rx", c->index, m.slot, clock_->now_ns());
     Desc& d = tx.descs[tx.desc_tail++ % kDescRing];
     d.slot = m.slot;
     d.n = m.n;
@@ -937,6 +944,7 @@ void UcclRDMAEngine::maybe_send_ack(Conn* c, uint64_t now, bool force) {
                         wr.signaled ? ud_unsignaled_ : 0, 0);
   if (wr.signaled) ud_unsignaled_ = 0;
   if (!ud_->post_send(&wr, nullptr).ok()) return;  // full: next loop
+  trace("ack_tx", c->index, a.cum_ack, now);
   VLOG(kVlogChunk) << "conn " << c->index << " ack cum " << a.cum_ack
                    << " trigger " << a.trigger_csn;
   rx.unacked = 0;
@@ -1058,11 +1066,12 @@ void UcclRDMAEngine::write_trace() {
     LOG(WARNING) << "cannot write trace " << path;
     return;
   }
+  f << std::fixed << std::setprecision(3);  // ts: monotonic clock, us
   f << "{\"traceEvents\":[\n";
   for (size_t i = 0; i < trace_n_; ++i) {
     const TraceEvent& e = trace_[i];
     f << (i ? ",\n" : "") << "{\"name\":\"" << e.name
-      << "\",\"ph\":\"i\",\"s\":\"t\",\"ts\":" << (e.ts_ns - trace_t0_) / 1000.0
+      << "\",\"ph\":\"i\",\"s\":\"t\",\"ts\":" << e.ts_ns / 1000.0
       << ",\"pid\":" << cfg_.index << ",\"tid\":" << e.conn
       << ",\"args\":{\"csn\":" << e.csn << "}}";
   }

@@ -286,6 +286,7 @@ void UcclRDMAEngine::complete_tx_msg(Conn* c, TxMsg& m) {
     c->rec->tx_outstanding.fetch_sub(1, std::memory_order_relaxed);
     VLOG(kVlogRequest) << "conn " << c->index << " send of " << m.len
                        << " bytes done";
+    trace("send_done", c->index, 0, clock_->now_ns());
     RequestAccess::complete(m.req, std::move(st));
   }
   TxFlow& tx = c->tx;
@@ -325,6 +326,7 @@ void UcclRDMAEngine::on_ack(const AckPacket& a, uint64_t now) {
   if (c->failed) return;
   TxFlow& tx = c->tx;
   ++tx.acks_rx;
+  trace("ack_rx", c->index, a.cum_ack, now);
   VLOG(kVlogChunk) << "conn " << c->index << " got ack cum " << a.cum_ack
                    << " una " << tx.snd_una << " nxt " << tx.snd_nxt;
   if (a.credit_bytes > tx.credit_seen) {  // cumulative: ACKs may be lost

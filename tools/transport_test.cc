@@ -63,6 +63,10 @@ DEFINE_double(nic_rate_gbps, 0,
 DEFINE_double(connect_timeout_s, 10, "Client: give up connecting after this.");
 DEFINE_uint64(seed, 42, "Data pattern seed.");
 DEFINE_bool(json, false, "Also print the summary as one JSON line.");
+DEFINE_int64(test_corrupt_rx_at, -1,
+             "Testing only: flip the byte at this offset of the first "
+             "received message before it is verified (exercises the "
+             "mismatch report and exit code).");
 DEFINE_bool(flow_stats, false,
             "Print each flow's transport statistics (CC state, RTT, "
             "retransmissions) in the summary.");
@@ -277,6 +281,11 @@ void Runner::complete_recv(uint32_t f, Slot& s) {
       continue;
     }
     if (!(p_.verify || p_.perftype == kBasic)) continue;
+    if (FLAGS_test_corrupt_rx_at >= 0 &&
+        static_cast<uint64_t>(FLAGS_test_corrupt_rx_at) < p_.msize) {
+      s.bufs[m][FLAGS_test_corrupt_rx_at] ^= 0xff;
+      FLAGS_test_corrupt_rx_at = -1;  // once
+    }
     const uint64_t seed = msg_seed(p_.seed, s.iter, f, m);
     int64_t bad = find_pattern_mismatch(s.bufs[m], p_.msize, seed);
     if (bad >= 0) {
@@ -335,15 +344,14 @@ void Runner::progress(double t, bool last) {
 
 // Back-off for the app thread: spin a little, then yield, then sleep, so
 // client, server and their engines can share a small machine.
+// The application thread's back-off between polls: a few spins, then short
+// sleeps. (Yielding instead keeps it runnable, and on a host with fewer cores
+// than busy threads it then takes CPU time from the engines.)
 class Idle {
  public:
   void busy() { n_ = 0; }
   void wait() {
     if (++n_ < 64) return;
-    if (n_ < 2000) {
-      sched_yield();
-      return;
-    }
     usleep(20);
   }
 
@@ -497,10 +505,10 @@ int Runner::run_lat() {
       if (!st.ok()) fail(st, "ping-pong");
       return true;
     }
-    Idle idle;
+    // Block (futex) in 1 ms slices, looking for the client's Done between.
     while (!r->done()) {
       if (ctl_rreq_.done()) return false;
-      idle.wait();
+      (void)ep_->wait(r, 1);
     }
     if (!r->status().ok()) fail(r->status(), "ping-pong");
     return true;

@@ -29,11 +29,12 @@ void tune_tcp_socket(int fd) {
 }
 
 Handshake::Handshake(Role role, int fd, const std::string& peer,
-                     UcclRDMAEngine* engine, const HandshakeParams& p)
+                     EnginePicker pick, const HandshakeParams& p)
     : role_(role),
       fd_(fd),
       peer_(peer),
-      engine_(engine),
+      pick_(std::move(pick)),
+      tag_(p.tag),
       p_(p),
       state_(role == Role::kConnect ? State::kConnecting : State::kHello),
       deadline_ns_(monotonic_ns() + p.timeout_ns) {
@@ -46,6 +47,7 @@ Handshake::Handshake(Role role, int fd, const std::string& peer,
   h.paths = p.paths;
   h.chunk_bytes = p.chunk_bytes;
   h.rc_mode = p.rc_mode ? 1 : 0;
+  h.tag = p.tag;
   out_.assign(reinterpret_cast<uint8_t*>(&h),
               reinterpret_cast<uint8_t*>(&h) + sizeof(h));
 }
@@ -115,20 +117,29 @@ bool Handshake::recv_some(std::vector<uint8_t>* buf, size_t want, Status* err) {
   return true;
 }
 
-Status Handshake::on_hello() {
-  BootHello h;
-  std::memcpy(&h, in_.data(), sizeof(h));
-  if (h.magic != kBootMagic) {
+Status Handshake::check_hello_prefix() const {
+  uint32_t magic;
+  uint16_t version, size;
+  std::memcpy(&magic, in_.data(), 4);
+  std::memcpy(&version, in_.data() + 4, 2);
+  std::memcpy(&size, in_.data() + 6, 2);
+  if (magic != kBootMagic) {
     char buf[64];
-    std::snprintf(buf, sizeof(buf), "bad magic 0x%08x", h.magic);
+    std::snprintf(buf, sizeof(buf), "bad magic 0x%08x", magic);
     return ProtocolError(std::string(buf) +
                          ": the peer is not a UCCL endpoint");
   }
-  if (h.version != kBootVersion || h.size != sizeof(BootHello)) {
+  if (version != kBootVersion || size != sizeof(BootHello)) {
     return ProtocolError("peer speaks bootstrap version " +
-                         std::to_string(h.version) + ", we speak " +
+                         std::to_string(version) + ", we speak " +
                          std::to_string(kBootVersion));
   }
+  return Status::OK();
+}
+
+Status Handshake::on_hello() {
+  BootHello h;
+  std::memcpy(&h, in_.data(), sizeof(h));
   if ((h.rc_mode != 0) != p_.rc_mode) {
     return InvalidArgument(std::string("QP mode mismatch: peer uses ") +
                            (h.rc_mode ? "RC" : "UC") + ", we use " +
@@ -139,6 +150,9 @@ Status Handshake::on_hello() {
                          " paths");
   }
   agreed_paths_ = std::min(h.paths, p_.paths);
+  if (role_ == Role::kAccept) tag_ = h.tag;
+  engine_ = pick_(tag_);
+  if (engine_ == nullptr) return Internal("no engine for the connection");
   nonce_ = h.nonce ^ p_.nonce;
   setup_.paths = agreed_paths_;
   Command c{};
@@ -199,7 +213,12 @@ Status Handshake::poll() {
       }
       case State::kHello: {
         bool sent = send_some(out_, &out_off_, &err);
-        bool got = err.ok() && recv_some(&in_, sizeof(BootHello), &err);
+        // The first 8 bytes (magic, version, size) first: a peer of another
+        // version may send a hello of another size, and must get a clear
+        // error rather than a wait for bytes that never come.
+        bool got = err.ok() && recv_some(&in_, kHelloPrefix, &err);
+        if (got) UCCL_RETURN_IF_ERROR(fail_if(check_hello_prefix()));
+        got = got && err.ok() && recv_some(&in_, sizeof(BootHello), &err);
         if (!err.ok()) return fail(err);
         if (!sent || !got) return Unavailable("hello");
         UCCL_RETURN_IF_ERROR(fail_if(on_hello()));

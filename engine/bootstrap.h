@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 namespace uccl::engine {
 
 struct HandshakeParams {
+  uint64_t tag = 0;  // connect: sent in the hello; accept: learned from it
   uint32_t paths = 1;
   uint32_t chunk_bytes = 0;
   bool rc_mode = false;
@@ -25,8 +27,11 @@ struct HandshakeParams {
 class Handshake {
  public:
   enum class Role { kConnect, kAccept };
+  // Chooses the engine for the connection once the hello (and its tag) is
+  // known.
+  using EnginePicker = std::function<UcclRDMAEngine*(uint64_t tag)>;
   // Takes ownership of `fd` (non-blocking TCP; connecting or accepted).
-  Handshake(Role role, int fd, const std::string& peer, UcclRDMAEngine* engine,
+  Handshake(Role role, int fd, const std::string& peer, EnginePicker pick,
             const HandshakeParams& p);
   ~Handshake();
   Handshake(const Handshake&) = delete;
@@ -40,7 +45,8 @@ class Handshake {
   uint32_t conn() const { return setup_.conn; }
   uint32_t peer_engine() const { return setup_.peer_engine; }
   const std::string& peer() const { return peer_; }
-  UcclRDMAEngine* engine() const { return engine_; }
+  UcclRDMAEngine* engine() const { return engine_; }  // null before hello
+  uint64_t tag() const { return tag_; }
 
  private:
   enum class State {
@@ -58,13 +64,17 @@ class Handshake {
   // Non-blocking I/O: false with *err set on a hard error.
   bool send_some(const std::vector<uint8_t>& buf, size_t* off, Status* err);
   bool recv_some(std::vector<uint8_t>* buf, size_t want, Status* err);
+  static constexpr size_t kHelloPrefix = 8;  // magic, version, size
+  Status check_hello_prefix() const;
   Status on_hello();
   Status on_qps();
 
   Role role_;
   int fd_;
   std::string peer_;
-  UcclRDMAEngine* engine_;
+  EnginePicker pick_;
+  UcclRDMAEngine* engine_ = nullptr;
+  uint64_t tag_ = 0;
   HandshakeParams p_;
   State state_;
   uint64_t deadline_ns_;

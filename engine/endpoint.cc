@@ -8,6 +8,7 @@
 #include <linux/futex.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <random>
@@ -36,7 +38,13 @@ UCCL_KNOB(int64_t, knob_engines, "UCCL_ENGINES", 1,
           "Engine threads per endpoint (each pinned to a core).", 1, 16);
 UCCL_KNOB(std::string, knob_engine_cores, "UCCL_ENGINE_CORES", "",
           "Cores for the engine threads, e.g. '8-11' (empty: the highest "
-          "allowed cores on the NIC's NUMA node).");
+          "allowed cores on the NIC's NUMA node not taken by another UCCL "
+          "process, see UCCL_CORE_LOCK_DIR).");
+UCCL_KNOB(std::string, knob_core_lock_dir, "UCCL_CORE_LOCK_DIR", "/dev/shm",
+          "Where engines of different processes on one host (NCCL ranks, "
+          "transport_test client and server) claim cores with lock files "
+          "(uccl-core-<n>.lock, released when the process exits); empty: "
+          "no cross-process claims.");
 UCCL_KNOB(int64_t, knob_chunk_kb, "UCCL_CHUNK_KB", 64,
           "Chunk size in KiB: each chunk is one RDMA_WRITE_WITH_IMM.", 1, 4096);
 UCCL_KNOB(int64_t, knob_paths, "UCCL_PATHS", 4,
@@ -142,13 +150,43 @@ uint64_t make_conn_id(uint32_t engine, uint32_t idx, uint64_t gen) {
 std::mutex g_core_mu;
 std::map<int, int> g_core_users;
 
-std::vector<int> claim_cores(int n, const std::vector<int>& preference) {
+// Takes an flock on <dir>/uccl-core-<core>.lock; -1 if another process
+// holds it (the kernel drops the lock when that process exits).
+int try_lock_core(const std::string& dir, int core) {
+  if (dir.empty()) return -2;  // claims disabled: every core is free
+  const std::string path = dir + "/uccl-core-" + std::to_string(core) + ".lock";
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return -2;  // no lock directory: do without
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Picks n cores in preference order: first cores no engine of this process
+// uses and no other UCCL process has claimed, then (all taken) the ones
+// this process uses least. Lock fds to hold go to *locks.
+std::vector<int> claim_cores(int n, const std::vector<int>& preference,
+                             std::vector<int>* locks) {
   std::lock_guard<std::mutex> lock(g_core_mu);
+  const std::string dir = knob_core_lock_dir().get();
   std::vector<int> out;
   for (int i = 0; i < n && !preference.empty(); ++i) {
-    int best = preference[0];
+    int best = -1;
     for (int c : preference) {
-      if (g_core_users[c] < g_core_users[best]) best = c;
+      if (g_core_users[c] > 0) continue;
+      const int fd = try_lock_core(dir, c);
+      if (fd == -1) continue;
+      if (fd >= 0) locks->push_back(fd);
+      best = c;
+      break;
+    }
+    if (best < 0) {
+      best = preference[0];
+      for (int c : preference) {
+        if (g_core_users[c] < g_core_users[best]) best = c;
+      }
     }
     ++g_core_users[best];
     out.push_back(best);
@@ -175,7 +213,8 @@ struct Endpoint::Impl {
   std::vector<std::unique_ptr<UcclRDMAEngine>> engines;
   std::vector<std::unique_ptr<ConnRecord[]>> records;
   std::unique_ptr<engine::Region[]> regions;
-  std::vector<int> cores;  // pinned engines, released on destruction
+  std::vector<int> cores;       // pinned engines, released on destruction
+  std::vector<int> core_locks;  // flock'ed files claiming them
   std::atomic<uint32_t> next_region{0};
   std::atomic<uint64_t> next_gen{1};
   std::atomic<uint32_t> rr{0};
@@ -186,7 +225,18 @@ struct Endpoint::Impl {
   std::map<uint64_t, std::unique_ptr<Handshake>> connects;
   uint64_t next_pending = 1;
   std::vector<std::unique_ptr<Handshake>> accepts;
+  // Accepted connections (and failed handshakes) waiting for an
+  // accept_poll() of their tag.
+  struct Ready {
+    uint64_t tag;
+    ConnId conn;  // 0: the handshake failed with `status`
+    Status status;
+  };
+  std::deque<Ready> ready;
   std::vector<MrHandle*> mrs;
+  // Connections per engine, counted when a handshake picks the engine, so
+  // connections set up together land on different engines.
+  std::unique_ptr<std::atomic<int>[]> engine_load;
 
   engine::HandshakeParams hs_params() const {
     engine::HandshakeParams p;
@@ -199,8 +249,24 @@ struct Endpoint::Impl {
     return p;
   }
 
+  // The engine with the fewest connections (ties: round robin).
   UcclRDMAEngine* pick_engine() {
-    return engines[rr.fetch_add(1) % engines.size()].get();
+    const uint32_t n = static_cast<uint32_t>(engines.size());
+    const uint32_t start = rr.fetch_add(1);
+    uint32_t best = start % n;
+    for (uint32_t k = 1; k < n; ++k) {
+      const uint32_t e = (start + k) % n;
+      if (engine_load[e].load() < engine_load[best].load()) best = e;
+    }
+    engine_load[best].fetch_add(1);
+    return engines[best].get();
+  }
+  Handshake::EnginePicker picker() {
+    return [this](uint64_t) { return pick_engine(); };
+  }
+  // A handshake that picked an engine and then failed gives the slot back.
+  void unpick(const Handshake* h) {
+    if (h->engine()) engine_load[h->engine()->index()].fetch_sub(1);
   }
 
   ConnRecord* lookup(ConnId id, uint32_t* engine, uint32_t* idx) const {
@@ -298,6 +364,8 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
   std::random_device rd;
   impl->nonce = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ monotonic_ns();
   impl->regions.reset(new engine::Region[engine::kMaxRegions]);
+  impl->engine_load.reset(new std::atomic<int>[c.num_engines]);
+  for (int i = 0; i < c.num_engines; ++i) impl->engine_load[i].store(0);
   // Cores: given, or the highest allowed ones near the NIC.
   std::vector<int> cores = c.engine_cores;
   for (int i = 0; i < c.num_engines; ++i) {
@@ -345,7 +413,8 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     std::vector<int> allowed = allowed_cpus();
     cores = claim_cores(c.num_engines,
                         choose_engine_cores(static_cast<int>(allowed.size()),
-                                            di.numa_node, allowed));
+                                            di.numa_node, allowed),
+                        &impl->core_locks);
     impl->cores = cores;
   }
   for (int i = 0; i < c.num_engines; ++i) {
@@ -375,6 +444,7 @@ Endpoint::~Endpoint() {
   for (MrHandle* m : impl_->mrs) delete m;
   impl_->engines.clear();
   release_cores(impl_->cores);
+  for (int fd : impl_->core_locks) close(fd);
 }
 
 const EndpointConfig& Endpoint::config() const { return impl_->cfg; }
@@ -418,7 +488,8 @@ Result<uint16_t> Endpoint::listen(uint16_t port) {
   return ntohs(a.sin_port);
 }
 
-Result<uint64_t> Endpoint::connect_start(const std::string& ip, uint16_t port) {
+Result<uint64_t> Endpoint::connect_start(const std::string& ip, uint16_t port,
+                                         uint64_t tag) {
   sockaddr_in a;
   std::memset(&a, 0, sizeof(a));
   a.sin_family = AF_INET;
@@ -439,9 +510,11 @@ Result<uint64_t> Endpoint::connect_start(const std::string& ip, uint16_t port) {
   }
   std::lock_guard<std::mutex> lock(impl_->mu);
   uint64_t id = impl_->next_pending++;
+  engine::HandshakeParams hp = impl_->hs_params();
+  hp.tag = tag;
   impl_->connects[id] = std::make_unique<Handshake>(
       Handshake::Role::kConnect, fd, ip + ":" + std::to_string(port),
-      impl_->pick_engine(), impl_->hs_params());
+      impl_->picker(), hp);
   return id;
 }
 
@@ -454,6 +527,7 @@ Result<ConnId> Endpoint::connect_poll(uint64_t pending) {
   Status st = it->second->poll();
   if (st.code() == StatusCode::kUnavailable) return st;
   if (!st.ok()) {
+    impl_->unpick(it->second.get());
     impl_->connects.erase(it);
     return st;
   }
@@ -471,7 +545,11 @@ Result<ConnId> Endpoint::connect(const std::string& ip, uint16_t port,
     if (r.ok() || r.status().code() != StatusCode::kUnavailable) return r;
     if (monotonic_ns() > deadline) {
       std::lock_guard<std::mutex> lock(impl_->mu);
-      impl_->connects.erase(p);
+      auto it = impl_->connects.find(p);
+      if (it != impl_->connects.end()) {
+        impl_->unpick(it->second.get());
+        impl_->connects.erase(it);
+      }
       return TimedOut("connect to " + ip + ":" + std::to_string(port) +
                       " timed out after " + std::to_string(timeout_ms) + " ms");
     }
@@ -479,7 +557,13 @@ Result<ConnId> Endpoint::connect(const std::string& ip, uint16_t port,
   }
 }
 
-Result<ConnId> Endpoint::accept_poll() {
+Result<ConnId> Endpoint::accept_poll() { return accept_impl(false, 0); }
+
+Result<ConnId> Endpoint::accept_poll(uint64_t tag) {
+  return accept_impl(true, tag);
+}
+
+Result<ConnId> Endpoint::accept_impl(bool by_tag, uint64_t tag) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (impl_->listen_fd < 0)
     return InvalidArgument("accept: call listen() first");
@@ -495,18 +579,43 @@ Result<ConnId> Endpoint::accept_poll() {
     impl_->accepts.push_back(std::make_unique<Handshake>(
         Handshake::Role::kAccept, fd,
         std::string(ip) + ":" + std::to_string(ntohs(a.sin_port)),
-        impl_->pick_engine(), impl_->hs_params()));
+        impl_->picker(), impl_->hs_params()));
   }
-  for (size_t i = 0; i < impl_->accepts.size(); ++i) {
+  // Advance every handshake; finished ones wait in `ready` for their tag.
+  for (size_t i = 0; i < impl_->accepts.size();) {
     Status st = impl_->accepts[i]->poll();
-    if (st.code() == StatusCode::kUnavailable) continue;
+    if (st.code() == StatusCode::kUnavailable) {
+      ++i;
+      continue;
+    }
     std::unique_ptr<Handshake> h = std::move(impl_->accepts[i]);
     impl_->accepts.erase(impl_->accepts.begin() + i);
     if (!st.ok()) {
       LOG(WARNING) << "accept: " << st;
-      return st;
+      impl_->unpick(h.get());
+      // Kept for the accept_poll of its tag (bounded: failures nobody asks
+      // about, e.g. port scans, must not pile up).
+      size_t failed = 0;
+      for (const auto& r : impl_->ready) failed += r.conn == 0;
+      if (failed >= 64) {
+        for (auto it = impl_->ready.begin(); it != impl_->ready.end(); ++it) {
+          if (it->conn == 0) {
+            impl_->ready.erase(it);
+            break;
+          }
+        }
+      }
+      impl_->ready.push_back({h->tag(), 0, st});
+    } else {
+      impl_->ready.push_back({h->tag(), impl_->publish(h.get()), Status()});
     }
-    return impl_->publish(h.get());
+  }
+  for (auto it = impl_->ready.begin(); it != impl_->ready.end(); ++it) {
+    if (by_tag && it->tag != tag) continue;
+    Impl::Ready r = std::move(*it);
+    impl_->ready.erase(it);
+    if (r.conn == 0) return r.status;
+    return r.conn;
   }
   return Unavailable("no connection ready");
 }
@@ -537,6 +646,7 @@ Status Endpoint::close(ConnId c) {
   ConnRecord* r = impl_->lookup(c, &e, &i);
   if (r == nullptr) return InvalidArgument("unknown or closed connection");
   r->id.store(0, std::memory_order_release);
+  impl_->engine_load[e].fetch_sub(1);
   Command cmd{};
   cmd.type = CmdType::kCloseConn;
   cmd.conn = i;

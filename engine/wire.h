@@ -20,7 +20,7 @@ namespace uccl::engine {
 // The TCP connection then stays open as the liveness channel: EOF or an
 // error on it fails the connection's requests (peer died or closed).
 constexpr uint32_t kBootMagic = 0x55434342;  // "UCCB"
-constexpr uint16_t kBootVersion = 1;
+constexpr uint16_t kBootVersion = 2;
 constexpr uint8_t kBootReady = 0xA5;
 // Sent on the TCP connection when a side closes gracefully: the peer fails
 // its pending requests quietly instead of reporting a crashed peer.
@@ -35,8 +35,11 @@ struct BootHello {
   uint32_t chunk_bytes;  // informational
   uint8_t rc_mode;       // 1 RC data QPs, 0 UC
   uint8_t pad[7];
+  uint64_t tag;  // connector's choice; the acceptor hands the connection to
+                 // whoever accepts this tag (several listeners share a port)
 };
-static_assert(sizeof(BootHello) == 32, "BootHello layout");
+static_assert(sizeof(BootHello) == 40, "BootHello layout");
+static_assert(offsetof(BootHello, tag) == 32, "BootHello layout");
 
 struct BootQps {
   uint32_t magic;

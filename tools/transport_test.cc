@@ -82,6 +82,7 @@ const char* const kPerfNames[] = {"basic", "lat", "tpt", "bi"};
 // Params first, Done last; server -> client: Done with its counts).
 constexpr uint32_t kParamsMagic = 0x55545450;  // "UTTP"
 constexpr uint32_t kDoneMagic = 0x5554444e;    // "UTDN"
+constexpr uint32_t kFinMagic = 0x5554464e;     // "UTFN"
 struct Params {
   uint32_t magic, version;
   uint32_t perftype, nflow, nmsg, nreq;
@@ -553,6 +554,21 @@ int Runner::finish(double secs, const std::vector<double>* lat_us) {
   // Our Done must have left before the process (and its endpoint) ends.
   Status dst = ep_->wait(&ctl_sreq_, 30000);
   if (!dst.ok()) fail(dst, "sending the summary");
+  // Closing handshake: the server has everything once the client's Done
+  // arrives, but that Done completes at the client only when acknowledged;
+  // the server stays for the client's Fin (sent after that) so it does not
+  // leave under it. A Fin that fails (the peer already left) is harmless.
+  if (FLAGS_server) {
+    Status st = ep_->recv_async(ctl_, ctlmem_.data() + sizeof(Done),
+                                sizeof(Done), ctl_mh_, &ctl_rreq_);
+    if (st.ok()) (void)ep_->wait(&ctl_rreq_, 10000);
+  } else {
+    Done fin{kFinMagic, 0, 0, 0, 0, 0, 0};
+    std::memcpy(ctlmem_.data(), &fin, sizeof(fin));
+    Status st =
+        ep_->send_async(ctl_, ctlmem_.data(), sizeof(fin), ctl_mh_, &ctl_sreq_);
+    if (st.ok()) (void)ep_->wait(&ctl_sreq_, 5000);
+  }
   uint64_t fast = 0, rto = 0;
   for (const Flow& f : fl_) {
     auto st = ep_->conn_stats(f.conn);
@@ -736,15 +752,8 @@ EndpointConfig config_from_flags() {
     if (!cores.ok())
       die(kExitUsage, "--engine_cores: " + cores.status().to_string());
     c.engine_cores = *cores;
-  } else if (!FLAGS_server && FLAGS_serverip.rfind("127.", 0) == 0) {
-    // Client and server on one host: the server's engines take the highest
-    // cores by default, so the client's take the lowest.
-    std::vector<int> cpus = allowed_cpus();
-    for (int i = 0; i < FLAGS_engines && i < static_cast<int>(cpus.size());
-         ++i) {
-      c.engine_cores.push_back(cpus[i]);
-    }
-  }
+  }  // else: the endpoint claims free cores (UCCL_CORE_LOCK_DIR), so a
+     // client and a server on one host do not share them
   c.chunk_bytes = FLAGS_chunk_kb * 1024;
   c.paths = FLAGS_paths;
   c.rc_mode = FLAGS_rc_mode ? 1 : 0;

@@ -144,9 +144,14 @@ class Endpoint {
   Result<ConnId> accept(int timeout_ms = 30000);
   // Non-blocking forms (NCCL calls these repeatedly): start, then poll until
   // it returns a ConnId (or an error). kUnavailable means "not yet".
-  Result<uint64_t> connect_start(const std::string& ip, uint16_t port);
+  // `tag` travels in the handshake: accept_poll(tag) hands the connection
+  // only to an acceptor of that tag, so several logical listeners (NCCL's
+  // listen comms) share one port.
+  Result<uint64_t> connect_start(const std::string& ip, uint16_t port,
+                                 uint64_t tag = 0);
   Result<ConnId> connect_poll(uint64_t pending);
-  Result<ConnId> accept_poll();  // kUnavailable until a peer finished
+  Result<ConnId> accept_poll();  // any tag; kUnavailable until one finished
+  Result<ConnId> accept_poll(uint64_t tag);
   // Address of the connection's peer ("10.0.0.2").
   std::string peer_ip(ConnId c) const;
   // Closes a connection: its pending requests complete with kCancelled, the
@@ -208,6 +213,7 @@ class Endpoint {
  private:
   struct Impl;
   explicit Endpoint(std::unique_ptr<Impl> impl);
+  Result<ConnId> accept_impl(bool by_tag, uint64_t tag);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -97,6 +97,16 @@ Result<NetIf> find_netif(const std::string& name_or_ip) {
 }
 
 Result<NetIf> route_to(uint32_t dst_ipv4_be) {
+  // A destination on this host (any of its addresses) is reached through the
+  // loopback interface, whatever interface owns the address.
+  const std::vector<NetIf> all = list_netifs();
+  for (const NetIf& n : all) {
+    if (n.ipv4_be != dst_ipv4_be) continue;
+    for (const NetIf& lo : all) {
+      if (lo.loopback) return lo;
+    }
+    return n;
+  }
   int fd = socket(AF_INET, SOCK_DGRAM, 0);
   if (fd < 0) return ErrnoStatus("socket", errno);
   sockaddr_in dst;

@@ -325,9 +325,13 @@ Result<std::unique_ptr<SharedReceiveQueue>> SoftDevice::create_srq(
 
 Result<uint32_t> SoftDevice::path_mtu_to(uint32_t ipv4_be) const {
   uint32_t mtu = mtu_;
-  if (local_.sin_addr.s_addr == 0) {  // wildcard device: ask the routing table
-    UCCL_ASSIGN_OR_RETURN(NetIf nif, route_to(ipv4_be));
-    mtu = payload_mtu_for(nif.mtu ? nif.mtu : 1500);
+  // Wildcard device: the interface the route takes. Any device: a peer on
+  // this host is reached through loopback (its MTU, often 64 KiB).
+  auto nif = route_to(ipv4_be);
+  if (nif.ok() && (local_.sin_addr.s_addr == 0 || nif->loopback)) {
+    mtu = payload_mtu_for(nif->mtu ? nif->mtu : 1500);
+  } else if (!nif.ok() && local_.sin_addr.s_addr == 0) {
+    return nif.status();
   }
   return std::min(mtu, mtu_cap_);
 }

@@ -109,7 +109,10 @@ QpInfo SoftQp::local_info() const {
   i.addr = dev_->port_address();
   i.qpn = qpn_;
   i.psn = next_psn_;
-  i.mtu_bytes = dev_->mtu_;
+  // The largest fragment we accept (a configured cap), not our interface's
+  // MTU: each side finds the path MTU itself (a peer on this host is reached
+  // through loopback, whatever interface its address is on).
+  i.mtu_bytes = dev_->mtu_cap_;
   i.type = type_;
   return i;
 }

@@ -1,0 +1,300 @@
+// NCCL's net-plugin ABI (versions 8 to 11), declared by us from the layout
+// facts in docs/nccl-net-abi.md; every size and offset is static_asserted.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace uccl::ncclabi {
+
+// ncclResult_t (an int enum on the C side).
+enum NcclResult : int {
+  kSuccess = 0,
+  kUnhandledCudaError = 1,
+  kSystemError = 2,    // the network failed (peer gone, transfer error)
+  kInternalError = 3,  // NCCL misused the plugin
+  kInvalidArgument = 4,
+  kInvalidUsage = 5,
+  kRemoteError = 6,
+};
+
+// ncclDebugLogLevel and the NET subsystem flag.
+enum LogLevel : int {
+  kLogNone = 0,
+  kLogVersion = 1,
+  kLogWarn = 2,
+  kLogInfo = 3,
+  kLogAbort = 4,
+  kLogTrace = 5,
+};
+constexpr unsigned long kLogSubsysNet = 16;
+
+using Logger = void (*)(int level, unsigned long flags, const char* file,
+                        int line, const char* fmt, ...);
+// ncclProfilerCallback_t: type 0 start (pHandle = the parent NCCL gave
+// isend/irecv), 1 stop. pluginId: bits 0-15 descriptor version, 16-31 type.
+using ProfilerCallback = int (*)(void** eHandle, int type, void* pHandle,
+                                 int64_t pluginId, void* extData);
+constexpr int kProfilerStart = 0;
+constexpr int kProfilerStop = 1;
+// NCCL's socket-style event descriptor (net type 2, version 1), which
+// profiler plugins decode: the closest match to a software-NIC transfer.
+constexpr int64_t kProfilerNetTypeSock = int64_t{2} << 16;
+constexpr int64_t kProfilerNetSockVersion = 1;
+constexpr uint8_t kProfileSocket = 1;
+struct ProfilerNetSockDescrV1 {
+  uint8_t type;  // kProfileSocket
+  struct {       // a union of one member on the C side
+    int fd;      // ours: the UCCL connection carrying the message
+    int op;      // 0 send, 1 receive
+    size_t length;
+  } sock;
+};
+static_assert(sizeof(ProfilerNetSockDescrV1) == 24, "profiler descriptor");
+static_assert(offsetof(ProfilerNetSockDescrV1, sock) == 8,
+              "profiler descriptor");
+
+constexpr int kHandleMaxSize = 128;  // NCCL_NET_HANDLE_MAXSIZE
+constexpr int kMaxRequests = 32;     // NCCL_NET_MAX_REQUESTS, per comm
+constexpr int kPtrHost = 1;          // NCCL_PTR_HOST
+constexpr int kPtrCuda = 2;          // NCCL_PTR_CUDA
+constexpr int kPtrDmaBuf = 4;        // NCCL_PTR_DMABUF
+constexpr int kNetDeviceHost = 0;    // netDeviceType: no device offload
+constexpr int kMaxDevsPerNic = 4;    // NCCL_NET_MAX_DEVS_PER_NIC
+// Value NCCL pre-sets in *request for a receive whose completion it does
+// not need (LL/LL128); irecv must overwrite it.
+constexpr uintptr_t kOptionalRecvCompletion = 0x1;
+
+struct DeviceHandle {  // ncclNetDeviceHandle_v8..v11
+  int netDeviceType;
+  int netDeviceVersion;
+  void* handle;
+  size_t size;
+  int needsProxyProgress;
+};
+static_assert(sizeof(DeviceHandle) == 32, "ncclNetDeviceHandle");
+
+struct CommConfig {  // ncclNetCommConfig_v10/v11
+  int trafficClass;  // -1 undefined
+};
+static_assert(sizeof(CommConfig) == 4, "ncclNetCommConfig");
+
+struct VDeviceProps {  // ncclNetVDeviceProps_v9..v11
+  int ndevs;
+  int devs[kMaxDevsPerNic];
+};
+static_assert(sizeof(VDeviceProps) == 20, "ncclNetVDeviceProps");
+
+struct PropertiesV8 {
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+  int regIsGlobal;
+  int speed;  // Mb/s
+  int port;
+  float latency;  // us
+  int maxComms;
+  int maxRecvs;
+  int netDeviceType;
+  int netDeviceVersion;
+};
+static_assert(sizeof(PropertiesV8) == 64, "ncclNetProperties_v8");
+static_assert(offsetof(PropertiesV8, pciPath) == 8, "v8 props");
+static_assert(offsetof(PropertiesV8, guid) == 16, "v8 props");
+static_assert(offsetof(PropertiesV8, ptrSupport) == 24, "v8 props");
+static_assert(offsetof(PropertiesV8, regIsGlobal) == 28, "v8 props");
+static_assert(offsetof(PropertiesV8, speed) == 32, "v8 props");
+static_assert(offsetof(PropertiesV8, port) == 36, "v8 props");
+static_assert(offsetof(PropertiesV8, latency) == 40, "v8 props");
+static_assert(offsetof(PropertiesV8, maxComms) == 44, "v8 props");
+static_assert(offsetof(PropertiesV8, maxRecvs) == 48, "v8 props");
+static_assert(offsetof(PropertiesV8, netDeviceType) == 52, "v8 props");
+static_assert(offsetof(PropertiesV8, netDeviceVersion) == 56, "v8 props");
+
+struct PropertiesV9 {  // also v10
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+  int regIsGlobal;
+  int forceFlush;
+  int speed;
+  int port;
+  float latency;
+  int maxComms;
+  int maxRecvs;
+  int netDeviceType;
+  int netDeviceVersion;
+  VDeviceProps vProps;
+  size_t maxP2pBytes;
+  size_t maxCollBytes;
+};
+static_assert(sizeof(PropertiesV9) == 104, "ncclNetProperties_v9");
+static_assert(offsetof(PropertiesV9, forceFlush) == 32, "v9 props");
+static_assert(offsetof(PropertiesV9, speed) == 36, "v9 props");
+static_assert(offsetof(PropertiesV9, port) == 40, "v9 props");
+static_assert(offsetof(PropertiesV9, latency) == 44, "v9 props");
+static_assert(offsetof(PropertiesV9, maxComms) == 48, "v9 props");
+static_assert(offsetof(PropertiesV9, maxRecvs) == 52, "v9 props");
+static_assert(offsetof(PropertiesV9, netDeviceType) == 56, "v9 props");
+static_assert(offsetof(PropertiesV9, netDeviceVersion) == 60, "v9 props");
+static_assert(offsetof(PropertiesV9, vProps) == 64, "v9 props");
+static_assert(offsetof(PropertiesV9, maxP2pBytes) == 88, "v9 props");
+static_assert(offsetof(PropertiesV9, maxCollBytes) == 96, "v9 props");
+
+struct PropertiesV11 {
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+  int regIsGlobal;
+  int forceFlush;
+  int speed;
+  int port;
+  float latency;
+  int maxComms;
+  int maxRecvs;
+  int netDeviceType;
+  int netDeviceVersion;
+  VDeviceProps vProps;
+  size_t maxP2pBytes;
+  size_t maxCollBytes;
+  int maxMultiRequestSize;
+};
+static_assert(sizeof(PropertiesV11) == 112, "ncclNetProperties_v11");
+static_assert(offsetof(PropertiesV11, vProps) == 64, "v11 props");
+static_assert(offsetof(PropertiesV11, maxP2pBytes) == 88, "v11 props");
+static_assert(offsetof(PropertiesV11, maxCollBytes) == 96, "v11 props");
+static_assert(offsetof(PropertiesV11, maxMultiRequestSize) == 104, "v11 props");
+
+struct NetAttrV11;  // setNetAttr's argument: not used (we pass NULL)
+
+// Function tables, in NCCL's field order.
+struct NetV8 {
+  const char* name;
+  int (*init)(Logger logger);
+  int (*devices)(int* ndev);
+  int (*getProperties)(int dev, PropertiesV8* props);
+  int (*listen)(int dev, void* handle, void** listenComm);
+  int (*connect)(int dev, void* handle, void** sendComm,
+                 DeviceHandle** sendDevComm);
+  int (*accept)(void* listenComm, void** recvComm, DeviceHandle** recvDevComm);
+  int (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  int (*regMrDmaBuf)(void* comm, void* data, size_t size, int type,
+                     uint64_t offset, int fd, void** mhandle);
+  int (*deregMr)(void* comm, void* mhandle);
+  int (*isend)(void* sendComm, void* data, int size, int tag, void* mhandle,
+               void** request);
+  int (*irecv)(void* recvComm, int n, void** data, int* sizes, int* tags,
+               void** mhandles, void** request);
+  int (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                void** request);
+  int (*test)(void* request, int* done, int* sizes);
+  int (*closeSend)(void* sendComm);
+  int (*closeRecv)(void* recvComm);
+  int (*closeListen)(void* listenComm);
+  int (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  int (*irecvConsumed)(void* recvComm, int n, void* request);
+};
+static_assert(sizeof(NetV8) == 152, "ncclNet_v8");
+static_assert(offsetof(NetV8, isend) == 80, "ncclNet_v8");
+static_assert(offsetof(NetV8, irecvConsumed) == 144, "ncclNet_v8");
+
+struct NetV9 {
+  const char* name;
+  int (*init)(Logger logger);
+  int (*devices)(int* ndev);
+  int (*getProperties)(int dev, PropertiesV9* props);
+  int (*listen)(int dev, void* handle, void** listenComm);
+  int (*connect)(int dev, void* handle, void** sendComm,
+                 DeviceHandle** sendDevComm);
+  int (*accept)(void* listenComm, void** recvComm, DeviceHandle** recvDevComm);
+  int (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  int (*regMrDmaBuf)(void* comm, void* data, size_t size, int type,
+                     uint64_t offset, int fd, void** mhandle);
+  int (*deregMr)(void* comm, void* mhandle);
+  int (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+               void** request);
+  int (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,
+               void** mhandles, void** request);
+  int (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                void** request);
+  int (*test)(void* request, int* done, int* sizes);
+  int (*closeSend)(void* sendComm);
+  int (*closeRecv)(void* recvComm);
+  int (*closeListen)(void* listenComm);
+  int (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  int (*irecvConsumed)(void* recvComm, int n, void* request);
+  int (*makeVDevice)(int* d, VDeviceProps* props);
+};
+static_assert(sizeof(NetV9) == 160, "ncclNet_v9");
+static_assert(offsetof(NetV9, makeVDevice) == 152, "ncclNet_v9");
+
+struct NetV10 {
+  const char* name;
+  int (*init)(Logger logger, ProfilerCallback profiler);
+  int (*devices)(int* ndev);
+  int (*getProperties)(int dev, PropertiesV9* props);
+  int (*listen)(int dev, void* handle, void** listenComm);
+  int (*connect)(int dev, CommConfig* config, void* handle, void** sendComm,
+                 DeviceHandle** sendDevComm);
+  int (*accept)(void* listenComm, void** recvComm, DeviceHandle** recvDevComm);
+  int (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  int (*regMrDmaBuf)(void* comm, void* data, size_t size, int type,
+                     uint64_t offset, int fd, void** mhandle);
+  int (*deregMr)(void* comm, void* mhandle);
+  int (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+               void* phandle, void** request);
+  int (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,
+               void** mhandles, void** phandles, void** request);
+  int (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                void** request);
+  int (*test)(void* request, int* done, int* sizes);
+  int (*closeSend)(void* sendComm);
+  int (*closeRecv)(void* recvComm);
+  int (*closeListen)(void* listenComm);
+  int (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  int (*irecvConsumed)(void* recvComm, int n, void* request);
+  int (*makeVDevice)(int* d, VDeviceProps* props);
+};
+static_assert(sizeof(NetV10) == 160, "ncclNet_v10");
+
+struct NetV11 {
+  const char* name;
+  int (*init)(void** ctx, uint64_t commId, CommConfig* config, Logger logger,
+              ProfilerCallback profiler);
+  int (*devices)(int* ndev);
+  int (*getProperties)(int dev, PropertiesV11* props);
+  int (*listen)(void* ctx, int dev, void* handle, void** listenComm);
+  int (*connect)(void* ctx, int dev, void* handle, void** sendComm,
+                 DeviceHandle** sendDevComm);
+  int (*accept)(void* listenComm, void** recvComm, DeviceHandle** recvDevComm);
+  int (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  int (*regMrDmaBuf)(void* comm, void* data, size_t size, int type,
+                     uint64_t offset, int fd, void** mhandle);
+  int (*deregMr)(void* comm, void* mhandle);
+  int (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+               void* phandle, void** request);
+  int (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,
+               void** mhandles, void** phandles, void** request);
+  int (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                void** request);
+  int (*test)(void* request, int* done, int* sizes);
+  int (*closeSend)(void* sendComm);
+  int (*closeRecv)(void* recvComm);
+  int (*closeListen)(void* listenComm);
+  int (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  int (*irecvConsumed)(void* recvComm, int n, void* request);
+  int (*makeVDevice)(int* d, VDeviceProps* props);
+  int (*finalize)(void* ctx);
+  int (*setNetAttr)(void* ctx, NetAttrV11* attr);
+};
+static_assert(sizeof(NetV11) == 176, "ncclNet_v11");
+static_assert(offsetof(NetV11, listen) == 32, "ncclNet_v11");
+static_assert(offsetof(NetV11, isend) == 80, "ncclNet_v11");
+static_assert(offsetof(NetV11, makeVDevice) == 152, "ncclNet_v11");
+static_assert(offsetof(NetV11, finalize) == 160, "ncclNet_v11");
+static_assert(offsetof(NetV11, setNetAttr) == 168, "ncclNet_v11");
+
+}  // namespace uccl::ncclabi

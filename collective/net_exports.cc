@@ -1,0 +1,192 @@
+// The symbols NCCL looks up in libnccl-net-uccl.so: ncclNetPlugin_v11 (the
+// implementation) and v8..v10 as thin shims over it; nothing else is exported.
+#include <cstring>
+
+#include "collective/nccl_net_abi.h"
+#include "collective/net_plugin.h"
+
+namespace uccl::nccl {
+namespace {
+
+using namespace ncclabi;  // NOLINT
+
+NetPlugin& P() { return NetPlugin::get(); }
+
+// Per-communicator context of v11's init/finalize.
+struct CommContext {
+  uint64_t comm_id;
+  int traffic_class;
+};
+
+// ------------------------------------------------------------------ v11
+int v11_init(void** ctx, uint64_t comm_id, CommConfig* config, Logger logger,
+             ProfilerCallback profiler) {
+  if (ctx == nullptr) return kInternalError;
+  const NcclResult r = P().init(logger, profiler);
+  if (r != kSuccess) return r;
+  *ctx = new CommContext{comm_id, config ? config->trafficClass : -1};
+  return kSuccess;
+}
+int devices(int* n) { return P().devices(n); }
+int v11_props(int dev, PropertiesV11* p) { return P().properties(dev, p); }
+int v11_listen(void*, int dev, void* handle, void** lc) {
+  return P().listen(dev, handle, lc);
+}
+int v11_connect(void*, int dev, void* handle, void** sc, DeviceHandle**) {
+  return P().connect(dev, handle, sc);
+}
+int accept(void* lc, void** rc, DeviceHandle**) { return P().accept(lc, rc); }
+int reg_mr(void* comm, void* data, size_t size, int type, void** mh) {
+  return P().reg_mr(comm, data, size, type, mh);
+}
+int reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t, int,
+                  void** mh) {
+  // DMA-BUF is for device memory, which we do not offer (ptrSupport HOST).
+  return P().reg_mr(comm, data, size, type, mh);
+}
+int dereg_mr(void* comm, void* mh) { return P().dereg_mr(comm, mh); }
+int v11_isend(void* sc, void* data, size_t size, int tag, void* mh,
+              void* phandle, void** req) {
+  return P().isend(sc, data, size, tag, mh, phandle, req);
+}
+int v11_irecv(void* rc, int n, void** data, size_t* sizes, int* tags,
+              void** mhs, void** phandles, void** req) {
+  return P().irecv(rc, n, data, sizes, tags, mhs, phandles, req);
+}
+int iflush(void* rc, int n, void** data, int* sizes, void** mhs, void** req) {
+  return P().iflush(rc, n, data, sizes, mhs, req);
+}
+int test(void* req, int* done, int* sizes) {
+  return P().test(req, done, sizes);
+}
+int close_comm(void* c) { return P().close_comm(c); }
+int close_listen(void* l) { return P().close_listen(l); }
+int get_device_mr(void*, void*, void** dptr) {
+  if (dptr) *dptr = nullptr;  // no device offload
+  return kSuccess;
+}
+int irecv_consumed(void*, int, void*) { return kSuccess; }
+int make_vdevice(int* d, VDeviceProps* props) {
+  return P().make_vdevice(d, props);
+}
+int v11_finalize(void* ctx) {
+  // Endpoints stay up for the next communicator; only the context goes.
+  delete static_cast<CommContext*>(ctx);
+  return kSuccess;
+}
+
+// ------------------------------------------------------- v10, v9, v8
+int v10_init(Logger logger, ProfilerCallback profiler) {
+  return P().init(logger, profiler);
+}
+int v9_init(Logger logger) { return P().init(logger, nullptr); }
+void to_v9(const PropertiesV11& a, PropertiesV9* b) {
+  std::memcpy(b, &a, sizeof(PropertiesV9));  // v9 is v11's prefix
+}
+int v9_props(int dev, PropertiesV9* p) {
+  if (p == nullptr) return kInternalError;
+  PropertiesV11 full;
+  const int r = P().properties(dev, &full);
+  if (r == kSuccess) to_v9(full, p);
+  return r;
+}
+int v8_props(int dev, PropertiesV8* p) {
+  if (p == nullptr) return kInternalError;
+  PropertiesV11 a;
+  const int r = P().properties(dev, &a);
+  if (r != kSuccess) return r;
+  p->name = a.name;
+  p->pciPath = a.pciPath;
+  p->guid = a.guid;
+  p->ptrSupport = a.ptrSupport;
+  p->regIsGlobal = a.regIsGlobal;
+  p->speed = a.speed;
+  p->port = a.port;
+  p->latency = a.latency;
+  p->maxComms = a.maxComms;
+  p->maxRecvs = a.maxRecvs;
+  p->netDeviceType = a.netDeviceType;
+  p->netDeviceVersion = a.netDeviceVersion;
+  return kSuccess;
+}
+int v8_listen(int dev, void* handle, void** lc) {
+  return P().listen(dev, handle, lc);
+}
+int v8_connect(int dev, void* handle, void** sc, DeviceHandle**) {
+  return P().connect(dev, handle, sc);
+}
+int v10_connect(int dev, CommConfig*, void* handle, void** sc, DeviceHandle**) {
+  return P().connect(dev, handle, sc);
+}
+int v9_isend(void* sc, void* data, size_t size, int tag, void* mh, void** req) {
+  return P().isend(sc, data, size, tag, mh, nullptr, req);
+}
+int v9_irecv(void* rc, int n, void** data, size_t* sizes, int* tags, void** mhs,
+             void** req) {
+  return P().irecv(rc, n, data, sizes, tags, mhs, nullptr, req);
+}
+int v8_isend(void* sc, void* data, int size, int tag, void* mh, void** req) {
+  if (size < 0) return kInternalError;
+  return P().isend(sc, data, static_cast<size_t>(size), tag, mh, nullptr, req);
+}
+int v8_irecv(void* rc, int n, void** data, int* sizes, int* tags, void** mhs,
+             void** req) {
+  if (n < 1 || n > kMaxRecvsPerRequest || sizes == nullptr) {
+    if (req) *req = nullptr;
+    return kInternalError;
+  }
+  size_t s[kMaxRecvsPerRequest];
+  for (int i = 0; i < n; ++i) {
+    if (sizes[i] < 0) return kInternalError;
+    s[i] = static_cast<size_t>(sizes[i]);
+  }
+  return P().irecv(rc, n, data, s, tags, mhs, nullptr, req);
+}
+
+}  // namespace
+}  // namespace uccl::nccl
+
+using namespace uccl::ncclabi;  // NOLINT
+namespace n = uccl::nccl;
+
+extern "C" {
+
+__attribute__((visibility("default"))) extern const NetV11 ncclNetPlugin_v11;
+__attribute__((visibility("default"))) extern const NetV10 ncclNetPlugin_v10;
+__attribute__((visibility("default"))) extern const NetV9 ncclNetPlugin_v9;
+__attribute__((visibility("default"))) extern const NetV8 ncclNetPlugin_v8;
+
+const NetV11 ncclNetPlugin_v11 = {
+    "UCCL",           n::v11_init,      n::devices,        n::v11_props,
+    n::v11_listen,    n::v11_connect,   n::accept,         n::reg_mr,
+    n::reg_mr_dmabuf, n::dereg_mr,      n::v11_isend,      n::v11_irecv,
+    n::iflush,        n::test,          n::close_comm,     n::close_comm,
+    n::close_listen,  n::get_device_mr, n::irecv_consumed, n::make_vdevice,
+    n::v11_finalize,  nullptr,
+};
+
+const NetV10 ncclNetPlugin_v10 = {
+    "UCCL",           n::v10_init,      n::devices,        n::v9_props,
+    n::v8_listen,     n::v10_connect,   n::accept,         n::reg_mr,
+    n::reg_mr_dmabuf, n::dereg_mr,      n::v11_isend,      n::v11_irecv,
+    n::iflush,        n::test,          n::close_comm,     n::close_comm,
+    n::close_listen,  n::get_device_mr, n::irecv_consumed, n::make_vdevice,
+};
+
+const NetV9 ncclNetPlugin_v9 = {
+    "UCCL",           n::v9_init,       n::devices,        n::v9_props,
+    n::v8_listen,     n::v8_connect,    n::accept,         n::reg_mr,
+    n::reg_mr_dmabuf, n::dereg_mr,      n::v9_isend,       n::v9_irecv,
+    n::iflush,        n::test,          n::close_comm,     n::close_comm,
+    n::close_listen,  n::get_device_mr, n::irecv_consumed, n::make_vdevice,
+};
+
+const NetV8 ncclNetPlugin_v8 = {
+    "UCCL",           n::v9_init,       n::devices,        n::v8_props,
+    n::v8_listen,     n::v8_connect,    n::accept,         n::reg_mr,
+    n::reg_mr_dmabuf, n::dereg_mr,      n::v8_isend,       n::v8_irecv,
+    n::iflush,        n::test,          n::close_comm,     n::close_comm,
+    n::close_listen,  n::get_device_mr, n::irecv_consumed,
+};
+
+}  // extern "C"

@@ -1,0 +1,641 @@
+// NCCL net plugin over UCCL Endpoints: one NCCL device per NIC, each NCCL
+// comm a set of UCCL connections spread over the device's engines.
+//
+// Message placement: NCCL posts a comm's sends and its peer's receives in the
+// same order, one buffer per receive (maxRecvs 1, the default), so message m
+// of a comm travels on connection m mod K of its K connections, which sit on
+// different engines: that is where the plugin's parallelism comes from, with
+// no tag matching. With UCCL_NCCL_MAX_RECVS > 1 NCCL may group receives with
+// tags; such comms use one connection (K = 1) and the engine matches tags.
+#include "collective/net_plugin.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "transport/nic.h"
+#include "transport/udp/netif.h"
+#include "util/clock.h"
+#include "util/knobs.h"
+#include "util/logging.h"
+
+namespace uccl::nccl {
+
+using namespace ncclabi;  // NOLINT: the ABI's names are short and plentiful
+
+struct ConnectStage;
+
+namespace {
+
+UCCL_KNOB(std::string, knob_devices, "UCCL_NCCL_DEVICES", "",
+          "NCCL plugin: comma-separated UCCL devices to offer NCCL (udp, "
+          "udp:<if>, udp:<ipv4>, mlx5_0, ...). Empty: active verbs devices, "
+          "then the software NIC on each non-loopback interface (loopback "
+          "only when there is no other).");
+UCCL_KNOB(int64_t, knob_engines, "UCCL_NCCL_ENGINES", 4,
+          "NCCL plugin: engine threads per device.", 1, 16);
+UCCL_KNOB(int64_t, knob_conns, "UCCL_NCCL_CONNS", 0,
+          "NCCL plugin: UCCL connections per NCCL comm, messages spread "
+          "round-robin over them (0: one per engine).",
+          0, 16);
+UCCL_KNOB(int64_t, knob_max_recvs, "UCCL_NCCL_MAX_RECVS", 1,
+          "NCCL plugin: grouped receives offered to NCCL (maxRecvs). Above 1 "
+          "each comm uses a single connection (tags then pick buffers).",
+          1, kMaxRecvsPerRequest);
+UCCL_KNOB(int64_t, knob_max_bytes, "UCCL_NCCL_MAX_BYTES", int64_t{1} << 30,
+          "NCCL plugin: largest message NCCL may post (maxP2pBytes, "
+          "maxCollBytes); larger operations are split by NCCL.",
+          4096, int64_t{1} << 40);
+
+constexpr uint32_t kHandleMagic = 0x55434e48;  // "UCNH"
+constexpr uint16_t kHandleVersion = 1;
+constexpr uint64_t kStageMagic = 0x5543434f4e4e4543ull;
+
+// What listen() writes into NCCL's 128-byte handle; the connector's copy
+// also carries its progress between connect() calls (zero when written).
+struct ConnectHandle {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t nconns;  // connections the acceptor waits for
+  uint32_t ipv4_be;
+  uint16_t port;
+  uint16_t max_recvs;  // the acceptor's, so both sides agree
+  uint64_t tag;        // the listen comm; connection i sends (tag << 8) | i
+  uint64_t stage_magic;
+  ConnectStage* stage;
+};
+static_assert(sizeof(ConnectHandle) <= kHandleMaxSize, "NCCL handle size");
+static_assert(offsetof(ConnectHandle, stage) == 32, "handle layout");
+
+}  // namespace
+
+struct PluginDevice {
+  std::string name;     // as NCCL sees it ("udp:eth0")
+  std::string ep_name;  // UCCL device string
+  std::string ip;       // where peers reach our bootstrap listener
+  std::string pci;
+  uint64_t speed_mbps = 0;
+  uint64_t guid = 0;
+  std::unique_ptr<Endpoint> ep;
+  uint16_t port = 0;
+  char name_c[64] = {};
+  char pci_c[256] = {};
+};
+
+struct PluginComm {
+  PluginDevice* dev = nullptr;
+  Endpoint* ep = nullptr;
+  bool is_send = false;
+  std::vector<ConnId> conns;
+  uint64_t posted = 0;  // messages posted: the next goes on posted % K
+  int pool_size = 0;
+  std::unique_ptr<PluginRequest[]> pool;
+};
+
+struct PluginListen {
+  PluginDevice* dev = nullptr;
+  Endpoint* ep = nullptr;
+  uint64_t tag = 0;
+  std::vector<ConnId> conns;  // by index; 0 = not accepted yet
+};
+
+struct ConnectStage {
+  PluginDevice* dev = nullptr;
+  Endpoint* ep = nullptr;
+  std::vector<uint64_t> pending;
+  std::vector<ConnId> conns;
+};
+
+namespace {
+
+PluginComm* make_comm(PluginDevice* d, Endpoint* ep, bool is_send,
+                      std::vector<ConnId> conns, int max_recvs) {
+  auto* c = new PluginComm;
+  c->dev = d;
+  c->ep = ep;
+  c->is_send = is_send;
+  c->conns = std::move(conns);
+  // NCCL keeps up to 32 requests per comm; a sender may see 32 x maxRecvs.
+  c->pool_size = kMaxRequests * max_recvs;
+  c->pool.reset(new PluginRequest[c->pool_size]);
+  for (int i = 0; i < c->pool_size; ++i) c->pool[i].comm = c;
+  return c;
+}
+
+void forward_log(int severity, const char* file, int line, const char* msg,
+                 size_t len) {
+  NetPlugin::get().log(severity >= 1 ? kLogWarn : kLogInfo, file, line,
+                       std::string(msg, len));
+}
+
+}  // namespace
+
+NetPlugin& NetPlugin::get() {
+  // Destroyed at exit or dlclose, which stops the engine threads first.
+  static NetPlugin plugin;
+  return plugin;
+}
+
+NetPlugin::~NetPlugin() {
+  set_log_forwarder(nullptr);
+  for (auto& d : devs_) d->ep.reset();
+}
+
+void NetPlugin::log(int level, const char* file, int line,
+                    const std::string& msg) {
+  Logger l = logger_.load(std::memory_order_acquire);
+  if (l != nullptr) {
+    l(level, kLogSubsysNet, file, line, "NET/UCCL %s", msg.c_str());
+  } else if (level <= kLogWarn) {
+    std::fprintf(stderr, "NET/UCCL %s\n", msg.c_str());
+  }
+}
+
+NcclResult NetPlugin::fail(const char* what, const Status& st,
+                           NcclResult code) {
+  log(kLogWarn, __FILE__, __LINE__, std::string(what) + ": " + st.to_string());
+  return code;
+}
+
+NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (logger) logger_.store(logger, std::memory_order_release);
+  profiler_.store(profiler, std::memory_order_release);
+  if (inited_) return kSuccess;
+  init_logging("nccl-net-uccl");
+  if (logger) set_log_forwarder(&forward_log);
+  for (const std::string& bad : unknown_uccl_env_vars()) {
+    log(kLogWarn, __FILE__, __LINE__,
+        "unknown environment variable " + bad + " (a typo?)");
+  }
+  Status kst = check_knobs();
+  if (!kst.ok()) return fail("bad UCCL_* setting", kst, kInvalidArgument);
+
+  std::vector<std::string> names;
+  const std::string want = knob_devices().get();
+  const std::vector<transport::DeviceInfo> all = transport::list_devices();
+  if (!want.empty()) {
+    size_t pos = 0;
+    while (pos <= want.size()) {
+      size_t e = want.find(',', pos);
+      if (e == std::string::npos) e = want.size();
+      if (e > pos) names.push_back(want.substr(pos, e - pos));
+      pos = e + 1;
+    }
+  } else {
+    for (const auto& d : all) {
+      if (d.backend == "verbs" && d.active) names.push_back(d.name);
+    }
+    for (const auto& d : all) {
+      if (d.backend == "udp" && d.netdev != "lo") names.push_back(d.name);
+    }
+    if (names.empty()) names.push_back("udp:lo");
+  }
+  // Where peers reach us: the device's own address, else the first
+  // non-loopback one (verbs devices: the bootstrap runs over TCP/IP).
+  std::string host_ip = "127.0.0.1";
+  for (const auto& d : all) {
+    if (d.backend == "udp" && d.netdev != "lo" && !d.ip.empty()) {
+      host_ip = d.ip;
+      break;
+    }
+  }
+  for (const std::string& n : names) {
+    auto d = std::make_unique<PluginDevice>();
+    d->name = n;
+    d->ep_name = n;
+    d->ip = host_ip;
+    d->speed_mbps = 100000;
+    for (const auto& info : all) {
+      if (info.name != n && !(n == "udp" && info.netdev == "lo")) continue;
+      if (!info.ip.empty() && info.backend == "udp" && n != "udp") {
+        d->ip = info.ip;
+      }
+      d->pci = info.pci_path;
+      d->speed_mbps = info.link_speed_mbps ? info.link_speed_mbps : 100000;
+      d->guid = info.guid;
+    }
+    if (d->guid == 0) d->guid = std::hash<std::string>()(n);
+    std::snprintf(d->name_c, sizeof(d->name_c), "%s", n.c_str());
+    std::snprintf(d->pci_c, sizeof(d->pci_c), "%s", d->pci.c_str());
+    devs_.push_back(std::move(d));
+  }
+  max_recvs_ = static_cast<int>(knob_max_recvs().get());
+  conns_per_comm_ = max_recvs_ > 1 ? 1
+                    : knob_conns().get() > 0
+                        ? static_cast<int>(knob_conns().get())
+                        : static_cast<int>(knob_engines().get());
+  max_bytes_ = static_cast<uint64_t>(knob_max_bytes().get());
+  std::random_device rd;
+  next_tag_.store((static_cast<uint64_t>(rd()) << 20) & ((1ull << 56) - 1));
+  std::string list;
+  for (const auto& d : devs_) list += " " + d->name + "(" + d->ip + ")";
+  log(kLogInfo, __FILE__, __LINE__,
+      "devices:" + list + "; " + std::to_string(knob_engines().get()) +
+          " engines per device, " + std::to_string(conns_per_comm_) +
+          " connections per comm, maxRecvs " + std::to_string(max_recvs_));
+  inited_ = true;
+  return kSuccess;
+}
+
+NcclResult NetPlugin::devices(int* ndev) {
+  if (ndev == nullptr) return kInternalError;
+  std::lock_guard<std::mutex> lock(mu_);
+  *ndev = static_cast<int>(devs_.size());
+  return kSuccess;
+}
+
+NcclResult NetPlugin::properties(int dev, PropertiesV11* p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (p == nullptr || dev < 0 || dev >= static_cast<int>(devs_.size())) {
+    return kInternalError;
+  }
+  PluginDevice* d = devs_[dev].get();
+  std::memset(p, 0, sizeof(*p));
+  p->name = d->name_c;
+  p->pciPath = d->pci.empty() ? nullptr : d->pci_c;
+  p->guid = d->guid;
+  // Host memory only: the software NIC's kernel sockets cannot reach GPU
+  // memory, so NCCL stages through host buffers (verbs GPUDirect is future
+  // work).
+  p->ptrSupport = kPtrHost;
+  p->regIsGlobal = 0;
+  p->forceFlush = 0;
+  p->speed = static_cast<int>(std::min<uint64_t>(d->speed_mbps, INT32_MAX));
+  p->port = 1;
+  p->latency = 0;
+  p->maxComms = 65536;
+  p->maxRecvs = max_recvs_;
+  p->netDeviceType = kNetDeviceHost;
+  p->netDeviceVersion = 0;
+  p->vProps.ndevs = 1;
+  p->vProps.devs[0] = dev;
+  p->maxP2pBytes = max_bytes_;
+  p->maxCollBytes = max_bytes_;
+  p->maxMultiRequestSize = 1;
+  return kSuccess;
+}
+
+uccl::Result<Endpoint*> NetPlugin::endpoint(PluginDevice* d) {
+  // Called with mu_ held.
+  if (d->ep) return d->ep.get();
+  EndpointConfig cfg = EndpointConfig::from_knobs();
+  cfg.device = d->ep_name;
+  cfg.num_engines = static_cast<int>(knob_engines().get());
+  auto ep = Endpoint::create(cfg);
+  if (!ep.ok()) return ep.status().with_context("device " + d->name);
+  auto port = (*ep)->listen(0);
+  if (!port.ok()) return port.status().with_context("device " + d->name);
+  d->port = *port;
+  d->ep = std::move(*ep);
+  log(kLogInfo, __FILE__, __LINE__,
+      "device " + d->name + ": endpoint up, bootstrap on " + d->ip + ":" +
+          std::to_string(d->port));
+  return d->ep.get();
+}
+
+Endpoint* NetPlugin::endpoint_for_testing(int dev) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (dev < 0 || dev >= static_cast<int>(devs_.size())) return nullptr;
+  return devs_[dev]->ep.get();
+}
+
+NcclResult NetPlugin::listen(int dev, void* handle, void** listen_comm) {
+  if (handle == nullptr || listen_comm == nullptr) return kInternalError;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (dev < 0 || dev >= static_cast<int>(devs_.size())) return kInternalError;
+  PluginDevice* d = devs_[dev].get();
+  auto ep = endpoint(d);
+  if (!ep.ok()) return fail("listen", ep.status());
+  auto* l = new PluginListen;
+  l->dev = d;
+  l->ep = *ep;
+  l->tag = next_tag_.fetch_add(1) & ((1ull << 56) - 1);
+  l->conns.assign(conns_per_comm_, 0);
+  std::memset(handle, 0, kHandleMaxSize);
+  ConnectHandle h{};
+  h.magic = kHandleMagic;
+  h.version = kHandleVersion;
+  h.nconns = static_cast<uint16_t>(conns_per_comm_);
+  transport::udp::parse_ipv4(d->ip, &h.ipv4_be);
+  h.port = d->port;
+  h.max_recvs = static_cast<uint16_t>(max_recvs_);
+  h.tag = l->tag;
+  std::memcpy(handle, &h, sizeof(h));
+  *listen_comm = l;
+  return kSuccess;
+}
+
+NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
+  if (handle == nullptr || send_comm == nullptr) return kInternalError;
+  *send_comm = nullptr;
+  ConnectHandle* h = static_cast<ConnectHandle*>(handle);
+  if (h->magic != kHandleMagic || h->version != kHandleVersion ||
+      h->nconns < 1 || h->nconns > 16) {
+    return fail("connect",
+                ProtocolError("handle is not from a UCCL listen "
+                              "of this version"),
+                kInternalError);
+  }
+  if (h->max_recvs != max_recvs_) {
+    return fail("connect",
+                InvalidArgument("peer runs UCCL_NCCL_MAX_RECVS=" +
+                                std::to_string(h->max_recvs) + ", we run " +
+                                std::to_string(max_recvs_)),
+                kInvalidUsage);
+  }
+  if (h->stage_magic != kStageMagic) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (dev < 0 || dev >= static_cast<int>(devs_.size())) return kInternalError;
+    PluginDevice* d = devs_[dev].get();
+    auto ep = endpoint(d);
+    if (!ep.ok()) return fail("connect", ep.status());
+    auto st = std::make_unique<ConnectStage>();
+    st->dev = d;
+    st->ep = *ep;
+    const std::string ip = transport::udp::ipv4_to_string(h->ipv4_be);
+    for (int i = 0; i < h->nconns; ++i) {
+      auto p = st->ep->connect_start(ip, h->port, (h->tag << 8) | i);
+      if (!p.ok()) return fail("connect", p.status());
+      st->pending.push_back(*p);
+    }
+    st->conns.assign(h->nconns, 0);
+    h->stage = st.release();
+    h->stage_magic = kStageMagic;
+  }
+  ConnectStage* st = h->stage;
+  int ready = 0;
+  for (size_t i = 0; i < st->conns.size(); ++i) {
+    if (st->conns[i] != 0) {
+      ++ready;
+      continue;
+    }
+    auto c = st->ep->connect_poll(st->pending[i]);
+    if (c.ok()) {
+      st->conns[i] = *c;
+      ++ready;
+    } else if (c.status().code() != StatusCode::kUnavailable) {
+      for (ConnId x : st->conns) {
+        if (x) st->ep->close(x);
+      }
+      h->stage_magic = 0;
+      h->stage = nullptr;
+      Status why = c.status();
+      delete st;
+      return fail("connect", why);
+    }
+  }
+  if (ready < static_cast<int>(st->conns.size())) return kSuccess;  // later
+  *send_comm = make_comm(st->dev, st->ep, true, st->conns, max_recvs_);
+  h->stage_magic = 0;
+  h->stage = nullptr;
+  delete st;
+  return kSuccess;
+}
+
+NcclResult NetPlugin::accept(void* listen_comm, void** recv_comm) {
+  if (listen_comm == nullptr || recv_comm == nullptr) return kInternalError;
+  *recv_comm = nullptr;
+  auto* l = static_cast<PluginListen*>(listen_comm);
+  int ready = 0;
+  for (size_t i = 0; i < l->conns.size(); ++i) {
+    if (l->conns[i] != 0) {
+      ++ready;
+      continue;
+    }
+    auto c = l->ep->accept_poll((l->tag << 8) | i);
+    if (c.ok()) {
+      l->conns[i] = *c;
+      ++ready;
+    } else if (c.status().code() != StatusCode::kUnavailable) {
+      return fail("accept", c.status());
+    }
+  }
+  if (ready < static_cast<int>(l->conns.size())) return kSuccess;  // later
+  *recv_comm = make_comm(l->dev, l->ep, false, l->conns, max_recvs_);
+  l->conns.assign(l->conns.size(), 0);  // handed over
+  return kSuccess;
+}
+
+NcclResult NetPlugin::reg_mr(void* comm, void* data, size_t size, int type,
+                             void** mhandle) {
+  if (comm == nullptr || mhandle == nullptr) return kInternalError;
+  auto* c = static_cast<PluginComm*>(comm);
+  if (type != kPtrHost) {
+    return fail("regMr",
+                InvalidArgument("only host memory (NCCL_PTR_HOST) "
+                                "is supported; type " +
+                                std::to_string(type)),
+                kInternalError);
+  }
+  auto* m = new PluginMr;
+  m->dev = c->dev;
+  if (size > 0 && data != nullptr) {
+    auto mh = c->ep->reg_mr(data, size);
+    if (!mh.ok()) {
+      delete m;
+      return fail("regMr", mh.status());
+    }
+    m->mh = *mh;
+  }
+  *mhandle = m;
+  return kSuccess;
+}
+
+NcclResult NetPlugin::dereg_mr(void* comm, void* mhandle) {
+  if (comm == nullptr || mhandle == nullptr) return kInternalError;
+  auto* c = static_cast<PluginComm*>(comm);
+  auto* m = static_cast<PluginMr*>(mhandle);
+  Status st = m->mh ? c->ep->dereg_mr(m->mh) : Status::OK();
+  delete m;
+  return st.ok() ? kSuccess : fail("deregMr", st);
+}
+
+PluginRequest* NetPlugin::alloc_request(PluginComm* c) {
+  for (int i = 0; i < c->pool_size; ++i) {
+    bool expected = false;
+    if (c->pool[i].used.compare_exchange_strong(expected, true,
+                                                std::memory_order_acquire)) {
+      return &c->pool[i];
+    }
+  }
+  return nullptr;
+}
+
+NcclResult NetPlugin::isend(void* send_comm, void* data, size_t size, int tag,
+                            void* mhandle, void* phandle, void** request) {
+  if (send_comm == nullptr || request == nullptr) return kInternalError;
+  auto* c = static_cast<PluginComm*>(send_comm);
+  *request = nullptr;
+  if (size > max_bytes_) {
+    return fail("isend",
+                InvalidArgument("message of " + std::to_string(size) +
+                                " bytes is above maxP2pBytes"),
+                kInternalError);
+  }
+  PluginRequest* r = alloc_request(c);
+  if (r == nullptr) return kSuccess;  // NCCL retries
+  auto* m = static_cast<PluginMr*>(mhandle);
+  const ConnId conn = c->conns[c->posted % c->conns.size()];
+  Status st =
+      c->ep->send_async(conn, data, size, m ? m->mh : nullptr, &r->req, tag);
+  if (!st.ok()) {
+    r->used.store(false, std::memory_order_release);
+    if (st.code() == StatusCode::kResourceExhausted) return kSuccess;
+    return fail("isend", st);
+  }
+  ++c->posted;
+  r->is_send = true;
+  r->n = 1;
+  r->send_size = size;
+  r->event = nullptr;
+  ProfilerCallback prof = profiler_.load(std::memory_order_acquire);
+  if (prof && phandle) {
+    ProfilerNetSockDescrV1 e{};
+    e.type = kProfileSocket;
+    e.sock.fd = static_cast<int>(conn & 0x7fffffff);
+    e.sock.op = 0;
+    e.sock.length = size;
+    prof(&r->event, kProfilerStart, phandle,
+         kProfilerNetTypeSock | kProfilerNetSockVersion, &e);
+  }
+  *request = r;
+  return kSuccess;
+}
+
+NcclResult NetPlugin::irecv(void* recv_comm, int n, void** data,
+                            const size_t* sizes, const int* tags,
+                            void** mhandles, void** phandles, void** request) {
+  if (recv_comm == nullptr || request == nullptr) return kInternalError;
+  *request = nullptr;  // also clears NCCL's optional-completion marker
+  if (n < 1 || n > max_recvs_ || data == nullptr || sizes == nullptr) {
+    return fail(
+        "irecv",
+        InvalidArgument("n=" + std::to_string(n) + " receives (maxRecvs " +
+                        std::to_string(max_recvs_) + ")"),
+        kInternalError);
+  }
+  auto* c = static_cast<PluginComm*>(recv_comm);
+  PluginRequest* r = alloc_request(c);
+  if (r == nullptr) return kSuccess;
+  MrHandle* mhs[kMaxRecvsPerRequest];
+  int tg[kMaxRecvsPerRequest];
+  for (int i = 0; i < n; ++i) {
+    auto* m = mhandles ? static_cast<PluginMr*>(mhandles[i]) : nullptr;
+    mhs[i] = m ? m->mh : nullptr;
+    tg[i] = tags ? tags[i] : 0;
+  }
+  const ConnId conn = c->conns[c->posted % c->conns.size()];
+  Status st = c->ep->recv_async(conn, n, data, sizes, tg, mhs, &r->req);
+  if (!st.ok()) {
+    r->used.store(false, std::memory_order_release);
+    if (st.code() == StatusCode::kResourceExhausted) return kSuccess;
+    return fail("irecv", st);
+  }
+  ++c->posted;
+  r->is_send = false;
+  r->n = n;
+  r->event = nullptr;
+  ProfilerCallback prof = profiler_.load(std::memory_order_acquire);
+  if (prof && phandles && phandles[0]) {
+    ProfilerNetSockDescrV1 e{};
+    e.type = kProfileSocket;
+    e.sock.fd = static_cast<int>(conn & 0x7fffffff);
+    e.sock.op = 1;
+    size_t total = 0;
+    for (int i = 0; i < n; ++i) total += sizes[i];
+    e.sock.length = total;
+    prof(&r->event, kProfilerStart, phandles[0],
+         kProfilerNetTypeSock | kProfilerNetSockVersion, &e);
+  }
+  *request = r;
+  return kSuccess;
+}
+
+NcclResult NetPlugin::iflush(void* recv_comm, int n, void** data,
+                             const int* sizes, void** mhandles,
+                             void** request) {
+  (void)n;
+  (void)data;
+  (void)sizes;
+  (void)mhandles;
+  if (recv_comm == nullptr || request == nullptr) return kInternalError;
+  // Host memory: received bytes are visible as soon as the receive is done.
+  *request = nullptr;
+  return kSuccess;
+}
+
+NcclResult NetPlugin::test(void* request, int* done, int* sizes) {
+  if (request == nullptr || done == nullptr) return kInternalError;
+  auto* r = static_cast<PluginRequest*>(request);
+  if (!r->req.done()) {
+    *done = 0;
+    return kSuccess;
+  }
+  *done = 1;
+  const Status st = r->req.status();
+  if (sizes) {
+    for (int i = 0; i < r->n; ++i) {
+      sizes[i] = static_cast<int>(r->is_send ? r->send_size : r->req.size(i));
+    }
+  }
+  if (r->event) {
+    ProfilerCallback prof = profiler_.load(std::memory_order_acquire);
+    if (prof) prof(&r->event, kProfilerStop, nullptr, 0, nullptr);
+    r->event = nullptr;
+  }
+  r->used.store(false, std::memory_order_release);  // NCCL never tests again
+  if (!st.ok()) {
+    return fail(
+        r->is_send ? "send" : "receive", st,
+        st.code() == StatusCode::kTruncated ? kInternalError : kSystemError);
+  }
+  return kSuccess;
+}
+
+NcclResult NetPlugin::close_comm(void* comm) {
+  if (comm == nullptr) return kSuccess;
+  auto* c = static_cast<PluginComm*>(comm);
+  for (ConnId x : c->conns) c->ep->close(x);
+  // Closing completes what is still pending (kCancelled); the requests live
+  // in this comm, so wait (bounded) until the engines let go of them.
+  const uint64_t until = monotonic_ns() + 5000000000ull;
+  for (int i = 0; i < c->pool_size; ++i) {
+    PluginRequest& r = c->pool[i];
+    while (r.used.load(std::memory_order_acquire) && !r.req.done() &&
+           monotonic_ns() < until) {
+      std::this_thread::yield();
+    }
+  }
+  delete c;
+  return kSuccess;
+}
+
+NcclResult NetPlugin::close_listen(void* listen_comm) {
+  if (listen_comm == nullptr) return kSuccess;
+  auto* l = static_cast<PluginListen*>(listen_comm);
+  for (ConnId x : l->conns) {
+    if (x) l->ep->close(x);
+  }
+  delete l;
+  return kSuccess;
+}
+
+NcclResult NetPlugin::make_vdevice(int* d, VDeviceProps* props) {
+  if (d == nullptr || props == nullptr) return kInternalError;
+  // A virtual device of one device is that device; merging NICs is not
+  // supported (NCCL then uses each NIC on its own).
+  if (props->ndevs == 1 && props->devs[0] >= 0 &&
+      props->devs[0] < static_cast<int>(devs_.size())) {
+    *d = props->devs[0];
+    return kSuccess;
+  }
+  return fail("makeVDevice",
+              InvalidArgument("merging " + std::to_string(props->ndevs) +
+                              " devices is not supported"),
+              kInvalidUsage);
+}
+
+}  // namespace uccl::nccl

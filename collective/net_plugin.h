@@ -1,0 +1,100 @@
+// The NCCL net plugin's implementation, version-neutral (v11 semantics):
+// devices, non-blocking listen/connect/accept, isend/irecv/test over UCCL
+// Endpoints; net_exports.cc wraps it in NCCL's v8..v11 function tables.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "collective/nccl_net_abi.h"
+#include "uccl/endpoint.h"
+#include "uccl/status.h"
+
+namespace uccl::nccl {
+
+// Knobs (defined in net_plugin.cc, listed by `uccl_devinfo --knobs`):
+//   UCCL_NCCL_DEVICES    comma list of devices to expose ("" = automatic)
+//   UCCL_NCCL_ENGINES    engine threads per device (default 4)
+//   UCCL_NCCL_CONNS      UCCL connections per NCCL comm (0 = engines)
+//   UCCL_NCCL_MAX_RECVS  grouped receives offered to NCCL (default 1)
+//   UCCL_NCCL_MAX_BYTES  largest message NCCL may hand us (default 1 GiB)
+
+struct PluginDevice;
+struct PluginComm;
+struct PluginListen;
+
+// One outstanding isend/irecv/iflush, from its comm's fixed pool.
+struct PluginRequest {
+  Request req;
+  PluginComm* comm = nullptr;
+  std::atomic<bool> used{false};
+  bool is_send = false;
+  int n = 0;
+  size_t send_size = 0;
+  void* event = nullptr;  // profiler handle
+};
+
+// What a regMr returns: the registration on the comm's endpoint.
+struct PluginMr {
+  MrHandle* mh = nullptr;
+  PluginDevice* dev = nullptr;
+};
+
+class NetPlugin {
+ public:
+  static NetPlugin& get();
+
+  // Once per process (later calls only update the logger/profiler).
+  ncclabi::NcclResult init(ncclabi::Logger logger,
+                           ncclabi::ProfilerCallback profiler);
+  ncclabi::NcclResult devices(int* ndev);
+  ncclabi::NcclResult properties(int dev, ncclabi::PropertiesV11* props);
+  ncclabi::NcclResult listen(int dev, void* handle, void** listen_comm);
+  ncclabi::NcclResult connect(int dev, void* handle, void** send_comm);
+  ncclabi::NcclResult accept(void* listen_comm, void** recv_comm);
+  ncclabi::NcclResult reg_mr(void* comm, void* data, size_t size, int type,
+                             void** mhandle);
+  ncclabi::NcclResult dereg_mr(void* comm, void* mhandle);
+  ncclabi::NcclResult isend(void* send_comm, void* data, size_t size, int tag,
+                            void* mhandle, void* phandle, void** request);
+  ncclabi::NcclResult irecv(void* recv_comm, int n, void** data,
+                            const size_t* sizes, const int* tags,
+                            void** mhandles, void** phandles, void** request);
+  ncclabi::NcclResult iflush(void* recv_comm, int n, void** data,
+                             const int* sizes, void** mhandles, void** request);
+  ncclabi::NcclResult test(void* request, int* done, int* sizes);
+  ncclabi::NcclResult close_comm(void* comm);
+  ncclabi::NcclResult close_listen(void* listen_comm);
+  ncclabi::NcclResult make_vdevice(int* d, ncclabi::VDeviceProps* props);
+
+  // Logs through NCCL's logger (or stderr before init).
+  void log(int level, const char* file, int line, const std::string& msg);
+  int max_recvs() const { return max_recvs_; }
+
+  // For tests and the conformance harness: the live endpoint of a device.
+  Endpoint* endpoint_for_testing(int dev);
+
+ private:
+  NetPlugin() = default;
+  ~NetPlugin();
+  Result<Endpoint*> endpoint(PluginDevice* d);
+  PluginRequest* alloc_request(PluginComm* c);
+  ncclabi::NcclResult fail(const char* what, const Status& st,
+                           ncclabi::NcclResult code = ncclabi::kSystemError);
+
+  std::mutex mu_;
+  bool inited_ = false;
+  std::atomic<ncclabi::Logger> logger_{nullptr};
+  std::atomic<ncclabi::ProfilerCallback> profiler_{nullptr};
+  std::vector<std::unique_ptr<PluginDevice>> devs_;
+  int conns_per_comm_ = 1;
+  int max_recvs_ = 1;
+  uint64_t max_bytes_ = 0;
+  std::atomic<uint64_t> next_tag_{1};
+};
+
+}  // namespace uccl::nccl

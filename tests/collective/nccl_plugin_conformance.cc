@@ -1,0 +1,829 @@
+// nccl_plugin_conformance: dlopens libnccl-net-uccl.so and drives each exported
+// ABI version the way NCCL's proxy does, checking results byte for byte.
+//
+//   nccl_plugin_conformance [--plugin=PATH]   run every scenario (each in its
+//                                             own process: knobs are read at
+//                                             load), print a summary
+//   nccl_plugin_conformance --scenario=NAME [--version=N]   one scenario
+//
+// Scenarios: props, data, backpressure, truncation, grouped, close, twoproc
+// (sender in a second process), and data/twoproc again under 1% injected loss.
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collective/nccl_net_abi.h"
+#include "tests/subprocess.h"
+#include "util/clock.h"
+#include "util/pattern.h"
+
+namespace {
+
+using namespace uccl::ncclabi;  // NOLINT
+
+int g_failures = 0;
+// Both evaluate `cond` exactly once (it is often a plugin call).
+#define CHECK_THAT(cond, ...)                                            \
+  ([&]() -> bool {                                                       \
+    if (cond) return true;                                               \
+    ++g_failures;                                                        \
+    std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+    std::fprintf(stderr, __VA_ARGS__);                                   \
+    std::fprintf(stderr, "\n");                                          \
+    return false;                                                        \
+  }())
+#define REQUIRE(cond, ...)                      \
+  do {                                          \
+    if (!CHECK_THAT(cond, __VA_ARGS__)) return; \
+  } while (0)
+
+std::atomic<int> g_warnings{0};
+void logger(int level, unsigned long, const char* file, int line,
+            const char* fmt, ...) {
+  if (level > kLogWarn && std::getenv("CONFORMANCE_VERBOSE") == nullptr) {
+    return;
+  }
+  if (level == kLogWarn) ++g_warnings;
+  std::fprintf(stderr, "[%.6f plugin %s %s:%d] ", uccl::monotonic_ns() / 1e9,
+               level == kLogWarn ? "WARN" : "INFO", file, line);
+  va_list ap;
+  va_start(ap, fmt);
+  std::vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "\n");
+}
+
+std::atomic<int> g_prof_start{0}, g_prof_stop{0}, g_prof_bad{0};
+int profiler(void** handle, int type, void* parent, int64_t plugin_id,
+             void* ext) {
+  if (type == kProfilerStart) {
+    auto* d = static_cast<ProfilerNetSockDescrV1*>(ext);
+    if (parent == nullptr || d == nullptr || d->type != kProfileSocket ||
+        (plugin_id & 0xffff) != kProfilerNetSockVersion ||
+        (plugin_id & ~int64_t{0xffff}) != kProfilerNetTypeSock ||
+        (d->sock.op != 0 && d->sock.op != 1)) {
+      ++g_prof_bad;
+    }
+    *handle = reinterpret_cast<void*>(0x1000 + g_prof_start.fetch_add(1));
+  } else if (type == kProfilerStop) {
+    if (handle == nullptr || *handle == nullptr) ++g_prof_bad;
+    ++g_prof_stop;
+  }
+  return 0;
+}
+int g_phandle_target;  // what we pass as NCCL's parent event handle
+
+// One ABI version, seen through v11-shaped calls.
+struct Api {
+  int version = 0;
+  std::function<int()> init;
+  std::function<int()> finalize;
+  std::function<int(int*)> devices;
+  std::function<int(int, PropertiesV11*)> props;
+  std::function<int(int, void*, void**)> listen;
+  std::function<int(int, void*, void**)> connect;
+  std::function<int(void*, void**)> accept;
+  std::function<int(void*, void*, size_t, int, void**)> reg_mr;
+  std::function<int(void*, void*)> dereg_mr;
+  std::function<int(void*, void*, size_t, int, void*, void**)> isend;
+  std::function<int(void*, int, void**, size_t*, int*, void**, void**)> irecv;
+  std::function<int(void*, int, void**, int*, void**, void**)> iflush;
+  std::function<int(void*, int*, int*)> test;
+  std::function<int(void*)> close_send, close_recv, close_listen;
+};
+
+template <typename T>
+void common(Api* a, const T* t) {
+  a->devices = t->devices;
+  a->accept = [t](void* l, void** r) { return t->accept(l, r, nullptr); };
+  a->reg_mr = t->regMr;
+  a->dereg_mr = t->deregMr;
+  a->iflush = t->iflush;
+  a->test = t->test;
+  a->close_send = t->closeSend;
+  a->close_recv = t->closeRecv;
+  a->close_listen = t->closeListen;
+}
+
+bool load_api(const std::string& path, int version, Api* a) {
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    std::fprintf(stderr, "dlopen %s: %s\n", path.c_str(), dlerror());
+    return false;
+  }
+  const std::string sym = "ncclNetPlugin_v" + std::to_string(version);
+  void* s = dlsym(lib, sym.c_str());
+  if (s == nullptr) {
+    std::fprintf(stderr, "%s: no symbol %s\n", path.c_str(), sym.c_str());
+    return false;
+  }
+  a->version = version;
+  a->finalize = [] { return 0; };
+  if (version == 11) {
+    auto* t = static_cast<const NetV11*>(s);
+    if (std::strcmp(t->name, "UCCL") != 0 || t->finalize == nullptr)
+      return false;
+    common(a, t);
+    auto ctx = std::make_shared<void*>(nullptr);
+    a->init = [t, ctx] {
+      CommConfig cfg{-1};
+      return t->init(ctx.get(), 42, &cfg, logger, profiler);
+    };
+    a->finalize = [t, ctx] { return t->finalize(*ctx); };
+    a->props = t->getProperties;
+    a->listen = [t, ctx](int d, void* h, void** l) {
+      return t->listen(*ctx, d, h, l);
+    };
+    a->connect = [t, ctx](int d, void* h, void** s2) {
+      return t->connect(*ctx, d, h, s2, nullptr);
+    };
+    a->isend = [t](void* c, void* d, size_t n, int tag, void* m, void** r) {
+      return t->isend(c, d, n, tag, m, &g_phandle_target, r);
+    };
+    a->irecv = [t](void* c, int n, void** d, size_t* sz, int* tg, void** m,
+                   void** r) {
+      void* ph[8];
+      for (int i = 0; i < 8; ++i) ph[i] = &g_phandle_target;
+      return t->irecv(c, n, d, sz, tg, m, ph, r);
+    };
+  } else if (version == 10) {
+    auto* t = static_cast<const NetV10*>(s);
+    common(a, t);
+    a->init = [t] { return t->init(logger, profiler); };
+    a->props = [t](int d, PropertiesV11* p) {
+      std::memset(p, 0, sizeof(*p));
+      return t->getProperties(d, reinterpret_cast<PropertiesV9*>(p));
+    };
+    a->listen = t->listen;
+    a->connect = [t](int d, void* h, void** s2) {
+      CommConfig cfg{-1};
+      return t->connect(d, &cfg, h, s2, nullptr);
+    };
+    a->isend = [t](void* c, void* d, size_t n, int tag, void* m, void** r) {
+      return t->isend(c, d, n, tag, m, &g_phandle_target, r);
+    };
+    a->irecv = [t](void* c, int n, void** d, size_t* sz, int* tg, void** m,
+                   void** r) {
+      void* ph[8];
+      for (int i = 0; i < 8; ++i) ph[i] = &g_phandle_target;
+      return t->irecv(c, n, d, sz, tg, m, ph, r);
+    };
+  } else if (version == 9) {
+    auto* t = static_cast<const NetV9*>(s);
+    common(a, t);
+    a->init = [t] { return t->init(logger); };
+    a->props = [t](int d, PropertiesV11* p) {
+      std::memset(p, 0, sizeof(*p));
+      return t->getProperties(d, reinterpret_cast<PropertiesV9*>(p));
+    };
+    a->listen = t->listen;
+    a->connect = [t](int d, void* h, void** s2) {
+      return t->connect(d, h, s2, nullptr);
+    };
+    a->isend = t->isend;
+    a->irecv = t->irecv;
+  } else if (version == 8) {
+    auto* t = static_cast<const NetV8*>(s);
+    common(a, t);
+    a->init = [t] { return t->init(logger); };
+    a->props = [t](int d, PropertiesV11* p) {
+      std::memset(p, 0, sizeof(*p));
+      PropertiesV8 v8;
+      int r = t->getProperties(d, &v8);
+      p->name = v8.name;
+      p->pciPath = v8.pciPath;
+      p->guid = v8.guid;
+      p->ptrSupport = v8.ptrSupport;
+      p->speed = v8.speed;
+      p->maxComms = v8.maxComms;
+      p->maxRecvs = v8.maxRecvs;
+      p->maxP2pBytes = size_t{1} << 30;  // not in v8: NCCL assumes this
+      p->maxCollBytes = size_t{1} << 30;
+      return r;
+    };
+    a->listen = t->listen;
+    a->connect = [t](int d, void* h, void** s2) {
+      return t->connect(d, h, s2, nullptr);
+    };
+    a->isend = [t](void* c, void* d, size_t n, int tag, void* m, void** r) {
+      return t->isend(c, d, static_cast<int>(n), tag, m, r);
+    };
+    a->irecv = [t](void* c, int n, void** d, size_t* sz, int* tg, void** m,
+                   void** r) {
+      int s2[8];
+      for (int i = 0; i < n && i < 8; ++i) s2[i] = static_cast<int>(sz[i]);
+      return t->irecv(c, n, d, s2, tg, m, r);
+    };
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Loops connect/accept (neither may block) until both comms exist.
+bool connect_pair(Api& a, int dev, void** sc, void** rc, void** lc) {
+  char handle[kHandleMaxSize];
+  if (a.listen(dev, handle, lc) != kSuccess) return false;
+  *sc = *rc = nullptr;
+  const uint64_t until = uccl::monotonic_ns() + 20000000000ull;
+  while ((*sc == nullptr || *rc == nullptr) && uccl::monotonic_ns() < until) {
+    if (*sc == nullptr && a.connect(dev, handle, sc) != kSuccess) return false;
+    if (*rc == nullptr && a.accept(*lc, rc) != kSuccess) return false;
+  }
+  return *sc != nullptr && *rc != nullptr;
+}
+
+// Polls test() until done; the result code of the completing test().
+int wait_req(Api& a, void* req, int* sizes, int timeout_ms = 60000) {
+  const uint64_t until = uccl::monotonic_ns() + uint64_t(timeout_ms) * 1000000;
+  int done = 0;
+  while (uccl::monotonic_ns() < until) {
+    int r = a.test(req, &done, sizes);
+    if (r != kSuccess || done) return r;
+  }
+  return -1;  // timed out
+}
+
+size_t step_size(int s) {
+  static const size_t kSizes[] = {0,       1,       4096,   65536 + 17,
+                                  1 << 20, 3 << 20, 777777, 8};
+  return kSizes[s % 8];
+}
+
+// --------------------------------------------------------------- scenarios
+
+void scenario_props(Api& a) {
+  int n = 0;
+  REQUIRE(a.devices(&n) == kSuccess && n >= 1, "devices: %d", n);
+  std::vector<std::string> names;
+  for (int d = 0; d < n; ++d) {
+    PropertiesV11 p;
+    REQUIRE(a.props(d, &p) == kSuccess, "getProperties(%d)", d);
+    REQUIRE(p.name != nullptr, "name");
+    for (const auto& x : names)
+      CHECK_THAT(x != p.name, "duplicate name %s", p.name);
+    names.push_back(p.name);
+    CHECK_THAT(p.ptrSupport == kPtrHost, "ptrSupport %d", p.ptrSupport);
+    CHECK_THAT(p.speed > 0, "speed %d", p.speed);
+    CHECK_THAT(p.maxComms > 0, "maxComms");
+    CHECK_THAT(p.maxRecvs >= 1 && p.maxRecvs <= 8, "maxRecvs %d", p.maxRecvs);
+    CHECK_THAT(p.netDeviceType == kNetDeviceHost, "netDeviceType");
+    if (a.version >= 9) {
+      CHECK_THAT(p.maxP2pBytes > 0 && p.maxP2pBytes <= (size_t{1} << 40),
+                 "maxP2pBytes %zu", p.maxP2pBytes);
+      CHECK_THAT(p.maxCollBytes > 0 && p.maxCollBytes <= (size_t{1} << 40),
+                 "maxCollBytes %zu", p.maxCollBytes);
+      CHECK_THAT(p.vProps.ndevs == 1 && p.vProps.devs[0] == d, "vProps");
+    }
+    std::printf("  device %d: %s speed %d Mb/s pci %s maxRecvs %d\n", d, p.name,
+                p.speed, p.pciPath ? p.pciPath : "(none)", p.maxRecvs);
+  }
+  PropertiesV11 p;
+  CHECK_THAT(a.props(n, &p) != kSuccess, "getProperties(out of range)");
+}
+
+struct Buffers {
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<void*> mhs;
+};
+
+// The proxy's pattern: the receiver keeps 8 receives posted (NCCL_STEPS),
+// the sender up to 32 sends; sizes vary (0 B included); every byte checked.
+void scenario_data(Api& a, int steps) {
+  void *sc, *rc, *lc;
+  REQUIRE(connect_pair(a, 0, &sc, &rc, &lc), "connect/accept");
+  const size_t kSlot = 4 << 20;
+  Buffers sb, rb;
+  sb.bufs.assign(32, std::vector<uint8_t>(kSlot));
+  rb.bufs.assign(8, std::vector<uint8_t>(kSlot));
+  for (auto& b : sb.bufs) {
+    void* mh = nullptr;
+    REQUIRE(a.reg_mr(sc, b.data(), b.size(), kPtrHost, &mh) == kSuccess,
+            "regMr");
+    sb.mhs.push_back(mh);
+  }
+  // One receive region registered twice, overlapping (NCCL does this).
+  std::vector<uint8_t> big(8 * kSlot);
+  void *mh_big = nullptr, *mh_part = nullptr;
+  REQUIRE(a.reg_mr(rc, big.data(), big.size(), kPtrHost, &mh_big) == kSuccess,
+          "regMr big");
+  REQUIRE(a.reg_mr(rc, big.data() + kSlot, 2 * kSlot, kPtrHost, &mh_part) ==
+              kSuccess,
+          "regMr overlapping");
+  void* cuda_mh = nullptr;
+  CHECK_THAT(a.reg_mr(rc, big.data(), 4096, kPtrCuda, &cuda_mh) != kSuccess,
+             "CUDA memory must be refused (ptrSupport is HOST)");
+  std::vector<void*> sreq(steps, nullptr), rreq(steps, nullptr);
+  int sent = 0, recvd = 0, sdone = 0, rdone = 0;
+  const uint64_t until = uccl::monotonic_ns() + 120000000000ull;
+  while ((sdone < steps || rdone < steps) && uccl::monotonic_ns() < until) {
+    if (recvd < steps && recvd - rdone < 8) {
+      void* data = big.data() + (recvd % 8) * kSlot;
+      size_t size = kSlot;
+      int tag = 7;
+      void* mh = (recvd % 8 == 1 || recvd % 8 == 2) ? mh_part : mh_big;
+      rreq[recvd] = reinterpret_cast<void*>(kOptionalRecvCompletion);
+      int r = a.irecv(rc, 1, &data, &size, &tag, &mh, &rreq[recvd]);
+      REQUIRE(r == kSuccess, "irecv step %d", recvd);
+      CHECK_THAT(
+          rreq[recvd] != reinterpret_cast<void*>(kOptionalRecvCompletion),
+          "irecv left NCCL's optional-completion marker");
+      if (rreq[recvd]) ++recvd;
+    }
+    if (sent < steps && sent - sdone < 32) {
+      const size_t n = step_size(sent);
+      auto& b = sb.bufs[sent % 32];
+      uccl::fill_pattern(b.data(), n, 1000 + sent);
+      int r = a.isend(sc, b.data(), n, 7, sb.mhs[sent % 32], &sreq[sent]);
+      REQUIRE(r == kSuccess, "isend step %d", sent);
+      if (sreq[sent]) ++sent;
+    }
+    if (sdone < sent) {
+      int done = 0, size = -1;
+      REQUIRE(a.test(sreq[sdone], &done, &size) == kSuccess, "send test");
+      if (done) {
+        CHECK_THAT(size == static_cast<int>(step_size(sdone)), "send size %d",
+                   size);
+        ++sdone;
+      }
+    }
+    if (rdone < recvd) {
+      int done = 0, size = -1;
+      REQUIRE(a.test(rreq[rdone], &done, &size) == kSuccess, "recv test %d",
+              rdone);
+      if (done) {
+        const size_t n = step_size(rdone);
+        CHECK_THAT(size == static_cast<int>(n), "step %d: size %d, want %zu",
+                   rdone, size, n);
+        int64_t bad = uccl::find_pattern_mismatch(
+            big.data() + (rdone % 8) * kSlot, n, 1000 + rdone);
+        CHECK_THAT(bad < 0, "step %d: bad byte at %lld", rdone,
+                   static_cast<long long>(bad));
+        // iflush: host memory, nothing to do: NULL request.
+        void* fr = reinterpret_cast<void*>(0x2);
+        void* data = big.data();
+        int fs = static_cast<int>(n);
+        CHECK_THAT(a.iflush(rc, 1, &data, &fs, &mh_big, &fr) == kSuccess &&
+                       fr == nullptr,
+                   "iflush");
+        ++rdone;
+      }
+    }
+  }
+  CHECK_THAT(sdone == steps && rdone == steps, "sends %d/%d receives %d/%d",
+             sdone, steps, rdone, steps);
+  for (void* mh : sb.mhs) CHECK_THAT(a.dereg_mr(sc, mh) == kSuccess, "deregMr");
+  CHECK_THAT(a.dereg_mr(rc, mh_part) == kSuccess, "deregMr");
+  CHECK_THAT(a.dereg_mr(rc, mh_big) == kSuccess, "deregMr");
+  CHECK_THAT(a.close_send(sc) == kSuccess, "closeSend");
+  CHECK_THAT(a.close_recv(rc) == kSuccess, "closeRecv");
+  CHECK_THAT(a.close_listen(lc) == kSuccess, "closeListen");
+  std::printf("  %d messages each way checked\n", steps);
+}
+
+// 32 requests per comm: the 33rd isend returns a NULL request (try later).
+void scenario_backpressure(Api& a) {
+  void *sc, *rc, *lc;
+  REQUIRE(connect_pair(a, 0, &sc, &rc, &lc), "connect/accept");
+  std::vector<uint8_t> b(64 * 1024);
+  void *smh, *rmh;
+  REQUIRE(a.reg_mr(sc, b.data(), b.size(), kPtrHost, &smh) == kSuccess,
+          "regMr");
+  std::vector<uint8_t> rbuf(64 * 1024 * 8);
+  REQUIRE(a.reg_mr(rc, rbuf.data(), rbuf.size(), kPtrHost, &rmh) == kSuccess,
+          "regMr");
+  uccl::fill_pattern(b.data(), b.size(), 5);
+  std::vector<void*> s;
+  for (int i = 0; i < kMaxRequests; ++i) {
+    void* r = nullptr;
+    REQUIRE(a.isend(sc, b.data(), 1024 + i, 0, smh, &r) == kSuccess, "isend %d",
+            i);
+    CHECK_THAT(r != nullptr, "isend %d of %d got no request", i, kMaxRequests);
+    s.push_back(r);
+  }
+  void* extra = reinterpret_cast<void*>(0x3);
+  REQUIRE(a.isend(sc, b.data(), 10, 0, smh, &extra) == kSuccess, "isend 33");
+  CHECK_THAT(extra == nullptr, "the 33rd isend must return a NULL request");
+  // Drain: 8 receives in flight at a time.
+  int posted = 0, done = 0;
+  std::vector<void*> r(kMaxRequests, nullptr);
+  const uint64_t until = uccl::monotonic_ns() + 60000000000ull;
+  while (done < kMaxRequests && uccl::monotonic_ns() < until) {
+    if (posted < kMaxRequests && posted - done < 8) {
+      void* d = rbuf.data() + (posted % 8) * 65536;
+      size_t sz = 65536;
+      int tag = 0;
+      REQUIRE(a.irecv(rc, 1, &d, &sz, &tag, &rmh, &r[posted]) == kSuccess,
+              "irecv");
+      if (r[posted]) ++posted;
+    }
+    if (done < posted) {
+      int dn = 0, size = 0;
+      REQUIRE(a.test(r[done], &dn, &size) == kSuccess, "test");
+      if (dn) {
+        CHECK_THAT(size == 1024 + done, "size %d", size);
+        CHECK_THAT(uccl::find_pattern_mismatch(rbuf.data() + (done % 8) * 65536,
+                                               size, 5) < 0,
+                   "bytes of message %d", done);
+        ++done;
+      }
+    }
+  }
+  for (void* x : s)
+    CHECK_THAT(wait_req(a, x, nullptr) == kSuccess, "send done");
+  CHECK_THAT(done == kMaxRequests, "received %d", done);
+  a.dereg_mr(sc, smh);
+  a.dereg_mr(rc, rmh);
+  a.close_send(sc);
+  a.close_recv(rc);
+  a.close_listen(lc);
+}
+
+// A send larger than the posted receive is an error at both ends.
+void scenario_truncation(Api& a) {
+  void *sc, *rc, *lc;
+  REQUIRE(connect_pair(a, 0, &sc, &rc, &lc), "connect/accept");
+  std::vector<uint8_t> sbuf(8192), rbuf(8192);
+  void *smh, *rmh;
+  REQUIRE(a.reg_mr(sc, sbuf.data(), sbuf.size(), kPtrHost, &smh) == kSuccess,
+          "regMr");
+  REQUIRE(a.reg_mr(rc, rbuf.data(), rbuf.size(), kPtrHost, &rmh) == kSuccess,
+          "regMr");
+  void *sr = nullptr, *rr = nullptr;
+  void* d = rbuf.data();
+  size_t sz = 100;
+  int tag = 0;
+  REQUIRE(a.irecv(rc, 1, &d, &sz, &tag, &rmh, &rr) == kSuccess && rr, "irecv");
+  REQUIRE(a.isend(sc, sbuf.data(), 200, 0, smh, &sr) == kSuccess && sr,
+          "isend");
+  const int g0 = g_warnings.load();
+  CHECK_THAT(wait_req(a, rr, nullptr) > 0, "receiver must see an error");
+  CHECK_THAT(wait_req(a, sr, nullptr) > 0, "sender must see an error");
+  CHECK_THAT(g_warnings.load() > g0, "the error must be logged (WARN)");
+  a.dereg_mr(sc, smh);
+  a.dereg_mr(rc, rmh);
+  a.close_send(sc);
+  a.close_recv(rc);
+  a.close_listen(lc);
+}
+
+// maxRecvs > 1 (UCCL_NCCL_MAX_RECVS=8): grouped receives, tags pick buffers.
+void scenario_grouped(Api& a) {
+  PropertiesV11 p;
+  REQUIRE(a.props(0, &p) == kSuccess, "props");
+  REQUIRE(p.maxRecvs == 8, "run with UCCL_NCCL_MAX_RECVS=8 (maxRecvs %d)",
+          p.maxRecvs);
+  void *sc, *rc, *lc;
+  REQUIRE(connect_pair(a, 0, &sc, &rc, &lc), "connect/accept");
+  const int n = 4;
+  std::vector<uint8_t> sbuf(4 * 65536), rbuf(4 * 65536);
+  void *smh, *rmh;
+  REQUIRE(a.reg_mr(sc, sbuf.data(), sbuf.size(), kPtrHost, &smh) == kSuccess,
+          "regMr");
+  REQUIRE(a.reg_mr(rc, rbuf.data(), rbuf.size(), kPtrHost, &rmh) == kSuccess,
+          "regMr");
+  for (int round = 0; round < 3; ++round) {
+    void* data[n];
+    size_t sizes[n];
+    int tags[n];
+    void* mhs[n];
+    for (int i = 0; i < n; ++i) {
+      data[i] = rbuf.data() + i * 65536;
+      sizes[i] = 65536;
+      tags[i] = 10 + i;
+      mhs[i] = rmh;
+    }
+    void* rr = nullptr;
+    REQUIRE(a.irecv(rc, n, data, sizes, tags, mhs, &rr) == kSuccess && rr,
+            "grouped irecv");
+    const int order[n] = {2, 0, 3, 1};  // sent out of tag order
+    std::vector<void*> sr;
+    for (int k = 0; k < n; ++k) {
+      const int i = order[k];
+      uint8_t* b = sbuf.data() + i * 65536;
+      const size_t len = 1000 * (i + 1) + round;
+      uccl::fill_pattern(b, len, 50 + i + round * 10);
+      void* r = nullptr;
+      REQUIRE(a.isend(sc, b, len, 10 + i, smh, &r) == kSuccess && r, "isend");
+      sr.push_back(r);
+    }
+    int got[n];
+    CHECK_THAT(wait_req(a, rr, got) == kSuccess, "grouped receive");
+    for (int i = 0; i < n; ++i) {
+      const size_t len = 1000 * (i + 1) + round;
+      CHECK_THAT(got[i] == static_cast<int>(len), "buffer %d size %d", i,
+                 got[i]);
+      CHECK_THAT(uccl::find_pattern_mismatch(rbuf.data() + i * 65536, len,
+                                             50 + i + round * 10) < 0,
+                 "buffer %d (tag %d) has another message's bytes", i, 10 + i);
+    }
+    for (void* r : sr) CHECK_THAT(wait_req(a, r, nullptr) == kSuccess, "send");
+  }
+  a.dereg_mr(sc, smh);
+  a.dereg_mr(rc, rmh);
+  a.close_send(sc);
+  a.close_recv(rc);
+  a.close_listen(lc);
+}
+
+// Close orders NCCL may use: with requests pending, receiver first, sender
+// first, and a listen comm closed before anything connected.
+void scenario_close(Api& a) {
+  for (int order = 0; order < 2; ++order) {
+    void *sc, *rc, *lc;
+    REQUIRE(connect_pair(a, 0, &sc, &rc, &lc), "connect/accept");
+    std::vector<uint8_t> buf(1 << 20);
+    void *smh, *rmh;
+    REQUIRE(a.reg_mr(sc, buf.data(), buf.size(), kPtrHost, &smh) == kSuccess,
+            "regMr");
+    REQUIRE(a.reg_mr(rc, buf.data(), buf.size(), kPtrHost, &rmh) == kSuccess,
+            "regMr");
+    // A completed exchange, then pending ones in the direction closed.
+    void *sr = nullptr, *rr = nullptr;
+    void* d = buf.data();
+    size_t sz = buf.size();
+    int tag = 0;
+    REQUIRE(a.irecv(rc, 1, &d, &sz, &tag, &rmh, &rr) == kSuccess && rr,
+            "irecv");
+    REQUIRE(a.isend(sc, buf.data(), 4096, 0, smh, &sr) == kSuccess && sr,
+            "isend");
+    CHECK_THAT(wait_req(a, rr, nullptr) == kSuccess, "recv");
+    CHECK_THAT(wait_req(a, sr, nullptr) == kSuccess, "send");
+    void* pending = nullptr;
+    if (order == 0) {
+      REQUIRE(a.irecv(rc, 1, &d, &sz, &tag, &rmh, &pending) == kSuccess,
+              "irecv");
+      CHECK_THAT(a.dereg_mr(rc, rmh) == kSuccess, "deregMr");
+      CHECK_THAT(a.close_recv(rc) == kSuccess,
+                 "closeRecv with a receive pending");
+      CHECK_THAT(a.dereg_mr(sc, smh) == kSuccess, "deregMr");
+      CHECK_THAT(a.close_send(sc) == kSuccess, "closeSend after the peer left");
+    } else {
+      REQUIRE(a.isend(sc, buf.data(), 4096, 0, smh, &pending) == kSuccess,
+              "isend");
+      CHECK_THAT(a.dereg_mr(sc, smh) == kSuccess, "deregMr");
+      CHECK_THAT(a.close_send(sc) == kSuccess, "closeSend with a send pending");
+      CHECK_THAT(a.dereg_mr(rc, rmh) == kSuccess, "deregMr");
+      CHECK_THAT(a.close_recv(rc) == kSuccess, "closeRecv after the peer left");
+    }
+    CHECK_THAT(a.close_listen(lc) == kSuccess, "closeListen");
+  }
+  char handle[kHandleMaxSize];
+  void* lc = nullptr;
+  REQUIRE(a.listen(0, handle, &lc) == kSuccess && lc, "listen");
+  CHECK_THAT(a.close_listen(lc) == kSuccess, "closeListen unused");
+}
+
+// Two processes: the parent receives, a child (this program again) sends;
+// the handle crosses through the child's command line, as NCCL's bootstrap
+// would carry it.
+std::string hex(const void* p, size_t n) {
+  static const char* k = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t b = static_cast<const uint8_t*>(p)[i];
+    s += k[b >> 4];
+    s += k[b & 15];
+  }
+  return s;
+}
+bool unhex(const std::string& s, void* out, size_t n) {
+  if (s.size() != 2 * n) return false;
+  auto v = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+  for (size_t i = 0; i < n; ++i)
+    static_cast<uint8_t*>(out)[i] =
+        static_cast<uint8_t>(v(s[2 * i]) << 4 | v(s[2 * i + 1]));
+  return true;
+}
+
+const int kTwoProcSteps = 64;
+
+void twoproc_sender(Api& a, const std::string& hexhandle) {
+  char handle[kHandleMaxSize];
+  REQUIRE(unhex(hexhandle, handle, sizeof(handle)), "handle");
+  void* sc = nullptr;
+  const uint64_t until = uccl::monotonic_ns() + 20000000000ull;
+  while (sc == nullptr && uccl::monotonic_ns() < until) {
+    REQUIRE(a.connect(0, handle, &sc) == kSuccess, "connect");
+  }
+  REQUIRE(sc != nullptr, "connect did not finish");
+  std::vector<std::vector<uint8_t>> bufs(32, std::vector<uint8_t>(4 << 20));
+  std::vector<void*> mhs;
+  for (auto& b : bufs) {
+    void* mh;
+    REQUIRE(a.reg_mr(sc, b.data(), b.size(), kPtrHost, &mh) == kSuccess,
+            "regMr");
+    mhs.push_back(mh);
+  }
+  std::vector<void*> req(kTwoProcSteps, nullptr);
+  int sent = 0, done = 0;
+  const uint64_t end = uccl::monotonic_ns() + 120000000000ull;
+  while (done < kTwoProcSteps && uccl::monotonic_ns() < end) {
+    if (sent < kTwoProcSteps && sent - done < 32) {
+      auto& b = bufs[sent % 32];
+      uccl::fill_pattern(b.data(), step_size(sent), 2000 + sent);
+      REQUIRE(a.isend(sc, b.data(), step_size(sent), 0, mhs[sent % 32],
+                      &req[sent]) == kSuccess,
+              "isend");
+      if (req[sent]) ++sent;
+    }
+    if (done < sent) {
+      int dn = 0;
+      REQUIRE(a.test(req[done], &dn, nullptr) == kSuccess, "send test %d",
+              done);
+      if (dn) ++done;
+    }
+  }
+  CHECK_THAT(done == kTwoProcSteps, "sent %d", done);
+  for (void* mh : mhs) a.dereg_mr(sc, mh);
+  a.close_send(sc);
+}
+
+void scenario_twoproc(Api& a, const std::string& self) {
+  char handle[kHandleMaxSize];
+  void* lc = nullptr;
+  REQUIRE(a.listen(0, handle, &lc) == kSuccess, "listen");
+  uccl::testing::Subprocess child({self, "--scenario=twoproc_sender",
+                                   "--version=" + std::to_string(a.version),
+                                   "--handle=" + hex(handle, sizeof(handle))});
+  REQUIRE(child.started(), "spawn");
+  struct ShowChild {  // on any failure, what the sender said
+    uccl::testing::Subprocess* c;
+    ~ShowChild() {
+      if (g_failures) {
+        c->wait(20000);
+        std::fprintf(stderr, "---- sender process ----\n%s\n",
+                     c->output().c_str());
+      }
+    }
+  } show{&child};
+  void* rc = nullptr;
+  const uint64_t until = uccl::monotonic_ns() + 20000000000ull;
+  while (rc == nullptr && uccl::monotonic_ns() < until) {
+    REQUIRE(a.accept(lc, &rc) == kSuccess, "accept");
+  }
+  REQUIRE(rc != nullptr, "accept did not finish:\n%s", child.output().c_str());
+  const size_t kSlot = 4 << 20;
+  std::vector<uint8_t> big(8 * kSlot);
+  void* mh;
+  REQUIRE(a.reg_mr(rc, big.data(), big.size(), kPtrHost, &mh) == kSuccess,
+          "regMr");
+  std::vector<void*> req(kTwoProcSteps, nullptr);
+  int posted = 0, done = 0;
+  const uint64_t end = uccl::monotonic_ns() + 120000000000ull;
+  while (done < kTwoProcSteps && uccl::monotonic_ns() < end) {
+    if (posted < kTwoProcSteps && posted - done < 8) {
+      void* d = big.data() + (posted % 8) * kSlot;
+      size_t sz = kSlot;
+      int tag = 0;
+      REQUIRE(a.irecv(rc, 1, &d, &sz, &tag, &mh, &req[posted]) == kSuccess,
+              "irecv");
+      if (req[posted]) ++posted;
+    }
+    if (done < posted) {
+      int dn = 0, size = -1;
+      REQUIRE(a.test(req[done], &dn, &size) == kSuccess, "recv test %d", done);
+      if (dn) {
+        const size_t n = step_size(done);
+        CHECK_THAT(size == static_cast<int>(n), "size %d want %zu", size, n);
+        CHECK_THAT(uccl::find_pattern_mismatch(big.data() + (done % 8) * kSlot,
+                                               n, 2000 + done) < 0,
+                   "bytes of message %d", done);
+        ++done;
+      }
+    }
+  }
+  CHECK_THAT(done == kTwoProcSteps, "received %d", done);
+  const int rc_child = child.wait(60000);
+  CHECK_THAT(rc_child == 0, "sender process exited %d:\n%s", rc_child,
+             child.output().c_str());
+  a.dereg_mr(rc, mh);
+  a.close_recv(rc);
+  a.close_listen(lc);
+  std::printf("  %d messages from another process checked\n", done);
+}
+
+std::string flag(int argc, char** argv, const std::string& name,
+                 const std::string& def) {
+  const std::string p = "--" + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], p.c_str(), p.size()) == 0)
+      return argv[i] + p.size();
+  }
+  return def;
+}
+
+int run_scenario(const std::string& plugin, const std::string& name,
+                 int version, const std::string& self,
+                 const std::string& hexh) {
+  Api a;
+  if (!load_api(plugin, version, &a)) return 2;
+  if (a.init() != kSuccess) {
+    std::fprintf(stderr, "FAIL init\n");
+    return 1;
+  }
+  if (name == "props")
+    scenario_props(a);
+  else if (name == "data")
+    scenario_data(a, 200);
+  else if (name == "backpressure")
+    scenario_backpressure(a);
+  else if (name == "truncation")
+    scenario_truncation(a);
+  else if (name == "grouped")
+    scenario_grouped(a);
+  else if (name == "close")
+    scenario_close(a);
+  else if (name == "twoproc")
+    scenario_twoproc(a, self);
+  else if (name == "twoproc_sender")
+    twoproc_sender(a, hexh);
+  else {
+    std::fprintf(stderr, "unknown scenario %s\n", name.c_str());
+    return 2;
+  }
+  if (version >= 10 && name != "twoproc_sender") {
+    CHECK_THAT(g_prof_bad.load() == 0, "%d malformed profiler events",
+               g_prof_bad.load());
+    CHECK_THAT(g_prof_start.load() == g_prof_stop.load() || name == "close" ||
+                   name == "truncation",
+               "profiler: %d starts, %d stops", g_prof_start.load(),
+               g_prof_stop.load());
+    if (name == "data") {
+      CHECK_THAT(g_prof_start.load() >= 400, "profiler: %d events",
+                 g_prof_start.load());
+    }
+  }
+  a.finalize();
+  return g_failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  self[n > 0 ? n : 0] = 0;
+  const std::string plugin = flag(argc, argv, "plugin", UCCL_PLUGIN_PATH);
+  const std::string scenario = flag(argc, argv, "scenario", "");
+  if (!scenario.empty()) {
+    return run_scenario(plugin, scenario,
+                        std::atoi(flag(argc, argv, "version", "11").c_str()),
+                        self, flag(argc, argv, "handle", ""));
+  }
+  // Everything, each in a fresh process with its own UCCL_* environment.
+  struct Run {
+    std::string scenario;
+    int version;
+    std::vector<std::string> env;
+  };
+  std::vector<Run> runs;
+  for (int v : {8, 9, 10, 11}) {
+    runs.push_back({"props", v, {}});
+    runs.push_back({"data", v, {}});
+  }
+  for (const char* s : {"backpressure", "truncation", "close", "twoproc"}) {
+    runs.push_back({s, 11, {}});
+  }
+  runs.push_back({"grouped", 11, {"UCCL_NCCL_MAX_RECVS=8"}});
+  runs.push_back({"grouped", 8, {"UCCL_NCCL_MAX_RECVS=8"}});
+  runs.push_back(
+      {"data", 11, {"UCCL_FAULT_TX=drop=0.01", "UCCL_FAULT_SEED=7"}});
+  runs.push_back(
+      {"twoproc", 11, {"UCCL_FAULT_TX=drop=0.01", "UCCL_FAULT_SEED=9"}});
+  int failed = 0;
+  for (const Run& r : runs) {
+    std::vector<std::string> args = {"/usr/bin/env"};
+    for (const auto& e : r.env) args.push_back(e);
+    args.push_back(self);
+    args.push_back("--plugin=" + plugin);
+    args.push_back("--scenario=" + r.scenario);
+    args.push_back("--version=" + std::to_string(r.version));
+    const uint64_t t0 = uccl::monotonic_ns();
+    uccl::testing::Subprocess p(args);
+    const int rc = p.wait(240000);
+    std::string env;
+    for (const auto& e : r.env) env += " " + e;
+    std::printf("%-4s v%-2d %-13s%-45s %.1f s\n", rc == 0 ? "ok" : "FAIL",
+                r.version, r.scenario.c_str(), env.c_str(),
+                (uccl::monotonic_ns() - t0) / 1e9);
+    if (rc != 0) {
+      ++failed;
+      std::printf("%s\n", p.output().c_str());
+    }
+    std::fflush(stdout);
+  }
+  std::printf("%s: %zu scenarios, %d failed\n", failed ? "FAIL" : "PASS",
+              runs.size(), failed);
+  return failed ? 1 : 0;
+}

@@ -49,8 +49,9 @@ TEST(MrTableTest, ConcurrentRegistrationWhileCheckingIsSafe) {
   MrTable t;
   uint32_t stable =
       *t.add(0x1000, 0x1000, kAccessRemoteWrite | kAccessLocalWrite);
-  std::atomic<bool> stop{false};
+  std::atomic<bool> stop{false}, checking{false};
   std::thread churn([&] {
+    while (!checking) std::this_thread::yield();  // overlap with the checks
     for (int i = 0; i < 20000; ++i) {
       auto k = t.add(0x100000 + i * 64, 64, kAccessLocalWrite);
       if (k.ok()) t.remove(*k);
@@ -58,7 +59,8 @@ TEST(MrTableTest, ConcurrentRegistrationWhileCheckingIsSafe) {
     stop = true;
   });
   uint64_t checks = 0;
-  while (!stop) {
+  checking = true;
+  while (!stop || checks == 0) {
     ASSERT_EQ(t.check(stable, 0x1800, 16, kAccessRemoteWrite),
               MrTable::Check::kOk);
     // Keys being churned: any answer but a crash or a false kOk for the

@@ -1,12 +1,18 @@
 // NCCL net plugin over UCCL Endpoints: one NCCL device per NIC, each NCCL
 // comm a set of UCCL connections spread over the device's engines.
 //
-// Message placement: NCCL posts a comm's sends and its peer's receives in the
-// same order, one buffer per receive (maxRecvs 1, the default), so message m
-// of a comm travels on connection m mod K of its K connections, which sit on
-// different engines: that is where the plugin's parallelism comes from, with
-// no tag matching. With UCCL_NCCL_MAX_RECVS > 1 NCCL may group receives with
-// tags; such comms use one connection (K = 1) and the engine matches tags.
+// Message placement: a comm is K UCCL connections on K different engines,
+// and every message is cut into K parts, part j on connection j, so one
+// message moves on all engines at once (NCCL keeps only a few messages in
+// flight per channel, so per-message latency is what bounds its bandwidth).
+// Neither side knows the other's size (NCCL posts a receive of the slot's
+// size and sends what the step holds), so the cut depends only on a fixed
+// stripe S: part j is bytes [j*S, (j+1)*S) and the last part the rest, of
+// the message at the sender and of the buffer at the receiver; parts past
+// the message's end are sent empty. Both sides post the parts of a comm's
+// messages in NCCL's order, so each connection pairs them FIFO, with no tags.
+// With UCCL_NCCL_MAX_RECVS > 1 NCCL may group receives with tags; such comms
+// use one connection (K = 1) and the engine matches the tags.
 #include "collective/net_plugin.h"
 
 #include <cstdarg>
@@ -44,6 +50,10 @@ UCCL_KNOB(int64_t, knob_max_recvs, "UCCL_NCCL_MAX_RECVS", 1,
           "NCCL plugin: grouped receives offered to NCCL (maxRecvs). Above 1 "
           "each comm uses a single connection (tags then pick buffers).",
           1, kMaxRecvsPerRequest);
+UCCL_KNOB(int64_t, knob_stripe_kb, "UCCL_NCCL_STRIPE_KB", 256,
+          "NCCL plugin: bytes of each message per connection of its comm "
+          "(the last connection takes the rest).",
+          4, 1 << 20);
 UCCL_KNOB(int64_t, knob_max_bytes, "UCCL_NCCL_MAX_BYTES", int64_t{1} << 30,
           "NCCL plugin: largest message NCCL may post (maxP2pBytes, "
           "maxCollBytes); larger operations are split by NCCL.",
@@ -89,9 +99,11 @@ struct PluginComm {
   Endpoint* ep = nullptr;
   bool is_send = false;
   std::vector<ConnId> conns;
-  uint64_t posted = 0;  // messages posted: the next goes on posted % K
   int pool_size = 0;
   std::unique_ptr<PluginRequest[]> pool;
+  // A request whose parts are not all posted yet (an engine's queue was
+  // full); later messages wait behind it so every connection stays FIFO.
+  PluginRequest* backlog = nullptr;
 };
 
 struct PluginListen {
@@ -228,6 +240,7 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
                         ? static_cast<int>(knob_conns().get())
                         : static_cast<int>(knob_engines().get());
   max_bytes_ = static_cast<uint64_t>(knob_max_bytes().get());
+  stripe_bytes_ = static_cast<size_t>(knob_stripe_kb().get()) * 1024;
   std::random_device rd;
   next_tag_.store((static_cast<uint64_t>(rd()) << 20) & ((1ull << 56) - 1));
   std::string list;
@@ -235,7 +248,8 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
   log(kLogInfo, __FILE__, __LINE__,
       "devices:" + list + "; " + std::to_string(knob_engines().get()) +
           " engines per device, " + std::to_string(conns_per_comm_) +
-          " connections per comm, maxRecvs " + std::to_string(max_recvs_));
+          " connections per comm (" + std::to_string(stripe_bytes_ / 1024) +
+          " KiB stripes), maxRecvs " + std::to_string(max_recvs_));
   inited_ = true;
   return kSuccess;
 }
@@ -464,6 +478,39 @@ PluginRequest* NetPlugin::alloc_request(PluginComm* c) {
   return nullptr;
 }
 
+void NetPlugin::part_range(size_t len, int j, int k, size_t* off,
+                           size_t* n) const {
+  const size_t lo = std::min(static_cast<size_t>(j) * stripe_bytes_, len);
+  const size_t hi =
+      j == k - 1 ? len
+                 : std::min(static_cast<size_t>(j + 1) * stripe_bytes_, len);
+  *off = lo;
+  *n = hi - lo;
+}
+
+bool NetPlugin::post_parts(PluginComm* c, PluginRequest* r, Status* err) {
+  const int k = static_cast<int>(c->conns.size());
+  while (r->posted < r->parts) {
+    const int j = r->posted;
+    size_t off, n;
+    part_range(r->len, j, k, &off, &n);
+    void* p = r->base ? r->base + off : nullptr;
+    MrHandle* mh = n ? r->mh : nullptr;
+    Status st = r->is_send ? c->ep->send_async(c->conns[j], p, n, mh,
+                                               &r->reqs[j], r->tag)
+                           : c->ep->recv_async(c->conns[j], 1, &p, &n, &r->tag,
+                                               &mh, &r->reqs[j]);
+    if (st.code() == StatusCode::kResourceExhausted) break;  // later
+    if (!st.ok()) {
+      *err = st;
+      return false;
+    }
+    ++r->posted;
+  }
+  c->backlog = r->posted < r->parts ? r : nullptr;
+  return true;
+}
+
 NcclResult NetPlugin::isend(void* send_comm, void* data, size_t size, int tag,
                             void* mhandle, void* phandle, void** request) {
   if (send_comm == nullptr || request == nullptr) return kInternalError;
@@ -475,27 +522,37 @@ NcclResult NetPlugin::isend(void* send_comm, void* data, size_t size, int tag,
                                 " bytes is above maxP2pBytes"),
                 kInternalError);
   }
+  Status err;
+  if (c->backlog && !post_parts(c, c->backlog, &err)) return fail("isend", err);
+  if (c->backlog) return kSuccess;  // NCCL retries
   PluginRequest* r = alloc_request(c);
-  if (r == nullptr) return kSuccess;  // NCCL retries
+  if (r == nullptr) return kSuccess;
   auto* m = static_cast<PluginMr*>(mhandle);
-  const ConnId conn = c->conns[c->posted % c->conns.size()];
-  Status st =
-      c->ep->send_async(conn, data, size, m ? m->mh : nullptr, &r->req, tag);
-  if (!st.ok()) {
-    r->used.store(false, std::memory_order_release);
-    if (st.code() == StatusCode::kResourceExhausted) return kSuccess;
-    return fail("isend", st);
-  }
-  ++c->posted;
   r->is_send = true;
   r->n = 1;
-  r->send_size = size;
+  r->parts = static_cast<int>(c->conns.size());
+  r->posted = 0;
+  r->base = static_cast<uint8_t*>(data);
+  r->len = size;
+  r->mh = m ? m->mh : nullptr;
+  // Striped comms pair parts FIFO and ignore NCCL's tags; grouped comms
+  // (maxRecvs > 1) need them to pick the buffer.
+  r->tag = max_recvs_ > 1 ? tag : 0;
   r->event = nullptr;
+  if (!post_parts(c, r, &err)) {
+    // Parts already posted may still complete; the comm is broken anyway.
+    return fail("isend", err);
+  }
+  if (r->posted == 0) {  // nothing taken: NCCL retries the whole message
+    c->backlog = nullptr;
+    r->used.store(false, std::memory_order_release);
+    return kSuccess;
+  }
   ProfilerCallback prof = profiler_.load(std::memory_order_acquire);
   if (prof && phandle) {
     ProfilerNetSockDescrV1 e{};
     e.type = kProfileSocket;
-    e.sock.fd = static_cast<int>(conn & 0x7fffffff);
+    e.sock.fd = static_cast<int>(c->conns[0] & 0x7fffffff);
     e.sock.op = 0;
     e.sock.length = size;
     prof(&r->event, kProfilerStart, phandle,
@@ -518,31 +575,50 @@ NcclResult NetPlugin::irecv(void* recv_comm, int n, void** data,
         kInternalError);
   }
   auto* c = static_cast<PluginComm*>(recv_comm);
+  Status err;
+  if (c->backlog && !post_parts(c, c->backlog, &err)) return fail("irecv", err);
+  if (c->backlog) return kSuccess;
   PluginRequest* r = alloc_request(c);
   if (r == nullptr) return kSuccess;
-  MrHandle* mhs[kMaxRecvsPerRequest];
-  int tg[kMaxRecvsPerRequest];
-  for (int i = 0; i < n; ++i) {
-    auto* m = mhandles ? static_cast<PluginMr*>(mhandles[i]) : nullptr;
-    mhs[i] = m ? m->mh : nullptr;
-    tg[i] = tags ? tags[i] : 0;
-  }
-  const ConnId conn = c->conns[c->posted % c->conns.size()];
-  Status st = c->ep->recv_async(conn, n, data, sizes, tg, mhs, &r->req);
-  if (!st.ok()) {
-    r->used.store(false, std::memory_order_release);
-    if (st.code() == StatusCode::kResourceExhausted) return kSuccess;
-    return fail("irecv", st);
-  }
-  ++c->posted;
   r->is_send = false;
   r->n = n;
   r->event = nullptr;
+  if (n == 1) {  // striped over the comm's connections
+    auto* m = mhandles ? static_cast<PluginMr*>(mhandles[0]) : nullptr;
+    r->parts = static_cast<int>(c->conns.size());
+    r->posted = 0;
+    r->base = static_cast<uint8_t*>(data[0]);
+    r->len = sizes[0];
+    r->mh = m ? m->mh : nullptr;
+    r->tag = max_recvs_ > 1 && tags ? tags[0] : 0;
+    if (!post_parts(c, r, &err)) return fail("irecv", err);
+    if (r->posted == 0) {
+      c->backlog = nullptr;
+      r->used.store(false, std::memory_order_release);
+      return kSuccess;
+    }
+  } else {  // grouped (maxRecvs > 1): one connection, tags pick buffers
+    MrHandle* mhs[kMaxRecvsPerRequest];
+    int tg[kMaxRecvsPerRequest];
+    for (int i = 0; i < n; ++i) {
+      auto* m = mhandles ? static_cast<PluginMr*>(mhandles[i]) : nullptr;
+      mhs[i] = m ? m->mh : nullptr;
+      tg[i] = tags ? tags[i] : 0;
+    }
+    r->parts = r->posted = 1;
+    Status st =
+        c->ep->recv_async(c->conns[0], n, data, sizes, tg, mhs, &r->reqs[0]);
+    if (!st.ok()) {
+      r->used.store(false, std::memory_order_release);
+      if (st.code() == StatusCode::kResourceExhausted) return kSuccess;
+      return fail("irecv", st);
+    }
+  }
   ProfilerCallback prof = profiler_.load(std::memory_order_acquire);
   if (prof && phandles && phandles[0]) {
     ProfilerNetSockDescrV1 e{};
     e.type = kProfileSocket;
-    e.sock.fd = static_cast<int>(conn & 0x7fffffff);
+    e.sock.fd = static_cast<int>(c->conns[0] & 0x7fffffff);
     e.sock.op = 1;
     size_t total = 0;
     for (int i = 0; i < n; ++i) total += sizes[i];
@@ -570,15 +646,30 @@ NcclResult NetPlugin::iflush(void* recv_comm, int n, void** data,
 NcclResult NetPlugin::test(void* request, int* done, int* sizes) {
   if (request == nullptr || done == nullptr) return kInternalError;
   auto* r = static_cast<PluginRequest*>(request);
-  if (!r->req.done()) {
-    *done = 0;
-    return kSuccess;
+  PluginComm* c = r->comm;
+  *done = 0;
+  if (c->backlog) {
+    Status err;
+    if (!post_parts(c, c->backlog, &err)) return fail("test", err);
+  }
+  if (r->posted < r->parts) return kSuccess;
+  for (int j = 0; j < r->parts; ++j) {
+    if (!r->reqs[j].done()) return kSuccess;
   }
   *done = 1;
-  const Status st = r->req.status();
+  Status st;
+  for (int j = 0; j < r->parts && st.ok(); ++j) st = r->reqs[j].status();
   if (sizes) {
-    for (int i = 0; i < r->n; ++i) {
-      sizes[i] = static_cast<int>(r->is_send ? r->send_size : r->req.size(i));
+    if (r->n > 1) {
+      for (int i = 0; i < r->n; ++i) {
+        sizes[i] = static_cast<int>(r->reqs[0].size(i));
+      }
+    } else if (r->is_send) {
+      sizes[0] = static_cast<int>(r->len);
+    } else {
+      size_t total = 0;
+      for (int j = 0; j < r->parts; ++j) total += r->reqs[j].size(0);
+      sizes[0] = static_cast<int>(total);
     }
   }
   if (r->event) {
@@ -604,9 +695,11 @@ NcclResult NetPlugin::close_comm(void* comm) {
   const uint64_t until = monotonic_ns() + 5000000000ull;
   for (int i = 0; i < c->pool_size; ++i) {
     PluginRequest& r = c->pool[i];
-    while (r.used.load(std::memory_order_acquire) && !r.req.done() &&
-           monotonic_ns() < until) {
-      std::this_thread::yield();
+    if (!r.used.load(std::memory_order_acquire)) continue;
+    for (int j = 0; j < r.posted; ++j) {
+      while (!r.reqs[j].done() && monotonic_ns() < until) {
+        std::this_thread::yield();
+      }
     }
   }
   delete c;

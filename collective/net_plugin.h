@@ -22,19 +22,30 @@ namespace uccl::nccl {
 //   UCCL_NCCL_CONNS      UCCL connections per NCCL comm (0 = engines)
 //   UCCL_NCCL_MAX_RECVS  grouped receives offered to NCCL (default 1)
 //   UCCL_NCCL_MAX_BYTES  largest message NCCL may hand us (default 1 GiB)
+//   UCCL_NCCL_STRIPE_KB  bytes of a message per connection (default 256)
 
 struct PluginDevice;
 struct PluginComm;
 struct PluginListen;
 
-// One outstanding isend/irecv/iflush, from its comm's fixed pool.
+// Most connections (stripes) one NCCL comm uses.
+constexpr int kMaxStripes = 16;
+
+// One outstanding isend/irecv, from its comm's fixed pool. A message is cut
+// into one part per connection of the comm (see net_plugin.cc); a grouped
+// receive (n > 1, one connection) is a single part.
 struct PluginRequest {
-  Request req;
+  Request reqs[kMaxStripes];
   PluginComm* comm = nullptr;
   std::atomic<bool> used{false};
   bool is_send = false;
-  int n = 0;
-  size_t send_size = 0;
+  int n = 0;                // NCCL buffers (grouped receives)
+  int parts = 0;            // engine requests making up this one
+  int posted = 0;           // parts handed to the engines so far (in order)
+  uint8_t* base = nullptr;  // striped message: the buffer and its length
+  size_t len = 0;           // (send: bytes sent; receive: buffer size)
+  MrHandle* mh = nullptr;
+  int tag = 0;
   void* event = nullptr;  // profiler handle
 };
 
@@ -83,6 +94,11 @@ class NetPlugin {
   ~NetPlugin();
   Result<Endpoint*> endpoint(PluginDevice* d);
   PluginRequest* alloc_request(PluginComm* c);
+  // Posts r's remaining parts in order; false on an error (logged). Parts an
+  // engine cannot take now stay for later (the comm's backlog).
+  bool post_parts(PluginComm* c, PluginRequest* r, Status* err);
+  // The byte range of part j of a message of `len` bytes over k stripes.
+  void part_range(size_t len, int j, int k, size_t* off, size_t* n) const;
   ncclabi::NcclResult fail(const char* what, const Status& st,
                            ncclabi::NcclResult code = ncclabi::kSystemError);
 
@@ -92,6 +108,7 @@ class NetPlugin {
   std::atomic<ncclabi::ProfilerCallback> profiler_{nullptr};
   std::vector<std::unique_ptr<PluginDevice>> devs_;
   int conns_per_comm_ = 1;
+  size_t stripe_bytes_ = 0;
   int max_recvs_ = 1;
   uint64_t max_bytes_ = 0;
   std::atomic<uint64_t> next_tag_{1};

@@ -83,6 +83,10 @@ UCCL_KNOB(int64_t, knob_path_queue, "UCCL_PATH_QUEUE", 16,
           "Most chunks per path handed to the NIC and not yet sent (RC: not "
           "yet acknowledged); the rest wait in the engine.",
           1, 1000);
+UCCL_KNOB(int64_t, knob_nic_queue, "UCCL_NIC_QUEUE", 32,
+          "Most chunks one engine keeps inside its NIC, over all its "
+          "connections (connections take turns); the rest wait in the engine.",
+          1, 100000);
 UCCL_KNOB(int64_t, knob_ack_every, "UCCL_ACK_EVERY", 4,
           "Receiver: ACK at least every N chunks.", 1, 1024);
 UCCL_KNOB(int64_t, knob_ack_delay_us, "UCCL_ACK_DELAY_US", 20,
@@ -386,6 +390,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     ec.max_retries = static_cast<uint32_t>(knob_max_retries().get());
     ec.dup_ack_threshold = static_cast<uint32_t>(knob_dup_ack().get());
     ec.path_queue = static_cast<uint32_t>(knob_path_queue().get());
+    ec.nic_queue = static_cast<uint32_t>(knob_nic_queue().get());
     ec.ack_every = static_cast<uint32_t>(knob_ack_every().get());
     ec.ack_delay_ns = knob_ack_delay_us().get() * 1000;
     ec.idle_spin_loops = knob_idle_spin().get();

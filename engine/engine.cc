@@ -251,8 +251,11 @@ void UcclRDMAEngine::run() {
       timers(now);
       next_timer_ns_ = now + kTimerIntervalNs;
     }
-    for (uint32_t idx : live_) {
-      Conn* c = conns_[idx].get();
+    // Connections take turns at the NIC queue: start one further each loop.
+    const size_t nlive = live_.size();
+    if (nlive) rr_start_ = (rr_start_ + 1) % nlive;
+    for (size_t k = 0; k < nlive; ++k) {
+      Conn* c = conns_[live_[(rr_start_ + k) % nlive]].get();
       work += transmit(c, now);
       maybe_send_ack(c, now, false);
     }
@@ -555,6 +558,11 @@ void UcclRDMAEngine::close_conn(uint32_t idx, Status why) {
   if (c->ctrl) qpn_erase(c->ctrl->qpn());
   if (c->tcp_fd >= 0) close(c->tcp_fd);
   live_.erase(std::remove(live_.begin(), live_.end(), idx), live_.end());
+  // Its chunks still inside the NIC no longer count against the engine's
+  // NIC queue (their completions will find no connection).
+  for (uint32_t q : conns_[idx]->qp_outstanding) {
+    nic_queued_ -= std::min(nic_queued_, q);
+  }
   conns_[idx].reset();
   VLOG(kVlogLifecycle) << "engine " << cfg_.index << ": connection " << idx
                        << " closed";
@@ -1005,7 +1013,9 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
             << (f.rx_bytes - last_stats_rx_) * 8 / secs / 1e9
             << " Gb/s retx fast/rto " << f.fast_retransmits << "/"
             << f.rto_retransmits << " rtt p50/p99 " << f.rtt_p50_ns / 1000
-            << "/" << f.rtt_p99_ns / 1000 << " us " << f.cc_state;
+            << "/" << f.rtt_p99_ns / 1000 << " us nic drops "
+            << dev_->drops() - last_stats_drops_ << " " << f.cc_state;
+  last_stats_drops_ = dev_->drops();
   last_stats_tx_ = f.tx_bytes;
   last_stats_rx_ = f.rx_bytes;
   (void)now;

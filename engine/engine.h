@@ -37,6 +37,7 @@ struct EngineConfig {
   uint32_t max_retries = 12;  // per chunk, RTO-driven
   uint32_t dup_ack_threshold = 3;
   uint32_t path_queue = 16;  // chunks per path inside the NIC at most
+  uint32_t nic_queue = 32;   // chunks inside the NIC over all connections
   // ACK coalescing (receiver).
   uint32_t ack_every = 4;
   uint64_t ack_delay_ns = 20000;
@@ -183,6 +184,9 @@ class UcclRDMAEngine {
   uint32_t ud_unsignaled_ = 0;
   bool windows_ = false;
   std::unique_ptr<cc::PullPacer> pacer_;  // cc == credit
+  uint64_t last_stats_drops_ = 0;
+  size_t rr_start_ = 0;      // first connection served by the next loop
+  uint32_t nic_queued_ = 0;  // data WRs inside the NIC, all connections
 
   ConnRecord* records_ = nullptr;  // kMaxFlows, Endpoint-owned
   Region* regions_ = nullptr;      // kMaxRegions, Endpoint-owned

@@ -26,11 +26,12 @@ constexpr uint32_t kUdQkey = 0x55434351;
 constexpr uint32_t kDataSendDepth = 1024;
 constexpr uint32_t kCtrlSendDepth = 512;
 constexpr uint32_t kSignalEvery = 64;  // unsignaled WRs between signals
-// Data QPs signal more often: the engine keeps at most path_queue chunks
-// per path inside the NIC (like TCP Small Queues), so it must learn soon
-// when they leave. Queueing then happens in the engine, where CC and loss
-// detection see it, not in NIC send queues.
-constexpr uint32_t kDataSignalEvery = 4;
+// Data WRs are all signaled: the engine keeps at most path_queue chunks per
+// path and nic_queue per engine inside the NIC (like TCP Small Queues), so it
+// must learn when each leaves. Queueing then happens in the engine, where CC
+// and loss detection see it, not in NIC send queues (where a chunk's timers
+// would run while it has not left the host).
+constexpr uint32_t kDataSignalEvery = 1;
 constexpr int kPollBatch = 64;
 constexpr uint64_t kTimerIntervalNs = 50000;       // RTO / ACK-delay scan
 constexpr uint64_t kLivenessIntervalNs = 1000000;  // TCP liveness poll

@@ -211,7 +211,10 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path,
   TxFlow& tx = c->tx;
   ChunkRec& ch = tx.chunk(csn);
   TxMsg& m = tx.msg(ch.msg);
-  if (c->qp_outstanding[path] >= cfg_.path_queue) return false;
+  if (c->qp_outstanding[path] >= cfg_.path_queue ||
+      nic_queued_ >= cfg_.nic_queue) {
+    return false;
+  }
   Imm imm;
   imm.flow = c->peer_flow;
   imm.csn = csn;
@@ -243,6 +246,7 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path,
   }
   c->qp_unsignaled[path] = wr.signaled ? 0 : unsig;
   ++c->qp_outstanding[path];
+  ++nic_queued_;
   const bool retx = ch.last_tx_ns != 0;
   if (retx) {
     ++ch.retx;
@@ -460,8 +464,10 @@ int UcclRDMAEngine::poll_send_cq(uint64_t now) {
     if (kind != WrKind::kData) continue;
     const uint32_t path = wr_path(w.wr_id);
     if (path < c->qp_outstanding.size()) {
-      c->qp_outstanding[path] -=
+      const uint32_t done =
           std::min<uint32_t>(c->qp_outstanding[path], wr_batch(w.wr_id));
+      c->qp_outstanding[path] -= done;
+      nic_queued_ -= std::min(nic_queued_, done);
     }
     if (cfg_.rc_mode && w.status == WcStatus::kSuccess && !c->failed) {
       TxFlow& tx = c->tx;

@@ -316,6 +316,9 @@ class Device {
   virtual void progress() {}
   // Counters as "name value" lines (packets, bytes, drops by reason, faults).
   virtual std::string counters_text() const = 0;
+  // Received packets dropped for any reason (the kernel's socket overflow
+  // included) and packets that could not be sent, for health log lines.
+  virtual uint64_t drops() const { return 0; }
   FaultInjector* fault_injector() { return faults_.get(); }
 
  protected:

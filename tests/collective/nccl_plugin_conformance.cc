@@ -82,6 +82,7 @@ int profiler(void** handle, int type, void* parent, int64_t plugin_id,
   return 0;
 }
 int g_phandle_target;  // what we pass as NCCL's parent event handle
+std::string g_plugin;  // the .so under test (children load the same)
 
 // One ABI version, seen through v11-shaped calls.
 struct Api {
@@ -727,6 +728,7 @@ int run_scenario(const std::string& plugin, const std::string& name,
                  int version, const std::string& self,
                  const std::string& hexh) {
   Api a;
+  g_plugin = plugin;
   if (!load_api(plugin, version, &a)) return 2;
   if (a.init() != kSuccess) {
     std::fprintf(stderr, "FAIL init\n");

@@ -54,7 +54,8 @@ TEST_P(FaultTest, EveryMessageExactlyOnceAndIntact) {
     Status b = p->client->wait(&sr, 120000);
     ASSERT_TRUE(a.ok() && b.ok())
         << "message " << msgs << ": " << a << " / " << b << "\n"
-        << p->client->stats_text() << p->client->nic_counters();
+        << p->client->stats_text() << p->client->nic_counters() << "server:\n"
+        << p->server->stats_text() << p->server->nic_counters();
     ASSERT_EQ(rr.size(0), len) << "message " << msgs;
     ASSERT_EQ(find_pattern_mismatch(rb.ptr(), len, 1000 + msgs), -1)
         << "message " << msgs << " corrupted";

@@ -155,6 +155,30 @@ TEST(FaultInjectorTest, BurstsDropConsecutivePackets) {
   for (int r : runs) EXPECT_EQ(r % 6, 0) << "bursts come in runs of 6";
 }
 
+TEST(FaultInjectorTest, BurstsEndAfterAMillisecond) {
+  FaultOptions o;
+  o.tx = *FaultSpec::parse("burst=1:8");  // every packet starts a burst
+  FaultInjector f(o);
+  const uint64_t t0 = 5000000;
+  ASSERT_TRUE(f.decide(Direction::kTx, t0).drop);         // starts a burst
+  ASSERT_TRUE(f.decide(Direction::kTx, t0 + 1000).drop);  // within it
+  EXPECT_EQ(f.counters(Direction::kTx).burst_dropped, 2u);
+  // An idle millisecond later the episode is over: the next packet is not
+  // its 3rd drop (and new bursts are now all but impossible).
+  o.tx = *FaultSpec::parse("burst=0.000001:8");
+  f.set_spec(Direction::kTx, o.tx);
+  EXPECT_FALSE(
+      f.decide(Direction::kTx, t0 + FaultInjector::kBurstMaxNs + 1).drop);
+  // Without a clock a burst is bounded by its count only.
+  FaultInjector g(o);
+  g.set_spec(Direction::kTx, *FaultSpec::parse("burst=1:3"));
+  ASSERT_TRUE(g.decide(Direction::kTx).drop);
+  g.set_spec(Direction::kTx, *FaultSpec::parse("burst=0.000001:3"));
+  EXPECT_TRUE(g.decide(Direction::kTx).drop);
+  EXPECT_TRUE(g.decide(Direction::kTx).drop);
+  EXPECT_FALSE(g.decide(Direction::kTx).drop);
+}
+
 #ifdef UCCL_HAVE_VERBS
 using verbs::GidEntry;
 

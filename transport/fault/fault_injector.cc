@@ -142,12 +142,15 @@ double FaultInjector::uniform(int dir) {
   return static_cast<double>(splitmix64(&rng_[dir]) >> 11) * 0x1.0p-53;
 }
 
-FaultDecision FaultInjector::decide(Direction d) {
+FaultDecision FaultInjector::decide(Direction d, uint64_t now_ns) {
   const int dir = static_cast<int>(d);
   const FaultSpec& s = spec(d);
   FaultCounters& c = counters_[dir];
   FaultDecision out;
   ++c.packets;
+  if (burst_left_[dir] > 0 && now_ns != 0 && now_ns >= burst_end_ns_[dir]) {
+    burst_left_[dir] = 0;  // the episode is over
+  }
   if (burst_left_[dir] > 0) {
     --burst_left_[dir];
     out.drop = true;
@@ -156,6 +159,7 @@ FaultDecision FaultInjector::decide(Direction d) {
   }
   if (s.burst > 0 && uniform(dir) < s.burst) {
     burst_left_[dir] = s.burst_len - 1;
+    burst_end_ns_[dir] = now_ns + kBurstMaxNs;
     out.drop = true;
     ++c.burst_dropped;
     return out;

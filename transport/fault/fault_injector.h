@@ -14,7 +14,7 @@ namespace uccl::transport {
 struct FaultSpec {
   double drop = 0;              // P(drop this packet)
   double burst = 0;             // P(start a burst of drops)
-  uint32_t burst_len = 8;       // packets dropped per burst
+  uint32_t burst_len = 8;       // packets dropped per burst (see kBurstMaxNs)
   double reorder = 0;           // P(hold this packet back ...)
   uint32_t reorder_window = 4;  // ... until this many later packets passed
   double duplicate = 0;         // P(deliver twice)
@@ -64,8 +64,16 @@ class FaultInjector {
   explicit FaultInjector(const FaultOptions& opts);
 
   bool enabled(Direction d) const { return spec(d).any(); }
-  // The fate of the next packet in direction `d`. Deterministic for a seed.
-  FaultDecision decide(Direction d);
+  // A burst is a loss episode: it drops burst_len consecutive packets, but
+  // only those sent within kBurstMaxNs of its start. Otherwise an idle link
+  // would stretch one episode over every retransmission for seconds, which
+  // no real link does (and which defeats any retry limit).
+  static constexpr uint64_t kBurstMaxNs = 1000000;
+
+  // The fate of the next packet in direction `d` at monotonic time now_ns
+  // (0: time unknown, bursts bounded by count only). Deterministic for a
+  // seed and packet/time sequence.
+  FaultDecision decide(Direction d, uint64_t now_ns = 0);
 
   const FaultSpec& spec(Direction d) const {
     return d == Direction::kTx ? opts_.tx : opts_.rx;
@@ -87,6 +95,7 @@ class FaultInjector {
   FaultOptions opts_;
   uint64_t rng_[2];
   uint32_t burst_left_[2] = {0, 0};
+  uint64_t burst_end_ns_[2] = {0, 0};  // episode ends (now_ns given)
   FaultCounters counters_[2];
 };
 

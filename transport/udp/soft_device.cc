@@ -477,7 +477,7 @@ void SoftDevice::progress_rx(uint64_t now) {
       }
       FaultInjector* f = faults_.get();
       if (f->enabled(Direction::kRx)) {
-        FaultDecision d = f->decide(Direction::kRx);
+        FaultDecision d = f->decide(Direction::kRx, now);
         if (held_count_ > 0) release_held(now, true, Direction::kRx);
         if (d.drop) continue;
         if (d.corrupt && len > 0)
@@ -560,8 +560,9 @@ void SoftDevice::send_datagram(WireHeader* hdr, const iovec* payload, int niov,
   FaultInjector* f = faults_.get();
   FaultDecision d;
   if (f->enabled(Direction::kTx)) {
-    d = f->decide(Direction::kTx);
-    if (held_count_ > 0) release_held(now_ns(), true, Direction::kTx);
+    const uint64_t fnow = now_ns();
+    d = f->decide(Direction::kTx, fnow);
+    if (held_count_ > 0) release_held(fnow, true, Direction::kTx);
     if (d.drop) return;
     if (d.corrupt || d.delay_ns || d.reorder_after) {
       // Work on a private copy: the payload is the application's memory.
@@ -678,6 +679,15 @@ void SoftDevice::release_held(uint64_t now, bool packet_passed, Direction dir) {
       handle_datagram(scratch_.get(), h.len, now);
     }
   }
+}
+
+uint64_t SoftDevice::drops() const {
+  const SoftCounters& c = counters_;
+  return c.drop_malformed + c.drop_bad_version + c.drop_bad_crc +
+         c.drop_unknown_qp + c.drop_wrong_state + c.drop_bad_rkey +
+         c.drop_out_of_bounds + c.drop_no_access + c.drop_no_recv +
+         c.drop_recv_too_small + c.drop_out_of_sequence + c.drop_duplicate +
+         c.drop_qkey + c.drop_cq_full + c.drop_kernel_rcvbuf + c.tx_errors;
 }
 
 std::string SoftDevice::counters_text() const {

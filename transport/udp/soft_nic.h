@@ -324,6 +324,7 @@ class SoftDevice final : public Device {
       ProtectionDomain* pd, const PortAddress& dest) override;
   void progress() override;
   std::string counters_text() const override;
+  uint64_t drops() const override;
 
   const SoftCounters& counters() const { return counters_; }
   uint16_t udp_port() const { return ntohs(local_.sin_port); }

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# What runs on the GPU machine (device tool), from the repository root with
+# gpu_carry/ carried (tools/gpu_carry.sh). Results go to $OUT.
+#   tools/gpu_session.sh nccl     conformance + NCCL correctness + bench suite
+#   tools/gpu_session.sh engines  transport_test engine scaling and latency
+#   tools/gpu_session.sh tune     UCCL knob variants of the all_reduce bench
+set -u
+PART=${1:-nccl}
+OUT=${OUT:-/tmp/uccl-out}
+mkdir -p "$OUT"
+PY=python3
+[ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
+C=$PWD/gpu_carry
+echo "== $(hostname): $(nproc) cores, $(nvidia-smi -L 2>/dev/null | wc -l) GPUs"
+nvidia-smi -L 2>/dev/null
+case "$PART" in
+  nccl)
+    echo "== plugin conformance (dlopen on this machine)"
+    timeout 300 "$C/bin/nccl_plugin_conformance" --plugin="$C/libnccl-net-uccl.so" \
+      >"$OUT/conformance.txt" 2>&1
+    echo "rc=$?"
+    tail -18 "$OUT/conformance.txt"
+    echo "== NCCL suite"
+    timeout 480 "$PY" tools/nccl_test.py suite --plugin "$C/libnccl-net-uccl.so" \
+      --json "$OUT/suite.json" 2>&1 | tee "$OUT/suite.md" | grep -v "^\[" | tail -120
+    cp -r /tmp/uccl-nccl-* "$OUT/" 2>/dev/null
+    ;;
+  engines)
+    echo "== loopback baselines and engine scaling (transport_test tpt, 8 flows)"
+    for e in 1 2 4 8; do
+      udp=$("$C/bin/socket_bench" --proto=udp --streams=$e --duration_s=3 --json | \
+        grep '"role":"server"' | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/')
+      tcp=$("$C/bin/socket_bench" --proto=tcp --streams=$e --duration_s=3 --json | \
+        grep '"role":"server"' | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/')
+      tools/transport_pair.sh "$C" \
+        --perftype=tpt --engines=$e --nflow=8 --nreq=4 --duration_s=4 --json \
+        >"$OUT/tpt_e$e.txt" 2>&1
+      uc=$(grep '"role":"server"' "$OUT/tpt_e$e.txt" | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/')
+      echo "engines $e: UCCL $uc Gb/s, raw UDP ($e streams) $udp Gb/s, TCP $tcp Gb/s"
+    done
+    echo "== NCCL-like: both directions, 512 KiB messages, 8 in flight per flow"
+    for e in 4 8; do
+      tools/transport_pair.sh "$C" --perftype=bi --engines=$e --nflow=8 --nreq=8 \
+        --msize=524288 --duration_s=4 --json >"$OUT/bi_e$e.txt" 2>&1
+      echo "engines $e: $(grep '"role":"client"' "$OUT/bi_e$e.txt" |
+        sed 's/.*"tx_gbps":\([0-9.]*\),"rx_gbps":\([0-9.]*\).*/tx \1 rx \2 Gb\/s/')"
+      grep "retransmits" "$OUT/bi_e$e.txt" | head -1
+    done
+    echo "== latency"
+    "$C/bin/socket_bench" --lat --json | tail -2
+    tools/transport_pair.sh "$C" --flagfile=configs/transport_test/loopback_lat.flags \
+      --json >"$OUT/lat.txt" 2>&1
+    grep -A1 "one-way" "$OUT/lat.txt" | head -4
+    ;;
+  tune)
+    # Configurations separated by ';' in $TUNE (default: a few knobs).
+    IFS=';' read -r -a cfgs <<<"${TUNE:-UCCL_NCCL_ENGINES=8;UCCL_PATHS=1;UCCL_CHUNK_KB=256}"
+    for cfg in "${cfgs[@]}"; do
+      echo "== $cfg"
+      env UCCL_STATS_INTERVAL_S=1 $cfg timeout 200 "$PY" tools/nccl_test.py \
+        bench --net "${NET:-UCCL}" --plugin "$C/libnccl-net-uccl.so" --iters 20 \
+        --sizes "${SIZES:-4,65536,1048576,16777216,67108864,268435456}" 2>&1 |
+        grep -E "^\| [0-9]+ \|"
+      # The engines' periodic health lines (throughput, retransmits, drops).
+      d=$(ls -td /tmp/uccl-nccl-* | head -1)
+      grep -h "Channel [0-9]*/[0-9]* :" "$d"/*.log | tail -1
+      grep -h "engine [0-9]: conns [1-9]" "$d"/*.log | grep -v " tx 0 Gb/s rx 0 Gb/s" |
+        tail -4 | sed 's/.*NET\/UCCL //'
+      rm -rf "$d"
+    done
+    ;;
+esac

@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+# NCCL over UCCL's net plugin (or NCCL's own Socket transport) through
+# torch.distributed: collective correctness and an nccl-tests-style table.
+"""Usage (one process per GPU, spawned here):
+
+  python3 tools/nccl_test.py check --plugin /abs/libnccl-net-uccl.so
+  python3 tools/nccl_test.py bench --net UCCL --plugin /abs/libnccl-net-uccl.so
+  python3 tools/nccl_test.py bench --net Socket [--socket-threads 4 --socks 4]
+  python3 tools/nccl_test.py suite --plugin /abs/libnccl-net-uccl.so
+
+check: all_reduce, all_gather, reduce_scatter, all_to_all and send/recv from
+4 B to 256 MiB, every element compared with its expected value, and the NCCL
+log must say the traffic went "via NET/UCCL". bench: all_reduce bus bandwidth
+per size (busbw = algbw * 2(n-1)/n). suite: check, then bench for UCCL,
+Socket (defaults) and Socket (4 threads x 4 sockets) in one run, and the
+ratio table. Every run forces NCCL off NVLink and shared memory
+(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) so the bytes cross the network layer.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+import tempfile
+import time
+
+MiB = 1 << 20
+CHECK_SIZES = [4, 64, 1024, 64 * 1024, MiB, 16 * MiB, 64 * MiB, 256 * MiB]
+BENCH_SIZES = [4 << (2 * i) for i in range(14)]  # 4 B .. 256 MiB, x4
+
+
+def net_env(net, plugin, socket_threads, socks, log_path):
+    env = {
+        "NCCL_P2P_DISABLE": "1",
+        "NCCL_SHM_DISABLE": "1",
+        "NCCL_NVLS_ENABLE": "0",
+        "NCCL_NET": net,
+        "NCCL_DEBUG": "INFO",
+        "NCCL_DEBUG_SUBSYS": "INIT,NET",
+        "NCCL_DEBUG_FILE": log_path,
+    }
+    if net == "UCCL":
+        env["NCCL_NET_PLUGIN"] = plugin
+        env["NCCL_NET_PLUGIN_REF_COUNT"] = "1"
+    if socket_threads:
+        env["NCCL_SOCKET_NTHREADS"] = str(socket_threads)
+        env["NCCL_NSOCKS_PERTHREAD"] = str(socks)
+    return env
+
+
+def init(rank, world, port):
+    import torch
+    import torch.distributed as dist
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d" % port,
+                            rank=rank, world_size=world,
+                            device_id=torch.device("cuda", rank))
+    return torch, dist
+
+
+def pattern(torch, n, a, b, dev):
+    # Small integers: sums over ranks stay exact in float32.
+    return ((torch.arange(n, device=dev, dtype=torch.int64) % a) + b).float()
+
+
+def check_worker(rank, world, port, out):
+    torch, dist = init(rank, world, port)
+    dev = torch.device("cuda", rank)
+    results = []
+
+    def record(op, size, ok, detail=""):
+        results.append({"op": op, "bytes": size, "ok": bool(ok),
+                        "detail": detail})
+
+    for size in CHECK_SIZES:
+        n = max(size // 4, world)
+        n -= n % world
+        # all_reduce (sum)
+        x = pattern(torch, n, 13, rank, dev)
+        dist.all_reduce(x)
+        want = pattern(torch, n, 13, 0, dev) * world + sum(range(world))
+        record("all_reduce", size, torch.equal(x, want))
+        # all_gather
+        mine = pattern(torch, n, 97, rank * 1000, dev)
+        outs = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(outs, mine)
+        ok = all(torch.equal(outs[r], pattern(torch, n, 97, r * 1000, dev))
+                 for r in range(world))
+        record("all_gather", size, ok)
+        # reduce_scatter (sum): each rank gets its slice of the sum
+        inp = [pattern(torch, n // world, 11, rank + 10 * j, dev)
+               for j in range(world)]
+        o = torch.empty(n // world, device=dev)
+        dist.reduce_scatter(o, inp)
+        want = sum(pattern(torch, n // world, 11, r + 10 * rank, dev)
+                   for r in range(world))
+        record("reduce_scatter", size, torch.equal(o, want))
+        # all_to_all: chunk j of rank r goes to rank j
+        ins = [pattern(torch, n // world, 5, rank * 100 + j, dev)
+               for j in range(world)]
+        outs = [torch.empty(n // world, device=dev) for _ in range(world)]
+        dist.all_to_all(outs, ins)
+        ok = all(torch.equal(outs[i], pattern(torch, n // world, 5,
+                                              i * 100 + rank, dev))
+                 for i in range(world))
+        record("all_to_all", size, ok)
+        # send/recv: each rank sends to the next, receives from the previous
+        s = pattern(torch, n, 7, 500 + rank, dev)
+        r = torch.empty(n, device=dev)
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        ops = [dist.P2POp(dist.isend, s, nxt), dist.P2POp(dist.irecv, r, prv)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        record("send_recv", size, torch.equal(r, pattern(torch, n, 7,
+                                                         500 + prv, dev)))
+        torch.cuda.synchronize()
+    dist.barrier()
+    dist.destroy_process_group()
+    with open("%s.%d" % (out, rank), "w") as f:
+        json.dump(results, f)
+
+
+def bench_worker(rank, world, port, out, sizes, max_iters):
+    torch, dist = init(rank, world, port)
+    dev = torch.device("cuda", rank)
+    rows = []
+    buf = torch.empty(max(sizes) // 4, device=dev)
+    for size in sizes:
+        n = max(size // 4, 1)
+        x = buf[:n]
+        x.fill_(1.0)
+        iters = max(5, min(max_iters, int(2e9 // max(size, 1))))
+        for _ in range(3):
+            dist.all_reduce(x)
+        torch.cuda.synchronize()
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(x)
+        torch.cuda.synchronize()
+        dt = (time.perf_counter() - t0) / iters
+        algbw = n * 4 / dt / 1e9
+        rows.append({"bytes": n * 4, "time_us": dt * 1e6, "algbw": algbw,
+                     "busbw": algbw * 2 * (world - 1) / world})
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(rows, f)
+
+
+def spawn(fn, world, args, env):
+    import torch.multiprocessing as mp
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        mp.spawn(fn, args=(world,) + args, nprocs=world, join=True)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def nccl_log(log_glob):
+    text = ""
+    for p in sorted(glob.glob(log_glob)):
+        with open(p, errors="replace") as f:
+            text += f.read()
+    return text
+
+
+def run_check(a, world, tmp):
+    log = os.path.join(tmp, "check.%h.%p.log")
+    out = os.path.join(tmp, "check.json")
+    t0 = time.time()
+    spawn(check_worker, world, (free_port(), out),
+          net_env("UCCL", a.plugin, 0, 0, log))
+    results = []
+    for r in range(world):
+        with open("%s.%d" % (out, r)) as f:
+            results += [dict(x, rank=r) for x in json.load(f)]
+    text = nccl_log(os.path.join(tmp, "check.*.log"))
+    via = "via NET/UCCL" in text
+    loaded = "NET/UCCL" in text
+    bad = [x for x in results if not x["ok"]]
+    print("## Correctness (NCCL over UCCL, %d ranks, %.0f s)\n" %
+          (world, time.time() - t0))
+    ops = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+           "send_recv"]
+    print("| bytes | " + " | ".join(ops) + " |")
+    print("|---:|" + "---|" * len(ops))
+    for size in CHECK_SIZES:
+        cells = []
+        for op in ops:
+            rs = [x for x in results if x["op"] == op and x["bytes"] == size]
+            cells.append("ok" if rs and all(x["ok"] for x in rs) else "FAIL")
+        print("| %d | %s |" % (size, " | ".join(cells)))
+    print()
+    lines = [l for l in text.splitlines() if "via NET/UCCL" in l]
+    print("NCCL log: plugin loaded: %s; 'via NET/UCCL' lines: %d" %
+          (loaded, len(lines)))
+    for l in lines[:3]:
+        print("  " + l.strip())
+    for l in text.splitlines():
+        if "NET/Plugin" in l or "Using network" in l:
+            print("  " + l.strip())
+            break
+    ok = not bad and via and len(results) == world * len(ops) * len(CHECK_SIZES)
+    print("\nCHECK %s (%d results, %d failed)\n" % ("PASS" if ok else "FAIL",
+                                                   len(results), len(bad)))
+    return ok
+
+
+def run_bench(a, world, tmp, net, threads=0, socks=0, label=None):
+    log = os.path.join(tmp, "bench-%s-%d.%%h.%%p.log" % (net, threads))
+    out = os.path.join(tmp, "bench-%s-%d.json" % (net, threads))
+    spawn(bench_worker, world, (free_port(), out, BENCH_SIZES, a.iters),
+          net_env(net, a.plugin, threads, socks, log))
+    with open(out) as f:
+        rows = json.load(f)
+    text = nccl_log(log.replace("%h", "*").replace("%p", "*"))
+    via = ("via NET/%s" % net) in text
+    label = label or net
+    print("### all_reduce, %s (%s)\n" % (label, "via NET/%s seen" % net
+                                         if via else "NET path NOT seen"))
+    print("| size (B) | time (us) | algbw (GB/s) | busbw (GB/s) |")
+    print("|---:|---:|---:|---:|")
+    for r in rows:
+        print("| %d | %.1f | %.2f | %.2f |" % (r["bytes"], r["time_us"],
+                                               r["algbw"], r["busbw"]))
+    print()
+    return rows, via
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("mode", choices=["check", "bench", "suite"])
+    ap.add_argument("--plugin", default="", help="absolute path of the .so")
+    ap.add_argument("--net", default="UCCL", help="bench: UCCL or Socket")
+    ap.add_argument("--socket-threads", type=int, default=0)
+    ap.add_argument("--socks", type=int, default=0)
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--sizes", default="",
+                    help="bench: comma-separated byte counts (default 4 B "
+                         "to 256 MiB, x4)")
+    ap.add_argument("--json", default="", help="write results here")
+    a = ap.parse_args()
+    global BENCH_SIZES
+    if a.sizes:
+        BENCH_SIZES = [int(x) for x in a.sizes.split(",")]
+    import torch
+    world = torch.cuda.device_count()
+    if world < 2:
+        sys.exit("needs 2 GPUs (NCCL refuses two ranks on one GPU)")
+    world = 2
+    if a.plugin:
+        a.plugin = os.path.abspath(a.plugin)
+        if not os.path.exists(a.plugin):
+            sys.exit("no plugin at %s" % a.plugin)
+    elif a.mode != "bench" or a.net == "UCCL":
+        sys.exit("--plugin is required")
+    print("torch %s, NCCL %s, %d GPUs (%s)\n" % (
+        torch.__version__, ".".join(map(str, torch.cuda.nccl.version())),
+        torch.cuda.device_count(), torch.cuda.get_device_name(0)))
+    tmp = tempfile.mkdtemp(prefix="uccl-nccl-")
+    ok = True
+    summary = {}
+    if a.mode in ("check", "suite"):
+        ok = run_check(a, world, tmp) and ok
+    if a.mode == "bench":
+        rows, via = run_bench(a, world, tmp, a.net, a.socket_threads, a.socks)
+        summary[a.net] = rows
+        ok = via and ok
+    if a.mode == "suite":
+        u, via_u = run_bench(a, world, tmp, "UCCL")
+        s1, via_s1 = run_bench(a, world, tmp, "Socket")
+        s4, via_s4 = run_bench(a, world, tmp, "Socket", 4, 4,
+                               "Socket, 4 threads x 4 sockets")
+        summary = {"UCCL": u, "Socket": s1, "Socket_4x4": s4}
+        print("### Summary: all_reduce busbw (GB/s), same run\n")
+        print("| size (B) | UCCL | Socket | Socket 4x4 | UCCL / best Socket |")
+        print("|---:|---:|---:|---:|---:|")
+        for x, y, z in zip(u, s1, s4):
+            best = max(y["busbw"], z["busbw"])
+            print("| %d | %.2f | %.2f | %.2f | %.2f |" % (
+                x["bytes"], x["busbw"], y["busbw"], z["busbw"],
+                x["busbw"] / best if best > 0 else 0))
+        big = [(x, max(y["busbw"], z["busbw"])) for x, y, z in zip(u, s1, s4)
+               if x["bytes"] == 256 * MiB][0]
+        small_ok = all(x["time_us"] <= min(y["time_us"], z["time_us"]) * 1.0
+                       for x, y, z in zip(u, s1, s4) if x["bytes"] <= 65536)
+        print("\n256 MiB: UCCL %.2f GB/s vs best Socket %.2f GB/s: %.2fx "
+              "(target >= 2x); sizes <= 64 KiB no slower than Socket: %s" % (
+                  big[0]["busbw"], big[1], big[0]["busbw"] / big[1],
+                  "yes" if small_ok else "no"))
+        ok = ok and via_u and via_s1 and via_s4
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(summary, f, indent=1)
+    print("\nlogs in %s" % tmp)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

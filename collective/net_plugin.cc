@@ -9,8 +9,13 @@
 // size and sends what the step holds), so the cut depends only on a fixed
 // stripe S: part j is bytes [j*S, (j+1)*S) and the last part the rest, of
 // the message at the sender and of the buffer at the receiver; parts past
-// the message's end are sent empty. Both sides post the parts of a comm's
-// messages in NCCL's order, so each connection pairs them FIFO, with no tags.
+// the message's end are sent empty. Messages shorter than S go whole on
+// connection 0 instead (one engine, no fan-out: small-message latency). The
+// receiver posts part 0 (bytes [0, S) of its buffer) first and the other
+// parts once part 0 completes: a full part 0 means the sender striped. Both
+// sides post the parts of a comm's messages in NCCL's order (receivers
+// expand in the order of part 0's completions, which is that order too), so
+// each connection pairs them FIFO, with no tags.
 // With UCCL_NCCL_MAX_RECVS > 1 NCCL may group receives with tags; such comms
 // use one connection (K = 1) and the engine matches the tags.
 #include "collective/net_plugin.h"
@@ -40,25 +45,41 @@ UCCL_KNOB(std::string, knob_devices, "UCCL_NCCL_DEVICES", "",
           "udp:<if>, udp:<ipv4>, mlx5_0, ...). Empty: active verbs devices, "
           "then the software NIC on each non-loopback interface (loopback "
           "only when there is no other).");
-UCCL_KNOB(int64_t, knob_engines, "UCCL_NCCL_ENGINES", 4,
+UCCL_KNOB(int64_t, knob_engines, "UCCL_NCCL_ENGINES", 8,
           "NCCL plugin: engine threads per device.", 1, 16);
 UCCL_KNOB(int64_t, knob_conns, "UCCL_NCCL_CONNS", 0,
-          "NCCL plugin: UCCL connections per NCCL comm, messages spread "
-          "round-robin over them (0: one per engine).",
+          "NCCL plugin: UCCL connections per NCCL comm; each message is "
+          "striped over them (0: one per engine).",
           0, 16);
 UCCL_KNOB(int64_t, knob_max_recvs, "UCCL_NCCL_MAX_RECVS", 1,
           "NCCL plugin: grouped receives offered to NCCL (maxRecvs). Above 1 "
           "each comm uses a single connection (tags then pick buffers).",
           1, kMaxRecvsPerRequest);
-UCCL_KNOB(int64_t, knob_stripe_kb, "UCCL_NCCL_STRIPE_KB", 256,
+UCCL_KNOB(int64_t, knob_stripe_kb, "UCCL_NCCL_STRIPE_KB", 128,
           "NCCL plugin: bytes of each message per connection of its comm "
-          "(the last connection takes the rest).",
+          "(the last connection takes the rest); shorter messages go whole "
+          "on one connection.",
           4, 1 << 20);
+UCCL_KNOB(int64_t, knob_speed_mbps, "UCCL_NCCL_SPEED_MBPS", 0,
+          "NCCL plugin: link speed reported to NCCL, Mb/s (0: the device's "
+          "link speed; 400000 where the link reports none, e.g. loopback or "
+          "a virtual NIC). NCCL sizes its channel count from it.",
+          0, INT32_MAX);
+UCCL_KNOB(bool, knob_small_whole, "UCCL_NCCL_SMALL_WHOLE", true,
+          "NCCL plugin: messages shorter than a stripe go whole on one "
+          "connection; receivers post a message's other parts once its "
+          "first part shows it was striped. Off: every message is cut into "
+          "K parts (empty past its end), all posted at once. Must be the "
+          "same on every rank.");
 UCCL_KNOB(int64_t, knob_max_bytes, "UCCL_NCCL_MAX_BYTES", int64_t{1} << 30,
           "NCCL plugin: largest message NCCL may post (maxP2pBytes, "
           "maxCollBytes); larger operations are split by NCCL.",
           4096, int64_t{1} << 40);
 
+// Reported for links without a speed (loopback, many virtual NICs): the
+// software NIC there moves ~25-30 Gb/s per engine and a comm has 8 engines;
+// NCCL gives a 100 Gb/s NET one or two channels, which cannot keep them busy.
+constexpr uint64_t kUnknownSpeedMbps = 400000;
 constexpr uint32_t kHandleMagic = 0x55434e48;  // "UCNH"
 constexpr uint16_t kHandleVersion = 1;
 constexpr uint64_t kStageMagic = 0x5543434f4e4e4543ull;
@@ -104,6 +125,10 @@ struct PluginComm {
   // A request whose parts are not all posted yet (an engine's queue was
   // full); later messages wait behind it so every connection stays FIFO.
   PluginRequest* backlog = nullptr;
+  // Receive comms: requests waiting for part 0 to decide their parts, in
+  // posting order (a ring of pool_size entries).
+  std::unique_ptr<PluginRequest*[]> expand;
+  uint32_t expand_head = 0, expand_tail = 0;
 };
 
 struct PluginListen {
@@ -133,6 +158,7 @@ PluginComm* make_comm(PluginDevice* d, Endpoint* ep, bool is_send,
   c->pool_size = kMaxRequests * max_recvs;
   c->pool.reset(new PluginRequest[c->pool_size]);
   for (int i = 0; i < c->pool_size; ++i) c->pool[i].comm = c;
+  c->expand.reset(new PluginRequest*[c->pool_size]);
   return c;
 }
 
@@ -219,15 +245,19 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
     d->name = n;
     d->ep_name = n;
     d->ip = host_ip;
-    d->speed_mbps = 100000;
+    d->speed_mbps = kUnknownSpeedMbps;
     for (const auto& info : all) {
       if (info.name != n && !(n == "udp" && info.netdev == "lo")) continue;
       if (!info.ip.empty() && info.backend == "udp" && n != "udp") {
         d->ip = info.ip;
       }
       d->pci = info.pci_path;
-      d->speed_mbps = info.link_speed_mbps ? info.link_speed_mbps : 100000;
+      d->speed_mbps =
+          info.link_speed_mbps ? info.link_speed_mbps : kUnknownSpeedMbps;
       d->guid = info.guid;
+    }
+    if (knob_speed_mbps().get() > 0) {
+      d->speed_mbps = static_cast<uint64_t>(knob_speed_mbps().get());
     }
     if (d->guid == 0) d->guid = std::hash<std::string>()(n);
     std::snprintf(d->name_c, sizeof(d->name_c), "%s", n.c_str());
@@ -241,6 +271,7 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
                         : static_cast<int>(knob_engines().get());
   max_bytes_ = static_cast<uint64_t>(knob_max_bytes().get());
   stripe_bytes_ = static_cast<size_t>(knob_stripe_kb().get()) * 1024;
+  small_whole_ = knob_small_whole().get();
   std::random_device rd;
   next_tag_.store((static_cast<uint64_t>(rd()) << 20) & ((1ull << 56) - 1));
   std::string list;
@@ -511,6 +542,21 @@ bool NetPlugin::post_parts(PluginComm* c, PluginRequest* r, Status* err) {
   return true;
 }
 
+bool NetPlugin::expand_receives(PluginComm* c, Status* err) {
+  const uint32_t cap = static_cast<uint32_t>(c->pool_size);
+  while (c->expand_head != c->expand_tail && c->backlog == nullptr) {
+    PluginRequest* r = c->expand[c->expand_head % cap];
+    if (!r->reqs[0].done()) break;
+    ++c->expand_head;
+    r->expanding = false;
+    if (r->reqs[0].status().ok() && r->reqs[0].size(0) == stripe_bytes_) {
+      r->parts = static_cast<int>(c->conns.size());  // the sender striped
+      if (!post_parts(c, r, err)) return false;
+    }
+  }
+  return true;
+}
+
 NcclResult NetPlugin::isend(void* send_comm, void* data, size_t size, int tag,
                             void* mhandle, void* phandle, void** request) {
   if (send_comm == nullptr || request == nullptr) return kInternalError;
@@ -530,7 +576,11 @@ NcclResult NetPlugin::isend(void* send_comm, void* data, size_t size, int tag,
   auto* m = static_cast<PluginMr*>(mhandle);
   r->is_send = true;
   r->n = 1;
-  r->parts = static_cast<int>(c->conns.size());
+  r->expanding = false;
+  // Shorter than a stripe: whole, on connection 0 (see the file comment).
+  r->parts = small_whole_ && size < stripe_bytes_
+                 ? 1
+                 : static_cast<int>(c->conns.size());
   r->posted = 0;
   r->base = static_cast<uint8_t*>(data);
   r->len = size;
@@ -582,10 +632,13 @@ NcclResult NetPlugin::irecv(void* recv_comm, int n, void** data,
   if (r == nullptr) return kSuccess;
   r->is_send = false;
   r->n = n;
+  r->expanding = false;
   r->event = nullptr;
   if (n == 1) {  // striped over the comm's connections
     auto* m = mhandles ? static_cast<PluginMr*>(mhandles[0]) : nullptr;
-    r->parts = static_cast<int>(c->conns.size());
+    // Part 0 now; the rest once part 0 tells whether the sender striped.
+    r->expanding = small_whole_ && c->conns.size() > 1;
+    r->parts = r->expanding ? 1 : static_cast<int>(c->conns.size());
     r->posted = 0;
     r->base = static_cast<uint8_t*>(data[0]);
     r->len = sizes[0];
@@ -596,6 +649,9 @@ NcclResult NetPlugin::irecv(void* recv_comm, int n, void** data,
       c->backlog = nullptr;
       r->used.store(false, std::memory_order_release);
       return kSuccess;
+    }
+    if (r->expanding) {
+      c->expand[c->expand_tail++ % static_cast<uint32_t>(c->pool_size)] = r;
     }
   } else {  // grouped (maxRecvs > 1): one connection, tags pick buffers
     MrHandle* mhs[kMaxRecvsPerRequest];
@@ -648,11 +704,12 @@ NcclResult NetPlugin::test(void* request, int* done, int* sizes) {
   auto* r = static_cast<PluginRequest*>(request);
   PluginComm* c = r->comm;
   *done = 0;
-  if (c->backlog) {
-    Status err;
-    if (!post_parts(c, c->backlog, &err)) return fail("test", err);
+  Status err;
+  if (c->backlog && !post_parts(c, c->backlog, &err)) return fail("test", err);
+  if (c->expand_head != c->expand_tail && !expand_receives(c, &err)) {
+    return fail("test", err);
   }
-  if (r->posted < r->parts) return kSuccess;
+  if (r->expanding || r->posted < r->parts) return kSuccess;
   for (int j = 0; j < r->parts; ++j) {
     if (!r->reqs[j].done()) return kSuccess;
   }

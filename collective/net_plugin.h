@@ -42,6 +42,7 @@ struct PluginRequest {
   int n = 0;                // NCCL buffers (grouped receives)
   int parts = 0;            // engine requests making up this one
   int posted = 0;           // parts handed to the engines so far (in order)
+  bool expanding = false;   // receive: part 0 posted, the rest waits for it
   uint8_t* base = nullptr;  // striped message: the buffer and its length
   size_t len = 0;           // (send: bytes sent; receive: buffer size)
   MrHandle* mh = nullptr;
@@ -99,6 +100,10 @@ class NetPlugin {
   bool post_parts(PluginComm* c, PluginRequest* r, Status* err);
   // The byte range of part j of a message of `len` bytes over k stripes.
   void part_range(size_t len, int j, int k, size_t* off, size_t* n) const;
+  // Receive comms: in posting order, the requests whose part 0 completed
+  // learn whether the sender striped (part 0 full: post parts 1..K-1) or
+  // sent the message whole. False on an error (logged).
+  bool expand_receives(PluginComm* c, Status* err);
   ncclabi::NcclResult fail(const char* what, const Status& st,
                            ncclabi::NcclResult code = ncclabi::kSystemError);
 
@@ -109,6 +114,7 @@ class NetPlugin {
   std::vector<std::unique_ptr<PluginDevice>> devs_;
   int conns_per_comm_ = 1;
   size_t stripe_bytes_ = 0;
+  bool small_whole_ = true;
   int max_recvs_ = 1;
   uint64_t max_bytes_ = 0;
   std::atomic<uint64_t> next_tag_{1};

@@ -21,7 +21,7 @@ case "$PART" in
     echo "rc=$?"
     tail -18 "$OUT/conformance.txt"
     echo "== NCCL suite"
-    timeout 480 "$PY" tools/nccl_test.py suite --plugin "$C/libnccl-net-uccl.so" \
+    timeout 540 "$PY" tools/nccl_test.py suite --iters "${ITERS:-100}" --plugin "$C/libnccl-net-uccl.so" \
       --json "$OUT/suite.json" 2>&1 | tee "$OUT/suite.md" | grep -v "^\[" | tail -120
     cp -r /tmp/uccl-nccl-* "$OUT/" 2>/dev/null
     ;;

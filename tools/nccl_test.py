@@ -222,18 +222,26 @@ def run_check(a, world, tmp):
     return ok
 
 
-def run_bench(a, world, tmp, net, threads=0, socks=0, label=None):
-    log = os.path.join(tmp, "bench-%s-%d.%%h.%%p.log" % (net, threads))
-    out = os.path.join(tmp, "bench-%s-%d.json" % (net, threads))
-    spawn(bench_worker, world, (free_port(), out, BENCH_SIZES, a.iters),
-          net_env(net, a.plugin, threads, socks, log))
+def run_bench(a, world, tmp, net, threads=0, socks=0, label=None,
+              channels=0):
+    name = "%s-%d-%d" % (net, threads, channels)
+    log = os.path.join(tmp, "bench-%s.%%h.%%p.log" % name)
+    out = os.path.join(tmp, "bench-%s.json" % name)
+    env = net_env(net, a.plugin, threads, socks, log)
+    if channels:
+        env["NCCL_MIN_NCHANNELS"] = str(channels)
+    spawn(bench_worker, world, (free_port(), out, BENCH_SIZES, a.iters), env)
     with open(out) as f:
         rows = json.load(f)
     text = nccl_log(log.replace("%h", "*").replace("%p", "*"))
     via = ("via NET/%s" % net) in text
     label = label or net
-    print("### all_reduce, %s (%s)\n" % (label, "via NET/%s seen" % net
-                                         if via else "NET path NOT seen"))
+    chans = sorted({int(m) for m in __import__("re").findall(
+        r"Channel (\d+)/\d+ : \d+\[\d+\] -> \d+\[\d+\] \[send\] via NET",
+        text)})
+    print("### all_reduce, %s (%s, %d NET channels)\n" % (
+        label, "via NET/%s seen" % net if via else "NET path NOT seen",
+        len(chans)))
     print("| size (B) | time (us) | algbw (GB/s) | busbw (GB/s) |")
     print("|---:|---:|---:|---:|")
     for r in rows:
@@ -288,15 +296,30 @@ def main():
         s1, via_s1 = run_bench(a, world, tmp, "Socket")
         s4, via_s4 = run_bench(a, world, tmp, "Socket", 4, 4,
                                "Socket, 4 threads x 4 sockets")
-        summary = {"UCCL": u, "Socket": s1, "Socket_4x4": s4}
+        # Like for like with more channels (NCCL_MIN_NCHANNELS=8 on both).
+        u8, via_u8 = run_bench(a, world, tmp, "UCCL", label="UCCL, "
+                               "NCCL_MIN_NCHANNELS=8", channels=8)
+        s48, via_s48 = run_bench(a, world, tmp, "Socket", 4, 4,
+                                 "Socket 4x4, NCCL_MIN_NCHANNELS=8",
+                                 channels=8)
+        summary = {"UCCL": u, "Socket": s1, "Socket_4x4": s4,
+                   "UCCL_8ch": u8, "Socket_4x4_8ch": s48}
         print("### Summary: all_reduce busbw (GB/s), same run\n")
-        print("| size (B) | UCCL | Socket | Socket 4x4 | UCCL / best Socket |")
-        print("|---:|---:|---:|---:|---:|")
-        for x, y, z in zip(u, s1, s4):
+        print("| size (B) | UCCL | Socket | Socket 4x4 | UCCL / best Socket "
+              "| UCCL 8ch | Socket 4x4 8ch | ratio 8ch |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for x, y, z, x8, z8 in zip(u, s1, s4, u8, s48):
             best = max(y["busbw"], z["busbw"])
-            print("| %d | %.2f | %.2f | %.2f | %.2f |" % (
+            print("| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
                 x["bytes"], x["busbw"], y["busbw"], z["busbw"],
-                x["busbw"] / best if best > 0 else 0))
+                x["busbw"] / best if best > 0 else 0, x8["busbw"],
+                z8["busbw"], x8["busbw"] / z8["busbw"] if z8["busbw"] else 0))
+        print("\n| size (B) | UCCL us | Socket us | Socket 4x4 us |")
+        print("|---:|---:|---:|---:|")
+        for x, y, z in zip(u, s1, s4):
+            if x["bytes"] <= 65536:
+                print("| %d | %.1f | %.1f | %.1f |" % (
+                    x["bytes"], x["time_us"], y["time_us"], z["time_us"]))
         big = [(x, max(y["busbw"], z["busbw"])) for x, y, z in zip(u, s1, s4)
                if x["bytes"] == 256 * MiB][0]
         small_ok = all(x["time_us"] <= min(y["time_us"], z["time_us"]) * 1.0
@@ -305,7 +328,7 @@ def main():
               "(target >= 2x); sizes <= 64 KiB no slower than Socket: %s" % (
                   big[0]["busbw"], big[1], big[0]["busbw"] / big[1],
                   "yes" if small_ok else "no"))
-        ok = ok and via_u and via_s1 and via_s4
+        ok = ok and via_u and via_s1 and via_s4 and via_u8 and via_s48
     if a.json:
         with open(a.json, "w") as f:
             json.dump(summary, f, indent=1)

@@ -256,8 +256,10 @@ int wait_req(Api& a, void* req, int* sizes, int timeout_ms = 60000) {
 }
 
 size_t step_size(int s) {
-  static const size_t kSizes[] = {0,       1,       4096,   65536 + 17,
-                                  1 << 20, 3 << 20, 777777, 8};
+  // Around the default 128 KiB stripe: shorter messages go whole on one
+  // connection, longer ones (and exactly one stripe) are striped.
+  static const size_t kSizes[] = {0,       1,       131071, 65536 + 17,
+                                  1 << 20, 3 << 20, 777777, 131072};
   return kSizes[s % 8];
 }
 
@@ -655,6 +657,7 @@ void scenario_twoproc(Api& a, const std::string& self) {
   void* lc = nullptr;
   REQUIRE(a.listen(0, handle, &lc) == kSuccess, "listen");
   uccl::testing::Subprocess child({self, "--scenario=twoproc_sender",
+                                   "--plugin=" + g_plugin,
                                    "--version=" + std::to_string(a.version),
                                    "--handle=" + hex(handle, sizeof(handle))});
   REQUIRE(child.started(), "spawn");

@@ -62,8 +62,9 @@ UCCL_KNOB(int64_t, knob_stripe_kb, "UCCL_NCCL_STRIPE_KB", 128,
           4, 1 << 20);
 UCCL_KNOB(int64_t, knob_speed_mbps, "UCCL_NCCL_SPEED_MBPS", 0,
           "NCCL plugin: link speed reported to NCCL, Mb/s (0: the device's "
-          "link speed; 400000 where the link reports none, e.g. loopback or "
-          "a virtual NIC). NCCL sizes its channel count from it.",
+          "link speed; the software NIC says 100000 for virtual interfaces, "
+          "see UCCL_SOFTNIC_SPEED_MBPS). NCCL sizes its channel count from "
+          "it: 400000 gives 4 channels on one host.",
           0, INT32_MAX);
 UCCL_KNOB(bool, knob_small_whole, "UCCL_NCCL_SMALL_WHOLE", true,
           "NCCL plugin: messages shorter than a stripe go whole on one "
@@ -76,9 +77,8 @@ UCCL_KNOB(int64_t, knob_max_bytes, "UCCL_NCCL_MAX_BYTES", int64_t{1} << 30,
           "maxCollBytes); larger operations are split by NCCL.",
           4096, int64_t{1} << 40);
 
-// Reported for links without a speed (loopback, many virtual NICs): the
-// software NIC there moves ~25-30 Gb/s per engine and a comm has 8 engines;
-// NCCL gives a 100 Gb/s NET one or two channels, which cannot keep them busy.
+// Reported for a device that knows no speed at all (the software NIC always
+// reports one): a comm has 8 engines of ~25-30 Gb/s each.
 constexpr uint64_t kUnknownSpeedMbps = 400000;
 constexpr uint32_t kHandleMagic = 0x55434e48;  // "UCNH"
 constexpr uint16_t kHandleVersion = 1;

@@ -866,5 +866,8 @@ int main(int argc, char** argv) {
   Runner runner(ep->get(), ctl, conns, p);
   int rc = runner.run();
   std::fflush(stdout);
+  // Requests still posted (a failed or timed-out run) live in the runner:
+  // stop the engines, which complete them, before the runner goes away.
+  ep->reset();
   return rc;
 }

@@ -29,8 +29,10 @@ class SystemClock final : public Clock {
  public:
   uint64_t now_ns() const override { return monotonic_ns(); }
   static SystemClock* get() {
-    static SystemClock clock;
-    return &clock;
+    // Never destroyed: engine threads of a process-lifetime object (the
+    // NCCL plugin) may still read it while static destructors run at exit.
+    static SystemClock* clock = new SystemClock;
+    return clock;
   }
 };
 

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# `make bench`: every CPU benchmark with its same-run baseline, as markdown
+# (the format of BENCHMARKS.md). Usage: tools/run_benchmarks.sh [build-dir]
+#   1. nic_bench: software NIC RC writes vs raw UDP on two cores
+#   2. engine goodput under 1% injected loss vs lossless (transport_test tpt)
+#   3. tools/bench_transport.sh: loopback tpt/lat vs TCP/UDP, netns CC runs
+# Each run is bounded in time; the whole script takes about 3 minutes.
+set -uo pipefail
+BUILD=${1:-build}
+BIN="$BUILD/bin"
+for b in nic_bench transport_test socket_bench; do
+  [ -x "$BIN/$b" ] || { echo "run_benchmarks: $BIN/$b not built" >&2; exit 2; }
+done
+
+echo "## nic_bench (software NIC RC writes vs raw UDP, same run)"
+echo
+timeout 120 "$BIN/nic_bench" 2>&1 | grep -v "^[IWE][0-9]"
+echo
+
+# goodput <extra flags...>: received Gb/s of a 4 s tpt run (1 engine, 1 MiB).
+goodput() {
+  timeout 60 tools/transport_pair.sh "$BUILD" --perftype=tpt \
+    --msize=1048576 --duration_s=4 --json "$@" 2>/dev/null |
+    grep '"role":"server"' | tail -1 | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/'
+}
+echo "## Engine goodput under 1% injected loss (1 engine, UC, 1 MiB messages)"
+echo
+clean=$(goodput)
+lossy=$(goodput --fault_tx=drop=0.01)
+rc=$(goodput --rc_mode --fault_tx=drop=0.01)
+echo "| run | Gb/s | vs lossless |"
+echo "|---|---:|---:|"
+echo "| lossless | ${clean:-?} | |"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }'; }
+echo "| 1% loss (UC, SACK + RTO) | ${lossy:-?} | $(ratio "${lossy:-0}" "${clean:-0}") |"
+echo "| 1% loss (RC mode, NIC go-back-N) | ${rc:-?} | $(ratio "${rc:-0}" "${clean:-0}") |"
+echo
+
+tools/bench_transport.sh "$BUILD"

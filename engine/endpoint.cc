@@ -681,11 +681,18 @@ Result<MrHandle*> Endpoint::reg_mr(void* addr, size_t len) {
 }
 
 Status Endpoint::dereg_mr(MrHandle* mh) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto it = std::find(impl_->mrs.begin(), impl_->mrs.end(), mh);
-  if (it == impl_->mrs.end())
-    return InvalidArgument("dereg_mr: unknown handle");
-  impl_->mrs.erase(it);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = std::find(impl_->mrs.begin(), impl_->mrs.end(), mh);
+    if (it == impl_->mrs.end())
+      return InvalidArgument("dereg_mr: unknown handle");
+    impl_->mrs.erase(it);
+  }
+  // A receive posted just before may still sit in an engine's queue with a
+  // pointer to this registration: let every engine drain past it first.
+  // Requests already handed to the NIC keep only keys, which now fail
+  // cleanly (local protection error, or the peer's write is dropped).
+  for (auto& e : impl_->engines) (void)e->sync();
   delete mh;
   return Status::OK();
 }

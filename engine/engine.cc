@@ -1038,6 +1038,11 @@ Status UcclRDMAEngine::wait_query(Query* q) {
   return q->status;
 }
 
+Status UcclRDMAEngine::sync() {
+  Query q;
+  return wait_query(&q);
+}
+
 Result<FlowStats> UcclRDMAEngine::conn_stats(uint32_t conn) {
   Query q;
   q.conn = conn;

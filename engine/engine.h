@@ -124,6 +124,9 @@ class UcclRDMAEngine {
   // (no shared counters between threads).
   Result<FlowStats> conn_stats(uint32_t conn);
   EngineStats stats();
+  // Returns once the engine has handled every command submitted before it
+  // (so none of them still refers to a buffer being deregistered).
+  Status sync();
   transport::ProtectionDomain* pd() { return pd_.get(); }
   const transport::DeviceInfo& device_info() const { return dev_->info(); }
   int index() const { return cfg_.index; }

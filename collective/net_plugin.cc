@@ -126,9 +126,9 @@ struct PluginComm {
   // full); later messages wait behind it so every connection stays FIFO.
   PluginRequest* backlog = nullptr;
   // Receive comms: requests waiting for part 0 to decide their parts, in
-  // posting order (a ring of pool_size entries).
+  // posting order (a ring of pool_size entries; indices below pool_size).
   std::unique_ptr<PluginRequest*[]> expand;
-  uint32_t expand_head = 0, expand_tail = 0;
+  int expand_head = 0, expand_count = 0;
 };
 
 struct PluginListen {
@@ -543,11 +543,11 @@ bool NetPlugin::post_parts(PluginComm* c, PluginRequest* r, Status* err) {
 }
 
 bool NetPlugin::expand_receives(PluginComm* c, Status* err) {
-  const uint32_t cap = static_cast<uint32_t>(c->pool_size);
-  while (c->expand_head != c->expand_tail && c->backlog == nullptr) {
-    PluginRequest* r = c->expand[c->expand_head % cap];
+  while (c->expand_count > 0 && c->backlog == nullptr) {
+    PluginRequest* r = c->expand[c->expand_head];
     if (!r->reqs[0].done()) break;
-    ++c->expand_head;
+    c->expand_head = (c->expand_head + 1) % c->pool_size;
+    --c->expand_count;
     r->expanding = false;
     if (r->reqs[0].status().ok() && r->reqs[0].size(0) == stripe_bytes_) {
       r->parts = static_cast<int>(c->conns.size());  // the sender striped
@@ -651,7 +651,8 @@ NcclResult NetPlugin::irecv(void* recv_comm, int n, void** data,
       return kSuccess;
     }
     if (r->expanding) {
-      c->expand[c->expand_tail++ % static_cast<uint32_t>(c->pool_size)] = r;
+      // At most pool_size requests exist, so the ring cannot overflow.
+      c->expand[(c->expand_head + c->expand_count++) % c->pool_size] = r;
     }
   } else {  // grouped (maxRecvs > 1): one connection, tags pick buffers
     MrHandle* mhs[kMaxRecvsPerRequest];
@@ -706,7 +707,7 @@ NcclResult NetPlugin::test(void* request, int* done, int* sizes) {
   *done = 0;
   Status err;
   if (c->backlog && !post_parts(c, c->backlog, &err)) return fail("test", err);
-  if (c->expand_head != c->expand_tail && !expand_receives(c, &err)) {
+  if (c->expand_count > 0 && !expand_receives(c, &err)) {
     return fail("test", err);
   }
   if (r->expanding || r->posted < r->parts) return kSuccess;

@@ -265,6 +265,27 @@ Lat summarize(std::vector<uint64_t>& rtt_ns) {
   return {at(0.5), at(0.99)};  // one-way = RTT / 2, as perftest reports
 }
 
+// One side of the SEND ping-pong: its buffer as the only SGE, 64 receives
+// posted, and the (unsignaled, small ones inline) send it answers with.
+struct PingPong {
+  Sge sge;
+  RecvWr rwr;
+  SendWr wr;
+  PingPong(Side& sd, uint32_t size)
+      : sge{reinterpret_cast<uint64_t>(sd.buf.data()), size, sd.mr->lkey()} {
+    rwr.sg_list = &sge;
+    rwr.num_sge = 1;
+    for (int i = 0; i < 64; ++i) sd.qp->post_recv(&rwr, nullptr);
+    wr.opcode = WrOpcode::kSend;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.signaled = false;
+    wr.inline_data = size <= 256;
+  }
+  PingPong(const PingPong&) = delete;  // the WRs point at sge
+  PingPong& operator=(const PingPong&) = delete;
+};
+
 Lat uccl_latency(QpType type, uint32_t size, Cores cores) {
   std::promise<QpInfo> server_info, client_info;
   std::atomic<bool> stop{false};
@@ -274,23 +295,13 @@ Lat uccl_latency(QpType type, uint32_t size, Cores cores) {
     Side& sd = **s;
     server_info.set_value(sd.qp->local_info());
     sd.qp->connect(client_info.get_future().get());
-    Sge sge{reinterpret_cast<uint64_t>(sd.buf.data()), size, sd.mr->lkey()};
-    RecvWr rwr;
-    rwr.sg_list = &sge;
-    rwr.num_sge = 1;
-    for (int i = 0; i < 64; ++i) sd.qp->post_recv(&rwr, nullptr);
-    SendWr wr;
-    wr.opcode = WrOpcode::kSend;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.signaled = false;
-    wr.inline_data = size <= 256;
+    PingPong pp(sd, size);
     WorkCompletion wc[16];
     while (!stop.load(std::memory_order_relaxed)) {
       int n = sd.rcq->poll(16, wc);
       for (int i = 0; i < n; ++i) {
-        sd.qp->post_recv(&rwr, nullptr);
-        sd.qp->post_send(&wr, nullptr);
+        sd.qp->post_recv(&pp.rwr, nullptr);
+        sd.qp->post_send(&pp.wr, nullptr);
       }
       sd.scq->poll(16, wc);
     }
@@ -300,29 +311,19 @@ Lat uccl_latency(QpType type, uint32_t size, Cores cores) {
   Side& cl = **c;
   client_info.set_value(cl.qp->local_info());
   cl.qp->connect(server_info.get_future().get());
-  Sge sge{reinterpret_cast<uint64_t>(cl.buf.data()), size, cl.mr->lkey()};
-  RecvWr rwr;
-  rwr.sg_list = &sge;
-  rwr.num_sge = 1;
-  for (int i = 0; i < 64; ++i) cl.qp->post_recv(&rwr, nullptr);
-  SendWr wr;
-  wr.opcode = WrOpcode::kSend;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.signaled = false;
-  wr.inline_data = size <= 256;
+  PingPong pp(cl, size);
   std::vector<uint64_t> rtt;
   rtt.reserve(FLAGS_lat_iters);
   WorkCompletion wc[16];
   for (uint32_t it = 0; it < FLAGS_lat_iters + 1000; ++it) {
     uint64_t t = monotonic_ns();
-    cl.qp->post_send(&wr, nullptr);
+    cl.qp->post_send(&pp.wr, nullptr);
     int got = 0;
     while (got == 0) {
       got = cl.rcq->poll(16, wc);
       cl.scq->poll(16, wc + 8);
     }
-    cl.qp->post_recv(&rwr, nullptr);
+    cl.qp->post_recv(&pp.rwr, nullptr);
     if (it >= 1000) rtt.push_back(monotonic_ns() - t);
   }
   stop = true;

@@ -116,6 +116,20 @@ void common(Api* a, const T* t) {
   a->close_listen = t->closeListen;
 }
 
+// v10+ isend/irecv take profiler handles: pass ours, to check the events.
+template <typename T>
+void profiled_io(Api* a, const T* t) {
+  a->isend = [t](void* c, void* d, size_t n, int tag, void* m, void** r) {
+    return t->isend(c, d, n, tag, m, &g_phandle_target, r);
+  };
+  a->irecv = [t](void* c, int n, void** d, size_t* sz, int* tg, void** m,
+                 void** r) {
+    void* ph[8];
+    for (int i = 0; i < 8; ++i) ph[i] = &g_phandle_target;
+    return t->irecv(c, n, d, sz, tg, m, ph, r);
+  };
+}
+
 bool load_api(const std::string& path, int version, Api* a) {
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
@@ -148,15 +162,7 @@ bool load_api(const std::string& path, int version, Api* a) {
     a->connect = [t, ctx](int d, void* h, void** s2) {
       return t->connect(*ctx, d, h, s2, nullptr);
     };
-    a->isend = [t](void* c, void* d, size_t n, int tag, void* m, void** r) {
-      return t->isend(c, d, n, tag, m, &g_phandle_target, r);
-    };
-    a->irecv = [t](void* c, int n, void** d, size_t* sz, int* tg, void** m,
-                   void** r) {
-      void* ph[8];
-      for (int i = 0; i < 8; ++i) ph[i] = &g_phandle_target;
-      return t->irecv(c, n, d, sz, tg, m, ph, r);
-    };
+    profiled_io(a, t);
   } else if (version == 10) {
     auto* t = static_cast<const NetV10*>(s);
     common(a, t);
@@ -170,15 +176,7 @@ bool load_api(const std::string& path, int version, Api* a) {
       CommConfig cfg{-1};
       return t->connect(d, &cfg, h, s2, nullptr);
     };
-    a->isend = [t](void* c, void* d, size_t n, int tag, void* m, void** r) {
-      return t->isend(c, d, n, tag, m, &g_phandle_target, r);
-    };
-    a->irecv = [t](void* c, int n, void** d, size_t* sz, int* tg, void** m,
-                   void** r) {
-      void* ph[8];
-      for (int i = 0; i < 8; ++i) ph[i] = &g_phandle_target;
-      return t->irecv(c, n, d, sz, tg, m, ph, r);
-    };
+    profiled_io(a, t);
   } else if (version == 9) {
     auto* t = static_cast<const NetV9*>(s);
     common(a, t);

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "transport/nic.h"
@@ -116,6 +118,26 @@ inline bool drive(const std::vector<Side*>& sides,
     for (Side* s : sides) s->poll();
   }
   return true;
+}
+
+// Every connected QP type x opcode pair the op-matrix tests cover (READ only
+// on RC), and gtest's name for one ("RC_RDMA_WRITE").
+inline auto qp_op_matrix() {
+  return ::testing::Values(
+      std::make_tuple(QpType::kRC, WrOpcode::kWrite),
+      std::make_tuple(QpType::kRC, WrOpcode::kWriteWithImm),
+      std::make_tuple(QpType::kRC, WrOpcode::kSend),
+      std::make_tuple(QpType::kRC, WrOpcode::kSendWithImm),
+      std::make_tuple(QpType::kRC, WrOpcode::kRead),
+      std::make_tuple(QpType::kUC, WrOpcode::kWrite),
+      std::make_tuple(QpType::kUC, WrOpcode::kWriteWithImm),
+      std::make_tuple(QpType::kUC, WrOpcode::kSend),
+      std::make_tuple(QpType::kUC, WrOpcode::kSendWithImm));
+}
+template <typename Info>
+std::string qp_op_name(const Info& info) {
+  return std::string(qp_type_name(std::get<0>(info.param))) + "_" +
+         wr_opcode_name(std::get<1>(info.param));
 }
 
 // Value of "name N" in a device's counters_text(), or -1.

@@ -104,25 +104,8 @@ TEST_P(OpMatrix, OneGiB) {
 }
 #endif
 
-INSTANTIATE_TEST_SUITE_P(
-    RcUc, OpMatrix,
-    ::testing::Values(std::make_tuple(QpType::kRC, WrOpcode::kWrite),
-                      std::make_tuple(QpType::kRC, WrOpcode::kWriteWithImm),
-                      std::make_tuple(QpType::kRC, WrOpcode::kSend),
-                      std::make_tuple(QpType::kRC, WrOpcode::kSendWithImm),
-                      std::make_tuple(QpType::kRC, WrOpcode::kRead),
-                      std::make_tuple(QpType::kUC, WrOpcode::kWrite),
-                      std::make_tuple(QpType::kUC, WrOpcode::kWriteWithImm),
-                      std::make_tuple(QpType::kUC, WrOpcode::kSend),
-                      std::make_tuple(QpType::kUC, WrOpcode::kSendWithImm)),
-    [](const auto& info) {
-      std::string n = std::string(qp_type_name(std::get<0>(info.param))) + "_" +
-                      wr_opcode_name(std::get<1>(info.param));
-      for (auto& c : n) {
-        if (c == '-') c = '_';
-      }
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(RcUc, OpMatrix, qp_op_matrix(),
+                         [](const auto& info) { return qp_op_name(info); });
 
 // ------------------------------------------------------------------ UD
 

@@ -213,21 +213,8 @@ TEST_P(TwoProcess, ByteExactAcrossSizes) {
   close(fd);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    RcUc, TwoProcess,
-    ::testing::Values(std::make_tuple(QpType::kRC, WrOpcode::kWrite),
-                      std::make_tuple(QpType::kRC, WrOpcode::kWriteWithImm),
-                      std::make_tuple(QpType::kRC, WrOpcode::kSend),
-                      std::make_tuple(QpType::kRC, WrOpcode::kSendWithImm),
-                      std::make_tuple(QpType::kRC, WrOpcode::kRead),
-                      std::make_tuple(QpType::kUC, WrOpcode::kWrite),
-                      std::make_tuple(QpType::kUC, WrOpcode::kWriteWithImm),
-                      std::make_tuple(QpType::kUC, WrOpcode::kSend),
-                      std::make_tuple(QpType::kUC, WrOpcode::kSendWithImm)),
-    [](const auto& info) {
-      return std::string(qp_type_name(std::get<0>(info.param))) + "_" +
-             wr_opcode_name(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(RcUc, TwoProcess, qp_op_matrix(),
+                         [](const auto& info) { return qp_op_name(info); });
 
 // UD between processes: a datagram each way per size up to the MTU.
 TEST(TwoProcessUd, DatagramsBothWays) {

@@ -85,6 +85,10 @@ void PullPacer::remove_flow(uint32_t flow) {
   }
 }
 
+void PullPacer::charge_unscheduled(uint64_t bytes) {
+  tokens_ -= static_cast<double>(bytes);
+}
+
 int PullPacer::poll(uint64_t now_ns, Grant* out, int max) {
   if (now_ns > last_ns_) {
     tokens_ =

@@ -65,6 +65,10 @@ class PullPacer {
   // were covered by speculative credit and are not granted again.
   void add_demand(uint32_t flow, uint64_t bytes, bool new_flow);
   void remove_flow(uint32_t flow);
+  // `bytes` arrived without a grant (speculative credit): they used the
+  // link too, so they use tokens (the bucket goes negative) and the pacer
+  // grants that much less (EQDS paces unscheduled arrivals the same way).
+  void charge_unscheduled(uint64_t bytes);
   // Writes up to `max` grants due at `now_ns`; returns how many.
   int poll(uint64_t now_ns, Grant* out, int max);
 

@@ -24,12 +24,15 @@ Result<TimelyParams> Timely::params_from(const CcParams& c) {
   p.window_rtts = c.get("window_rtts", p.window_rtts);
   p.thresholds_from_min_rtt =
       c.get("thresholds_from_min_rtt", p.thresholds_from_min_rtt);
+  p.segment_bytes = c.get("segment_bytes", p.segment_bytes);
   if (!(p.ewma_alpha > 0 && p.ewma_alpha <= 1) || !(p.beta > 0 && p.beta < 1) ||
       p.t_low_us <= 0 || p.t_high_us <= p.t_low_us || p.min_rtt_us <= 0 ||
-      p.min_rate_bps <= 0 || p.hai_threshold < 1 || p.window_rtts <= 0) {
+      p.min_rate_bps <= 0 || p.hai_threshold < 1 || p.window_rtts <= 0 ||
+      p.segment_bytes < 0) {
     return InvalidArgument(
         "timely: need 0<ewma_alpha<=1, 0<beta<1, 0<t_low_us<t_high_us, "
-        "min_rtt_us>0, min_rate_gbps>0, hai_threshold>=1, window_rtts>0");
+        "min_rtt_us>0, min_rate_gbps>0, hai_threshold>=1, window_rtts>0, "
+        "segment_bytes>=0");
   }
   return p;
 }
@@ -44,6 +47,14 @@ Timely::Timely(const TimelyParams& p, bool patched, double line_rate_bps,
 
 void Timely::on_ack(const CcSample& s) {
   if (s.rtt_ns == 0) return;
+  double segments = std::max<uint32_t>(1, s.acked_packets);
+  if (p_.segment_bytes > 0) {
+    // One update per completed segment, with the newest RTT.
+    pending_bytes_ += s.acked_bytes;
+    if (pending_bytes_ < p_.segment_bytes) return;
+    segments = 1;
+    pending_bytes_ = 0;
+  }
   // TIMELY's RTT excludes the segment's own serialization at line rate
   // (SIGCOMM'15, Section 4.1): with 64 KiB chunks on a slow link it would
   // otherwise exceed T_high by itself.
@@ -74,7 +85,7 @@ void Timely::on_ack(const CcSample& s) {
 
   // The paper updates once per completed segment; an ACK that covers k
   // chunks counts as k completions for the additive steps.
-  const double k = std::max<uint32_t>(1, s.acked_packets);
+  const double k = segments;
   double rate = rate_bps_;
   if (rtt < p_.t_low_us) {
     rate += k * p_.add_rate_bps;

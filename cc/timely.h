@@ -34,6 +34,12 @@ struct TimelyParams {
   // (100+ us through the software NIC, vs the paper's NIC timestamps) does
   // not hold every flow at min_rate. 0: the paper's absolute thresholds.
   double thresholds_from_min_rtt = 1;
+  // Bytes per completion event: the paper updates the rate once per
+  // completed segment (16-64 KB, Section 5), not per packet. 0: every ACK
+  // is one completion (the engine, whose ACKs cover 64 KiB chunks). With
+  // packet-level ACKs (the simulator) set it to the segment size, or the
+  // multiplicative decrease compounds once per packet.
+  double segment_bytes = 0;
 };
 
 class Timely final : public CongestionControl {
@@ -69,6 +75,7 @@ class Timely final : public CongestionControl {
   double floor_rtt_us_ = -1;  // smallest RTT seen (thresholds_from_min_rtt)
   double last_raw_rtt_us_ = 0;
   int neg_count_ = 0;
+  double pending_bytes_ = 0;  // acked since the last update (segment_bytes)
 };
 
 }  // namespace uccl::cc

@@ -433,7 +433,8 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
     }
     c->tx.paths = std::make_unique<cc::PathSelector>(
         static_cast<uint32_t>(c->qps.size()), idx * 7919 + cfg_.index);
-    c->tx.rto_ns = cfg_.rto_init_ns;
+    c->tx.rto =
+        cc::RtoEstimator(cfg_.rto_min_ns, cfg_.rto_max_ns, cfg_.rto_init_ns);
     c->qp_unsignaled.assign(c->qps.size(), 0);
     c->tx.rack_tx_ns.assign(c->qps.size(), 0);
     c->tx.rack_rtt_ns.assign(c->qps.size(), 0);

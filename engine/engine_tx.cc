@@ -304,20 +304,7 @@ void UcclRDMAEngine::on_rtt_sample(Conn* c, ChunkRec& ch, uint64_t rtt,
   tx.rtt.add(rtt);
   if (tx.min_rtt_ns == 0 || rtt < tx.min_rtt_ns) tx.min_rtt_ns = rtt;
   tx.paths->on_rtt(ch.path, rtt);
-  // RFC 6298 smoothing for the RTO.
-  if (tx.srtt_ns == 0) {
-    tx.srtt_ns = rtt;
-    tx.rttvar_ns = rtt / 2;
-  } else {
-    uint64_t err = tx.srtt_ns > rtt ? tx.srtt_ns - rtt : rtt - tx.srtt_ns;
-    tx.rttvar_ns = (3 * tx.rttvar_ns + err) / 4;
-    tx.srtt_ns = (7 * tx.srtt_ns + rtt) / 8;
-  }
-  // RFC 6298, but never below 1.5 x srtt: steady RTTs shrink rttvar until
-  // any queueing hiccup would fire the timer spuriously.
-  tx.rto_ns =
-      std::clamp(tx.srtt_ns + std::max(4 * tx.rttvar_ns, tx.srtt_ns / 2),
-                 cfg_.rto_min_ns, cfg_.rto_max_ns);
+  tx.rto.on_rtt(rtt);  // cc/recovery.h: shared with the simulator
   (void)now;
 }
 
@@ -348,9 +335,8 @@ void UcclRDMAEngine::on_ack(const AckPacket& a, uint64_t now) {
     // retransmitted chunk sooner than the min RTT is for an earlier copy
     // (RFC 8985, 6.2 step 2); taking it would declare everything sent on
     // this path before the retransmission lost.
-    const bool ambiguous = ch.retx > 0 && now - ch.last_tx_ns < tx.min_rtt_ns;
-    if (!ambiguous && ch.last_tx_ns >= tx.rack_tx_ns[ch.path] &&
-        now > ch.last_tx_ns) {
+    if (cc::rack_unambiguous(ch.retx > 0, ch.last_tx_ns, tx.min_rtt_ns, now) &&
+        ch.last_tx_ns >= tx.rack_tx_ns[ch.path] && now > ch.last_tx_ns) {
       tx.rack_tx_ns[ch.path] = ch.last_tx_ns;
       tx.rack_rtt_ns[ch.path] = now - ch.last_tx_ns;
     }
@@ -428,14 +414,13 @@ int UcclRDMAEngine::detect_losses(Conn* c, uint64_t now) {
   // that swell RTTs, do not cause spurious retransmissions.
   TxFlow& tx = c->tx;
   if (!csn_lt(tx.snd_una, tx.high_sacked)) return 0;
-  const uint64_t reo_wnd = std::max<uint64_t>(tx.min_rtt_ns / 4, 20000);
+  const uint64_t reo_wnd = cc::rack_reorder_window_ns(tx.min_rtt_ns);
   int lost = 0;
   for (uint32_t s = tx.snd_una; csn_lt(s, tx.high_sacked); ++s) {
     ChunkRec& ch = tx.chunk(s);
     if (ch.acked || ch.queued_retx) continue;
-    const uint64_t rack_tx = tx.rack_tx_ns[ch.path];
-    if (rack_tx == 0 || ch.last_tx_ns >= rack_tx ||
-        now - ch.last_tx_ns < tx.rack_rtt_ns[ch.path] + reo_wnd) {
+    if (!cc::rack_lost(ch.last_tx_ns, tx.rack_tx_ns[ch.path],
+                       tx.rack_rtt_ns[ch.path], reo_wnd, now)) {
       continue;
     }
     enqueue_retx(tx, s);
@@ -503,10 +488,7 @@ void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
   if (detect_losses(c, now) > 0) {
     for (auto& pc : tx.ccs) pc.cc->on_loss(now, false);
   }
-  const uint64_t rto =
-      tx.rto_backoff >= 20
-          ? cfg_.rto_max_ns
-          : std::min(cfg_.rto_max_ns, tx.rto_ns << tx.rto_backoff);
+  const uint64_t rto = tx.rto.backed_off_ns(tx.rto_backoff);
   // The oldest unacknowledged chunk has been out for an RTO (counted from
   // its last transmission and from the last RTO), whatever other paths do.
   const uint64_t sent =
@@ -524,12 +506,12 @@ void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
   // longer than an RTT plus the reordering window are lost. (Resending only
   // the oldest recovers a lost window one RTO per chunk.) They left the
   // pipe, so the window paces their resending.
-  const uint64_t reo_wnd = std::max<uint64_t>(tx.min_rtt_ns / 4, 20000);
+  const uint64_t reo_wnd = cc::rack_reorder_window_ns(tx.min_rtt_ns);
   for (uint32_t s = tx.snd_una; s != tx.snd_nxt; ++s) {
     ChunkRec& ch = tx.chunk(s);
     if (ch.acked || ch.queued_retx) continue;
-    const uint64_t rtt = std::max(tx.srtt_ns, tx.rack_rtt_ns[ch.path]);
-    if (s == tx.snd_una || now - ch.last_tx_ns >= rtt + reo_wnd) {
+    const uint64_t rtt = std::max(tx.rto.srtt_ns(), tx.rack_rtt_ns[ch.path]);
+    if (cc::rto_lost(s == tx.snd_una, ch.last_tx_ns, rtt, reo_wnd, now)) {
       enqueue_retx(tx, s);
       ++tx.rto_retx;
     }

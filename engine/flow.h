@@ -10,6 +10,7 @@
 
 #include "cc/cc.h"
 #include "cc/path_selector.h"
+#include "cc/recovery.h"
 #include "engine/imm.h"
 #include "engine/stats.h"
 #include "engine/wire.h"
@@ -121,7 +122,7 @@ struct TxFlow {
   std::unique_ptr<cc::PathSelector> paths;
   // Reliability (UC mode).
   uint32_t dupacks = 0;
-  uint64_t srtt_ns = 0, rttvar_ns = 0, rto_ns = 0;
+  cc::RtoEstimator rto{1000000, 100000000, 5000000};  // set per config
   uint32_t rto_backoff = 0;
   bool rto_urgent = false;  // resend snd_una now, past window and pacing
   uint64_t last_progress_ns = 0;

@@ -1,6 +1,44 @@
 #!/usr/bin/env bash
-# `make experiments`: the congestion-control experiments on the cc/ simulator.
-# The simulator and its experiment configs are not written yet (issue 5).
-echo "make experiments: the cc/ discrete-event simulator is not built yet;" >&2
-echo "meanwhile tools/bench_transport.sh runs each CC through the netns testbed." >&2
-exit 2
+# `make experiments`: runs every configs/experiments/*.conf on ccsim, writes
+# CSVs, PNG plots and a markdown report to $BUILD/experiments/.
+# Usage: tools/run_experiments.sh [build-dir] [config ...]
+# Exit status: 0 when every experiment passes its targets, 1 otherwise.
+set -u
+BUILD=${1:-build}
+shift || true
+CONFIGS=("$@")
+[ ${#CONFIGS[@]} -eq 0 ] && CONFIGS=(configs/experiments/*.conf)
+SIM="$BUILD/bin/ccsim"
+OUT="$BUILD/experiments"
+if [ ! -x "$SIM" ]; then
+  echo "run_experiments: $SIM not built (run make first)" >&2
+  exit 2
+fi
+mkdir -p "$OUT"
+rm -f "$OUT"/*.csv "$OUT"/*.png "$OUT"/*.log
+status=0
+for cfg in "${CONFIGS[@]}"; do
+  name=$(basename "$cfg" .conf)
+  echo "== $name ($cfg)"
+  start=$(date +%s%N)
+  if "$SIM" --config="$cfg" --out="$OUT" --quiet > "$OUT/$name.log" 2>&1; then
+    :
+  else
+    rc=$?
+    [ $rc -ne 1 ] && echo "   ccsim exited $rc" >&2
+    status=1
+  fi
+  end=$(date +%s%N)
+  echo "   $(tail -1 "$OUT/$name.log") ($(( (end - start) / 1000000 )) ms)"
+done
+# Debian's python3-matplotlib lives in the system interpreter.
+PY=python3
+[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+if "$PY" -c 'import matplotlib' 2>/dev/null; then
+  "$PY" tools/plot_experiments.py "$OUT" "${CONFIGS[@]}" || status=1
+else
+  echo "run_experiments: python3-matplotlib missing: no plots/report" >&2
+  status=1
+fi
+echo "report: $OUT/REPORT.md"
+exit $status

@@ -1,0 +1,68 @@
+// Loss-recovery rules shared by the engine and the simulator (pure code):
+// the retransmission timer (RFC 6298 with a floor) and RACK's loss test.
+#pragma once
+
+#include <cstdint>
+
+namespace uccl::cc {
+
+// RFC 6298 smoothing (alpha 1/8, beta 1/4) with one change: the RTO never
+// drops below 1.5 x srtt, since steady RTTs shrink rttvar until any queueing
+// hiccup would fire the timer spuriously. Clamped to [min_ns, max_ns].
+class RtoEstimator {
+ public:
+  RtoEstimator(uint64_t min_ns, uint64_t max_ns, uint64_t init_ns)
+      : min_ns_(min_ns), max_ns_(max_ns), rto_ns_(init_ns) {}
+
+  void on_rtt(uint64_t rtt_ns);
+  // The timer after `backoff` consecutive timeouts: rto x 2^backoff, at
+  // most max_ns.
+  uint64_t backed_off_ns(uint32_t backoff) const;
+
+  uint64_t srtt_ns() const { return srtt_ns_; }
+  uint64_t rttvar_ns() const { return rttvar_ns_; }
+  uint64_t rto_ns() const { return rto_ns_; }
+  uint64_t max_ns() const { return max_ns_; }
+
+ private:
+  uint64_t min_ns_, max_ns_;
+  uint64_t rto_ns_;
+  uint64_t srtt_ns_ = 0, rttvar_ns_ = 0;
+};
+
+// RACK (RFC 8985) reordering window: a quarter of the minimum RTT, at least
+// 20 us (host-stack jitter on the software NIC).
+inline uint64_t rack_reorder_window_ns(uint64_t min_rtt_ns) {
+  const uint64_t q = min_rtt_ns / 4;
+  return q > 20000 ? q : 20000;
+}
+
+// RACK's loss test for a packet (chunk) last sent at `sent_ns`: lost once a
+// packet sent after it on the same path was delivered (that one's send time
+// `rack_tx_ns`, its RTT `rack_rtt_ns`) and it has been out for that RTT plus
+// the reordering window. Reordering of any depth in packets and queues that
+// swell RTTs then cause no spurious retransmissions.
+inline bool rack_lost(uint64_t sent_ns, uint64_t rack_tx_ns,
+                      uint64_t rack_rtt_ns, uint64_t reo_wnd_ns,
+                      uint64_t now_ns) {
+  return rack_tx_ns != 0 && sent_ns < rack_tx_ns &&
+         now_ns - sent_ns >= rack_rtt_ns + reo_wnd_ns;
+}
+
+// Whether a delivery may advance RACK's clock: an ACK for a retransmitted
+// packet sooner than the min RTT is for an earlier copy (RFC 8985, 6.2
+// step 2); taking it would declare everything sent before the
+// retransmission lost.
+inline bool rack_unambiguous(bool retransmitted, uint64_t last_tx_ns,
+                             uint64_t min_rtt_ns, uint64_t now_ns) {
+  return !(retransmitted && now_ns - last_tx_ns < min_rtt_ns);
+}
+
+// RACK on a timeout (RFC 8985, 6.3): the oldest outstanding packet and every
+// packet out for longer than an RTT plus the reordering window are lost.
+inline bool rto_lost(bool oldest, uint64_t sent_ns, uint64_t rtt_ns,
+                     uint64_t reo_wnd_ns, uint64_t now_ns) {
+  return oldest || now_ns - sent_ns >= rtt_ns + reo_wnd_ns;
+}
+
+}  // namespace uccl::cc

@@ -1,0 +1,587 @@
+// Experiment-file parsing, workload generation (static, incast, staircase,
+// long+short bursts, Poisson with a flow-size CDF, permutation) and checks.
+#include "cc/sim/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+namespace uccl::sim {
+namespace {
+
+std::string trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r");
+  if (a == std::string::npos) return "";
+  const size_t b = s.find_last_not_of(" \t\r");
+  return s.substr(a, b - a + 1);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep)) {
+    item = trim(item);
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+Result<double> to_num(const std::string& key, const std::string& v) {
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(d)) {
+    return InvalidArgument(key + ": '" + v + "' is not a number");
+  }
+  return d;
+}
+
+Result<uint32_t> to_u32(const std::string& key, const std::string& v) {
+  UCCL_ASSIGN_OR_RETURN(double d, to_num(key, v));
+  if (d < 0 || d > 4e9 || d != std::floor(d)) {
+    return InvalidArgument(key + ": '" + v + "' is not a count");
+  }
+  return static_cast<uint32_t>(d);
+}
+
+// "a-b" or "a" -> [a, b].
+Result<std::pair<uint32_t, uint32_t>> to_range(const std::string& key,
+                                               const std::string& v) {
+  const size_t dash = v.find('-');
+  if (dash == std::string::npos) {
+    UCCL_ASSIGN_OR_RETURN(uint32_t a, to_u32(key, v));
+    return std::make_pair(a, a);
+  }
+  UCCL_ASSIGN_OR_RETURN(uint32_t a, to_u32(key, trim(v.substr(0, dash))));
+  UCCL_ASSIGN_OR_RETURN(uint32_t b, to_u32(key, trim(v.substr(dash + 1))));
+  if (b < a) return InvalidArgument(key + ": range '" + v + "' is empty");
+  return std::make_pair(a, b);
+}
+
+uint64_t splitmix(uint64_t* s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+double uniform(uint64_t* s) { return (splitmix(s) >> 11) * 0x1.0p-53; }
+
+// Workload knobs collected before the flows are generated.
+struct Workload {
+  std::string pattern = "none";
+  double flow_bytes = 1 << 20;
+  uint32_t incast_senders = 0;  // 0 = every sender
+  uint32_t staircase_flows = 4;
+  double staircase_step_ms = 1;
+  double load = 0.5;
+  std::string cdf = "websearch";
+  double poisson_ms = 5;
+  uint32_t max_flows = 100000;
+  std::string poisson_src, poisson_dst;
+  uint32_t burst_flows = 8;
+  double burst_bytes = 64 << 10;
+  double burst_interval_us = 200;
+  uint32_t bursts = 20;
+  double long_stop_ms = 0;  // 0 = duration_ms
+  std::vector<FlowSpec> explicit_flows;
+};
+
+Status apply(SimConfig* c, Workload* w, const std::string& k,
+             const std::string& v) {
+  auto num = [&](double* out) -> Status {
+    UCCL_ASSIGN_OR_RETURN(*out, to_num(k, v));
+    return Status::OK();
+  };
+  auto cnt = [&](uint32_t* out) -> Status {
+    UCCL_ASSIGN_OR_RETURN(*out, to_u32(k, v));
+    return Status::OK();
+  };
+  if (k == "name") return c->name = v, Status::OK();
+  if (k == "description") return Status::OK();
+  if (k == "topology") return c->topology = v, Status::OK();
+  if (k == "senders") return cnt(&c->senders);
+  if (k == "receivers") return cnt(&c->receivers);
+  if (k == "leaves") return cnt(&c->leaves);
+  if (k == "spines") return cnt(&c->spines);
+  if (k == "hosts_per_leaf") return cnt(&c->hosts_per_leaf);
+  if (k == "host_gbps") return num(&c->host_gbps);
+  if (k == "bottleneck_gbps") return num(&c->bottleneck_gbps);
+  if (k == "fabric_gbps") return num(&c->fabric_gbps);
+  if (k == "link_delay_us") return num(&c->link_delay_us);
+  if (k == "host_delay_us") {
+    c->host_delay_us.clear();
+    for (const std::string& x : split(v, ',')) {
+      UCCL_ASSIGN_OR_RETURN(double d, to_num(k, x));
+      if (d < 0) return InvalidArgument(k + ": negative delay");
+      c->host_delay_us.push_back(d);
+    }
+    return Status::OK();
+  }
+  if (k == "buffer_kb") return num(&c->buffer_kb);
+  if (k == "ecn_kb") return num(&c->ecn_kb);
+  if (k == "mtu_bytes") return cnt(&c->mtu_bytes);
+  if (k == "header_bytes") return cnt(&c->header_bytes);
+  if (k == "ctrl_bytes") return cnt(&c->ctrl_bytes);
+  if (k == "multipath") return c->multipath = v, Status::OK();
+  if (k == "paths") return cnt(&c->paths);
+  if (k == "rto_min_us") return num(&c->rto_min_us);
+  if (k == "rto_max_us") return num(&c->rto_max_us);
+  if (k == "rto_init_us") return num(&c->rto_init_us);
+  if (k == "dupack_threshold") return cnt(&c->dupack_threshold);
+  if (k == "duration_ms") return num(&c->duration_ms);
+  if (k == "max_sim_ms") return num(&c->max_sim_ms);
+  if (k == "sample_us") return num(&c->sample_us);
+  if (k == "trace_flows") return cnt(&c->trace_flows);
+  if (k == "jain_from_ms") return num(&c->jain_from_ms);
+  if (k == "jain_to_ms") return num(&c->jain_to_ms);
+  if (k == "short_flow_bytes") return num(&c->short_flow_bytes);
+  if (k == "converge_tolerance") return num(&c->converge_tolerance);
+  if (k == "seed") {
+    double d;
+    UCCL_RETURN_IF_ERROR(num(&d));
+    c->seed = static_cast<uint64_t>(d);
+    return Status::OK();
+  }
+  if (k == "pattern") return w->pattern = v, Status::OK();
+  if (k == "flow_bytes") return num(&w->flow_bytes);
+  if (k == "incast_senders") return cnt(&w->incast_senders);
+  if (k == "staircase_flows") return cnt(&w->staircase_flows);
+  if (k == "staircase_step_ms") return num(&w->staircase_step_ms);
+  if (k == "load") return num(&w->load);
+  if (k == "cdf") return w->cdf = v, Status::OK();
+  if (k == "poisson_ms") return num(&w->poisson_ms);
+  if (k == "max_flows") return cnt(&w->max_flows);
+  if (k == "poisson_src") return w->poisson_src = v, Status::OK();
+  if (k == "poisson_dst") return w->poisson_dst = v, Status::OK();
+  if (k == "burst_flows") return cnt(&w->burst_flows);
+  if (k == "burst_bytes") return num(&w->burst_bytes);
+  if (k == "burst_interval_us") return num(&w->burst_interval_us);
+  if (k == "bursts") return cnt(&w->bursts);
+  if (k == "long_stop_ms") return num(&w->long_stop_ms);
+  if (k == "flow") {
+    // src dst bytes start_us [stop_us]
+    std::vector<std::string> f;
+    std::stringstream ss(v);
+    std::string x;
+    while (ss >> x) f.push_back(x);
+    if (f.size() < 4 || f.size() > 5) {
+      return InvalidArgument(
+          "flow: want 'src dst bytes start_us [stop_us]', got '" + v + "'");
+    }
+    FlowSpec s;
+    UCCL_ASSIGN_OR_RETURN(s.src, to_u32("flow src", f[0]));
+    UCCL_ASSIGN_OR_RETURN(s.dst, to_u32("flow dst", f[1]));
+    UCCL_ASSIGN_OR_RETURN(double bytes, to_num("flow bytes", f[2]));
+    UCCL_ASSIGN_OR_RETURN(double start, to_num("flow start_us", f[3]));
+    if (bytes < 0 || start < 0) return InvalidArgument("flow: negative value");
+    s.bytes = static_cast<uint64_t>(bytes);
+    s.start_ns = static_cast<uint64_t>(start * 1000);
+    if (f.size() == 5) {
+      UCCL_ASSIGN_OR_RETURN(double stop, to_num("flow stop_us", f[4]));
+      s.stop_ns = static_cast<uint64_t>(stop * 1000);
+    }
+    w->explicit_flows.push_back(s);
+    return Status::OK();
+  }
+  return InvalidArgument("unknown key '" + k + "'");
+}
+
+uint32_t num_hosts(const SimConfig& c) {
+  return c.topology == "leafspine" ? c.leaves * c.hosts_per_leaf
+                                   : c.senders + c.receivers;
+}
+
+Status generate(SimConfig* c, const Workload& w) {
+  const uint64_t fb = static_cast<uint64_t>(w.flow_bytes);
+  const uint64_t dur_ns = static_cast<uint64_t>(c->duration_ms * 1e6);
+  const uint32_t hosts = num_hosts(*c);
+  uint64_t seed = c->seed * 0x2545F4914F6CDD1Dull + 7;
+  if (w.pattern == "none") {
+  } else if (w.pattern == "incast") {
+    if (c->topology != "dumbbell") {
+      return InvalidArgument("pattern incast needs the dumbbell topology");
+    }
+    const uint32_t n = w.incast_senders ? w.incast_senders : c->senders;
+    if (n > c->senders) return InvalidArgument("incast_senders > senders");
+    for (uint32_t i = 0; i < n; ++i) {
+      c->flows.push_back(FlowSpec{i, c->senders, fb, 0, 0});
+    }
+  } else if (w.pattern == "staircase") {
+    // Flow i joins at i*step and leaves at (n+i)*step: 1,2,..,n,..,2,1.
+    const uint32_t n = w.staircase_flows;
+    if (c->topology != "dumbbell" || n > c->senders || n == 0) {
+      return InvalidArgument(
+          "staircase: dumbbell with senders >= staircase_flows");
+    }
+    const uint64_t step = static_cast<uint64_t>(w.staircase_step_ms * 1e6);
+    for (uint32_t i = 0; i < n; ++i) {
+      c->flows.push_back(FlowSpec{i, c->senders, 0, i * step, (n + i) * step});
+    }
+  } else if (w.pattern == "long_short") {
+    // One unlimited flow from sender 0 and bursts of short flows from the
+    // other senders, all to the first receiver.
+    if (c->topology != "dumbbell" || c->senders < 2) {
+      return InvalidArgument("long_short: dumbbell with senders >= 2");
+    }
+    const uint64_t stop = w.long_stop_ms > 0
+                              ? static_cast<uint64_t>(w.long_stop_ms * 1e6)
+                              : dur_ns;
+    if (stop == 0) return InvalidArgument("long_short: set duration_ms");
+    c->flows.push_back(FlowSpec{0, c->senders, 0, 0, stop});
+    uint32_t next = 1;
+    for (uint32_t b = 0; b < w.bursts; ++b) {
+      const uint64_t t =
+          static_cast<uint64_t>((b + 1) * w.burst_interval_us * 1000);
+      for (uint32_t i = 0; i < w.burst_flows; ++i) {
+        c->flows.push_back(FlowSpec{
+            next, c->senders, static_cast<uint64_t>(w.burst_bytes), t, 0});
+        next = next + 1 < c->senders ? next + 1 : 1;
+      }
+    }
+  } else if (w.pattern == "poisson") {
+    UCCL_ASSIGN_OR_RETURN(auto cdf, load_cdf(w.cdf));
+    std::pair<uint32_t, uint32_t> src{0, hosts - 1}, dst{0, hosts - 1};
+    if (!w.poisson_src.empty()) {
+      UCCL_ASSIGN_OR_RETURN(src, to_range("poisson_src", w.poisson_src));
+    }
+    if (!w.poisson_dst.empty()) {
+      UCCL_ASSIGN_OR_RETURN(dst, to_range("poisson_dst", w.poisson_dst));
+    }
+    if (src.second >= hosts || dst.second >= hosts ||
+        (src.first == src.second && dst.first == dst.second &&
+         src.first == dst.first) ||
+        w.load <= 0) {
+      return InvalidArgument(
+          "poisson: host ranges outside the topology, or "
+          "load <= 0");
+    }
+    // Arrival rate so that each source offers `load` of its line rate.
+    const uint32_t nsrc = src.second - src.first + 1;
+    const double mean = cdf_mean(cdf);
+    const double per_s = w.load * c->host_gbps * 1e9 / 8 / mean * nsrc;
+    const uint64_t end = static_cast<uint64_t>(w.poisson_ms * 1e6);
+    double t = 0;
+    while (c->flows.size() < w.max_flows) {
+      t += -std::log(1 - uniform(&seed)) / per_s * 1e9;
+      if (t >= end) break;
+      FlowSpec f;
+      f.src = src.first + splitmix(&seed) % nsrc;
+      do {
+        f.dst = dst.first + splitmix(&seed) % (dst.second - dst.first + 1);
+      } while (f.dst == f.src);
+      f.bytes = std::max<uint64_t>(
+          1, static_cast<uint64_t>(sample_cdf(cdf, uniform(&seed))));
+      f.start_ns = static_cast<uint64_t>(t);
+      c->flows.push_back(f);
+    }
+  } else if (w.pattern == "permutation") {
+    // Every host sends flow_bytes to a distinct host; on a leaf-spine, never
+    // one under its own leaf (the traffic must cross the spines).
+    std::vector<uint32_t> p(hosts);
+    const uint32_t per_leaf =
+        c->topology == "leafspine" ? c->hosts_per_leaf : 1;
+    bool ok = false;
+    for (int tries = 0; tries < 10000 && !ok; ++tries) {
+      std::iota(p.begin(), p.end(), 0);
+      for (uint32_t i = hosts - 1; i > 0; --i) {
+        std::swap(p[i], p[splitmix(&seed) % (i + 1)]);
+      }
+      ok = true;
+      for (uint32_t i = 0; i < hosts && ok; ++i) {
+        ok = p[i] / per_leaf != i / per_leaf;
+      }
+    }
+    if (!ok) return InvalidArgument("permutation: no valid assignment");
+    for (uint32_t i = 0; i < hosts; ++i) {
+      c->flows.push_back(FlowSpec{i, p[i], fb, 0, 0});
+    }
+  } else {
+    return InvalidArgument("unknown pattern '" + w.pattern +
+                           "' (none, incast, staircase, long_short, poisson, "
+                           "permutation)");
+  }
+  for (FlowSpec f : w.explicit_flows) {
+    c->flows.push_back(f);
+  }
+  return Status::OK();
+}
+
+Result<Check> parse_check(const std::string& key, const std::string& v,
+                          bool compare) {
+  Check ch;
+  ch.compare = compare;
+  const std::string rest = key.substr(compare ? 8 : 6);  // after "check."
+  const size_t dot = rest.rfind('.');
+  ch.metric = dot == std::string::npos ? rest : rest.substr(dot + 1);
+  ch.scope = dot == std::string::npos ? "" : rest.substr(0, dot);
+  std::string expr = v;
+  if (compare) {
+    const size_t sp = expr.find_first_of("<>");
+    const std::string ab = trim(expr.substr(0, sp));
+    const size_t slash = ab.find('/');
+    if (sp == std::string::npos || slash == std::string::npos) {
+      return InvalidArgument(key + ": want 'A/B OP value'");
+    }
+    ch.a = trim(ab.substr(0, slash));
+    ch.b = trim(ab.substr(slash + 1));
+    expr = expr.substr(sp);
+  }
+  expr = trim(expr);
+  const size_t oplen = expr.size() > 1 && expr[1] == '=' ? 2 : 1;
+  ch.op = expr.substr(0, oplen);
+  if (ch.op != "<" && ch.op != "<=" && ch.op != ">" && ch.op != ">=") {
+    return InvalidArgument(key + ": operator must be <, <=, > or >=");
+  }
+  UCCL_ASSIGN_OR_RETURN(ch.value, to_num(key, trim(expr.substr(oplen))));
+  if (ch.metric.empty()) return InvalidArgument(key + ": no metric");
+  ch.text = key + " = " + v;
+  return ch;
+}
+
+bool holds(double x, const std::string& op, double v) {
+  if (op == "<") return x < v;
+  if (op == "<=") return x <= v;
+  if (op == ">") return x > v;
+  return x >= v;
+}
+
+bool in_scope(const std::string& scope, const std::string& cc,
+              const std::string& variant) {
+  return scope.empty() || scope == cc ||
+         (!variant.empty() &&
+          (scope == variant || scope == cc + "/" + variant));
+}
+
+}  // namespace
+
+Result<Experiment> parse_experiment(const std::string& text) {
+  Experiment e;
+  std::stringstream ss(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(ss, line)) {
+    ++n;
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line = line.substr(0, hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return InvalidArgument("line " + std::to_string(n) +
+                             ": want 'key = value', got '" + line + "'");
+    }
+    const std::string k = trim(line.substr(0, eq));
+    const std::string v = trim(line.substr(eq + 1));
+    auto at_line = [&](const Status& s) {
+      return InvalidArgument("line " + std::to_string(n) + ": " + s.message());
+    };
+    if (k == "name") {
+      e.name = v;
+    } else if (k == "description") {
+      e.description = v;
+    } else if (k == "cc") {
+      e.ccs = split(v, ',');
+      if (e.ccs.empty()) return at_line(InvalidArgument("cc: empty list"));
+    } else if (k.rfind("variant.", 0) == 0) {
+      KeyValues kv;
+      for (const std::string& item : split(v, ';')) {
+        const size_t q = item.find('=');
+        if (q == std::string::npos) {
+          return at_line(InvalidArgument(k + ": want 'key=value; ...'"));
+        }
+        kv.push_back({trim(item.substr(0, q)), trim(item.substr(q + 1))});
+      }
+      e.variants.push_back({k.substr(8), kv});
+    } else if (k.rfind("check.", 0) == 0 || k.rfind("compare.", 0) == 0) {
+      auto ch = parse_check(k, v, k[1] == 'o');
+      if (!ch.ok()) return at_line(ch.status());
+      e.checks.push_back(*ch);
+    } else {
+      e.base.push_back({k, v});
+    }
+  }
+  // A check's scope must name a cc of the list, a variant, or cc/variant:
+  // a typo must not make a target silently apply to nothing.
+  for (const Check& ch : e.checks) {
+    if (ch.scope.empty()) continue;
+    bool known = false;
+    for (const std::string& cc : e.ccs) {
+      known |= ch.scope == cc;
+      for (const auto& [vn, kv] : e.variants) {
+        known |= ch.scope == vn || ch.scope == cc + "/" + vn;
+      }
+    }
+    if (!known) {
+      return InvalidArgument(ch.text + ": scope '" + ch.scope +
+                             "' is no cc, variant or cc/variant of this file");
+    }
+  }
+  // Validate every run's keys now, not after the first run.
+  for (const std::string& cc : e.ccs) {
+    if (e.variants.empty()) {
+      UCCL_RETURN_IF_ERROR(make_config(e, cc, "").status());
+    }
+    for (const auto& [vn, kv] : e.variants) {
+      UCCL_RETURN_IF_ERROR(make_config(e, cc, vn).status());
+    }
+  }
+  return e;
+}
+
+Result<Experiment> load_experiment(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot read experiment file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto e = parse_experiment(ss.str());
+  if (!e.ok()) return InvalidArgument(path + ": " + e.status().message());
+  return e;
+}
+
+Result<SimConfig> make_config(const Experiment& e, const std::string& cc,
+                              const std::string& variant,
+                              const KeyValues& overrides) {
+  SimConfig c;
+  Workload w;
+  c.name = e.name;
+  c.cc = cc;
+  std::string ccp_key = "cc_params." + cc;
+  auto one = [&](const std::string& k, const std::string& v) -> Status {
+    if (k == ccp_key) {
+      c.cc_params += (c.cc_params.empty() ? "" : ",") + v;
+      return Status::OK();
+    }
+    if (k.rfind("cc_params.", 0) == 0) return Status::OK();  // other ccs
+    return apply(&c, &w, k, v);
+  };
+  for (const auto& [k, v] : e.base) UCCL_RETURN_IF_ERROR(one(k, v));
+  if (!variant.empty()) {
+    bool found = false;
+    for (const auto& [vn, kv] : e.variants) {
+      if (vn != variant) continue;
+      found = true;
+      for (const auto& [k, v] : kv) UCCL_RETURN_IF_ERROR(one(k, v));
+    }
+    if (!found) return InvalidArgument("no variant '" + variant + "'");
+  }
+  for (const auto& [k, v] : overrides) UCCL_RETURN_IF_ERROR(one(k, v));
+  UCCL_RETURN_IF_ERROR(generate(&c, w));
+  return c;
+}
+
+Result<std::vector<std::pair<double, double>>> load_cdf(
+    const std::string& name) {
+  // Points as published with the HPCC simulator's traffic generator:
+  // WebSearch from DCTCP (Alizadeh et al., SIGCOMM'10, Figure 4), FB_Hadoop
+  // from Roy et al. ("Inside the Social Network's (Datacenter) Network",
+  // SIGCOMM'15).
+  static const std::vector<std::pair<double, double>> kWebSearch = {
+      {0, 0},         {10000, .15},   {20000, .20},    {30000, .30},
+      {50000, .40},   {80000, .53},   {200000, .60},   {1000000, .70},
+      {2000000, .80}, {5000000, .90}, {10000000, .97}, {30000000, 1}};
+  static const std::vector<std::pair<double, double>> kFbHadoop = {
+      {0, 0},        {100, .01},      {200, .02},     {300, .05},
+      {350, .15},    {400, .20},      {500, .30},     {600, .40},
+      {700, .50},    {1000, .60},     {2000, .67},    {7000, .70},
+      {30000, .72},  {50000, .82},    {80000, .87},   {120000, .90},
+      {300000, .95}, {1000000, .975}, {2000000, .99}, {10000000, 1}};
+  if (name == "websearch") return kWebSearch;
+  if (name == "fb_hadoop") return kFbHadoop;
+  std::ifstream in(name);
+  if (!in) {
+    return NotFound("cdf '" + name +
+                    "': not websearch, fb_hadoop or a readable file");
+  }
+  std::vector<std::pair<double, double>> pts;
+  double b, p;
+  while (in >> b >> p) pts.push_back({b, p});
+  if (pts.size() < 2) return InvalidArgument("cdf '" + name + "': < 2 points");
+  const double scale = pts.back().second > 1.0 ? 100.0 : 1.0;
+  for (size_t i = 0; i < pts.size(); ++i) {
+    pts[i].second /= scale;
+    if (i && (pts[i].first < pts[i - 1].first ||
+              pts[i].second < pts[i - 1].second)) {
+      return InvalidArgument("cdf '" + name + "': not monotonic");
+    }
+  }
+  if (std::fabs(pts.back().second - 1) > 1e-9) {
+    return InvalidArgument("cdf '" + name + "': does not end at 1 (100)");
+  }
+  return pts;
+}
+
+double sample_cdf(const std::vector<std::pair<double, double>>& cdf, double u) {
+  for (size_t i = 1; i < cdf.size(); ++i) {
+    if (u < cdf[i].second || i + 1 == cdf.size()) {
+      const double p0 = cdf[i - 1].second, p1 = cdf[i].second;
+      const double f = p1 > p0 ? (u - p0) / (p1 - p0) : 1;
+      return cdf[i - 1].first +
+             std::clamp(f, 0.0, 1.0) * (cdf[i].first - cdf[i - 1].first);
+    }
+  }
+  return cdf.back().first;
+}
+
+double cdf_mean(const std::vector<std::pair<double, double>>& cdf) {
+  double m = 0;
+  for (size_t i = 1; i < cdf.size(); ++i) {
+    m += (cdf[i].second - cdf[i - 1].second) *
+         (cdf[i].first + cdf[i - 1].first) / 2;
+  }
+  return m;
+}
+
+std::vector<CheckResult> evaluate(const Experiment& e,
+                                  const std::vector<RunOutcome>& runs) {
+  std::vector<CheckResult> out;
+  auto metric = [](const RunOutcome& r, const std::string& m, double* v) {
+    auto it = r.result.metrics.find(m);
+    if (it == r.result.metrics.end()) return false;
+    *v = it->second;
+    return true;
+  };
+  auto fmt = [](double x) {
+    char b[32];
+    std::snprintf(b, sizeof(b), "%.4g", x);
+    return std::string(b);
+  };
+  for (const Check& ch : e.checks) {
+    const size_t before = out.size();
+    if (!ch.compare) {
+      for (const RunOutcome& r : runs) {
+        if (!in_scope(ch.scope, r.cc, r.variant)) continue;
+        CheckResult cr;
+        cr.label = "check " + r.cc +
+                   (r.variant.empty() ? "" : "/" + r.variant) + " " +
+                   ch.metric + " " + ch.op + " " + fmt(ch.value);
+        cr.missing = !metric(r, ch.metric, &cr.actual);
+        cr.pass = !cr.missing && holds(cr.actual, ch.op, ch.value);
+        out.push_back(cr);
+      }
+    } else {
+      for (const RunOutcome& ra : runs) {
+        if (ra.variant != ch.a || !in_scope(ch.scope, ra.cc, "")) continue;
+        for (const RunOutcome& rb : runs) {
+          if (rb.variant != ch.b || rb.cc != ra.cc) continue;
+          CheckResult cr;
+          cr.label = "compare " + ra.cc + " " + ch.metric + "(" + ch.a + ")/" +
+                     ch.metric + "(" + ch.b + ") " + ch.op + " " +
+                     fmt(ch.value);
+          double a = 0, b = 0;
+          cr.missing = !metric(ra, ch.metric, &a) ||
+                       !metric(rb, ch.metric, &b) || b == 0;
+          cr.actual = cr.missing ? 0 : a / b;
+          cr.pass = !cr.missing && holds(cr.actual, ch.op, ch.value);
+          out.push_back(cr);
+        }
+      }
+    }
+    (void)before;
+  }
+  return out;
+}
+
+}  // namespace uccl::sim

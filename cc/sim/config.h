@@ -1,0 +1,68 @@
+// ccsim experiment files: key = value lines (cc/sim/README.md documents
+// every key), workload patterns, per-run variants, and pass/fail checks.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cc/sim/sim.h"
+#include "uccl/status.h"
+
+namespace uccl::sim {
+
+using KeyValues = std::vector<std::pair<std::string, std::string>>;
+
+// A target: `check.[scope.]metric = OP value` holds on every run in scope;
+// `compare.[scope.]metric = A/B OP value` holds on metric(A)/metric(B), A
+// and B variants run with the same congestion control. Scope: a cc name, a
+// variant name, or "cc/variant"; empty = every run.
+struct Check {
+  std::string scope, metric, op, a, b;
+  double value = 0;
+  bool compare = false;
+  std::string text;  // as written, for reports
+};
+
+struct Experiment {
+  std::string name = "experiment";
+  std::string description;
+  std::vector<std::string> ccs{"swift"};
+  KeyValues base;  // in file order; "flow" may repeat
+  std::vector<std::pair<std::string, KeyValues>> variants;
+  std::vector<Check> checks;
+};
+
+Result<Experiment> parse_experiment(const std::string& text);
+Result<Experiment> load_experiment(const std::string& path);
+
+// The run of `cc` with `variant` ("" = none): base keys, then the variant's,
+// then `overrides` (command line). Generates the workload.
+Result<SimConfig> make_config(const Experiment& e, const std::string& cc,
+                              const std::string& variant,
+                              const KeyValues& overrides = {});
+
+// Flow-size CDF points (bytes, cumulative fraction 0..1): "websearch"
+// (DCTCP, SIGCOMM'10), "fb_hadoop" (Roy et al., SIGCOMM'15), or a file of
+// "bytes cdf" lines (cdf in 0..1 or 0..100).
+Result<std::vector<std::pair<double, double>>> load_cdf(
+    const std::string& name);
+// Inverse-transform sample with linear interpolation; u in [0, 1).
+double sample_cdf(const std::vector<std::pair<double, double>>& cdf, double u);
+double cdf_mean(const std::vector<std::pair<double, double>>& cdf);
+
+// One finished run, for checks and reports.
+struct RunOutcome {
+  std::string cc, variant;
+  SimResult result;
+};
+struct CheckResult {
+  std::string label;  // "check swift/single jain >= 0.99"
+  double actual = 0;
+  bool pass = false;
+  bool missing = false;  // the metric was not produced
+};
+std::vector<CheckResult> evaluate(const Experiment& e,
+                                  const std::vector<RunOutcome>& runs);
+
+}  // namespace uccl::sim

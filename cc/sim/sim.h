@@ -1,0 +1,120 @@
+// ccsim: a discrete-event, packet-level network simulator that runs the
+// cc/ congestion controllers and the engine's loss-recovery rules.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "cc/cc.h"
+#include "cc/credit.h"
+#include "cc/path_selector.h"
+#include "cc/recovery.h"
+#include "uccl/status.h"
+
+namespace uccl::sim {
+
+// One flow of the workload. Hosts are numbered as the topology says
+// (cc/sim/README.md): dumbbell senders 0..S-1 then receivers S..S+R-1;
+// leaf-spine host h sits under leaf h / hosts_per_leaf.
+struct FlowSpec {
+  uint32_t src = 0, dst = 0;
+  uint64_t bytes = 0;  // payload; 0 = unlimited until stop_ns
+  uint64_t start_ns = 0;
+  uint64_t stop_ns = 0;  // unlimited flows stop sending new data here
+};
+
+// Everything a run needs; filled from a config file (cc/sim/config.h).
+struct SimConfig {
+  std::string name = "sim";
+  // Topology: "dumbbell" (senders on switch L, receivers on switch R, one
+  // L->R bottleneck link) or "leafspine" (two tiers, ECMP).
+  std::string topology = "dumbbell";
+  uint32_t senders = 2, receivers = 1;                  // dumbbell
+  uint32_t leaves = 4, spines = 4, hosts_per_leaf = 4;  // leafspine
+  double host_gbps = 100;             // host NIC and access links
+  double bottleneck_gbps = 0;         // dumbbell L->R; 0 = host_gbps
+  double fabric_gbps = 0;             // leaf<->spine; 0 = host_gbps
+  double link_delay_us = 1;           // propagation of every link, one way
+  std::vector<double> host_delay_us;  // per host access link (RTT classes)
+  double buffer_kb = 1024;            // per switch output port, data packets
+  double ecn_kb = 0;                  // mark data above this queue (0 = no ECN)
+  uint32_t mtu_bytes = 4096;          // payload per data packet
+  uint32_t header_bytes = 64;         // per data packet on the wire
+  uint32_t ctrl_bytes = 64;           // ACK / credit / request packets
+  // "single": one ECMP path per flow; "spray": every packet picks one of
+  // `paths` entropy values by power of two choices on path RTTs.
+  std::string multipath = "single";
+  uint32_t paths = 8;
+  // Congestion control (cc/cc.h names) and its parameters.
+  std::string cc = "swift";
+  std::string cc_params;
+  // Loss recovery (engine defaults, UCCL_RTO_* knobs).
+  // The engine's rules; its timer values (UCCL_RTO_*_US) except the initial
+  // RTO, which is the minimum here (the engine's 5 ms covers handshakes over
+  // the software NIC, which the simulator does not have).
+  double rto_min_us = 1000, rto_max_us = 100000, rto_init_us = 1000;
+  uint32_t dupack_threshold = 3;
+  // Run control.
+  std::vector<FlowSpec> flows;
+  double duration_ms = 0;  // 0: until every finite flow completes
+  double max_sim_ms = 10000;
+  double sample_us = 10;                      // time-series period
+  uint32_t trace_flows = 64;                  // flows with per-flow time series
+  double jain_from_ms = -1, jain_to_ms = -1;  // steady-state window
+  double short_flow_bytes = 100000;  // "short" for slowdown percentiles
+  double converge_tolerance = 0.2;   // within 20% of the fair share
+  uint64_t seed = 1;
+  bool progress = true;  // stderr progress lines on long runs
+};
+
+// Per-flow outcome.
+struct FlowResult {
+  FlowSpec spec;
+  uint64_t finish_ns = 0;  // receiver has every byte; 0 = not finished
+  uint64_t delivered_bytes = 0;
+  uint64_t ideal_fct_ns = 0;
+  uint64_t retx = 0, rtos = 0;
+  double window_bytes = 0;  // delivered inside the Jain window
+  bool in_window = false;   // active over the whole Jain window
+};
+
+// One time-series row: a flow's delivery rate and controller state.
+struct FlowSample {
+  uint64_t t_ns;
+  uint32_t flow;
+  double tput_gbps;
+  double cwnd_bytes;  // -1 when unlimited
+  double rate_gbps;
+};
+struct QueueSample {
+  uint64_t t_ns;
+  uint32_t port;
+  uint64_t bytes;
+};
+
+struct SimResult {
+  std::vector<FlowResult> flows;
+  std::vector<FlowSample> flow_series;
+  std::vector<QueueSample> queue_series;
+  std::vector<std::string> port_names;    // index = QueueSample::port
+  std::map<std::string, double> metrics;  // summary (cc/sim/README.md)
+  uint64_t events = 0;
+  double wall_s = 0;
+  uint64_t end_ns = 0;
+};
+
+// Runs one simulation. Errors: bad topology/workload (InvalidArgument),
+// unknown congestion control or parameters.
+Result<SimResult> run(const SimConfig& cfg);
+
+// Jain's fairness index of `x` (1 = equal shares).
+double jain_index(const std::vector<double>& x);
+// The p-th percentile (0..100) of `v` by nearest rank; 0 when empty.
+double percentile(std::vector<double> v, double p);
+
+}  // namespace uccl::sim

@@ -1,0 +1,328 @@
+// Simulator tests: the shared loss-recovery rules, TIMELY's per-segment
+// updates and the pull pacer's charge, then end-to-end runs (ideal FCT,
+// every byte delivered once under drops, determinism, ECMP vs spraying,
+// credit incast), workload generation and the experiment-file checks.
+#include "cc/sim/sim.h"
+
+#include <gtest/gtest.h>
+
+#include "cc/credit.h"
+#include "cc/recovery.h"
+#include "cc/sim/config.h"
+#include "cc/timely.h"
+
+namespace uccl::sim {
+namespace {
+
+TEST(Recovery, RtoFollowsRfc6298WithFloorAndBackoff) {
+  cc::RtoEstimator r(1000, 1000000, 50000);
+  EXPECT_EQ(r.rto_ns(), 50000u);  // before any sample
+  r.on_rtt(10000);
+  EXPECT_EQ(r.srtt_ns(), 10000u);
+  EXPECT_EQ(r.rttvar_ns(), 5000u);
+  EXPECT_EQ(r.rto_ns(), 10000u + 4 * 5000u);
+  // Steady samples shrink rttvar; the RTO stops at 1.5 x srtt.
+  for (int i = 0; i < 100; ++i) r.on_rtt(10000);
+  EXPECT_EQ(r.rto_ns(), 15000u);
+  EXPECT_EQ(r.backed_off_ns(1), 30000u);
+  EXPECT_EQ(r.backed_off_ns(30), 1000000u);  // capped at max
+  cc::RtoEstimator lo(20000, 100000, 50000);
+  lo.on_rtt(100);
+  EXPECT_EQ(lo.rto_ns(), 20000u);  // clamped to min
+}
+
+TEST(Recovery, RackDeclaresLossOnlyAfterALaterDeliveryAndItsRtt) {
+  const uint64_t reo = cc::rack_reorder_window_ns(40000);
+  EXPECT_EQ(reo, 20000u);                                  // floor
+  EXPECT_EQ(cc::rack_reorder_window_ns(400000), 100000u);  // min_rtt / 4
+  // Nothing delivered after it: never lost by RACK.
+  EXPECT_FALSE(cc::rack_lost(1000, 0, 0, reo, 10000000));
+  EXPECT_FALSE(cc::rack_lost(5000, 4000, 30000, reo, 10000000));
+  // Delivered later packet sent at 2000 with RTT 30 us: lost after
+  // 30 + 20 us from its own send.
+  EXPECT_FALSE(cc::rack_lost(1000, 2000, 30000, reo, 1000 + 49999));
+  EXPECT_TRUE(cc::rack_lost(1000, 2000, 30000, reo, 1000 + 50000));
+  // A retransmission acked sooner than the min RTT is ambiguous.
+  EXPECT_FALSE(cc::rack_unambiguous(true, 1000, 10000, 5000));
+  EXPECT_TRUE(cc::rack_unambiguous(true, 1000, 10000, 11000));
+  EXPECT_TRUE(cc::rack_unambiguous(false, 1000, 10000, 2000));
+}
+
+TEST(Timely, SegmentBytesUpdatesOncePerSegment) {
+  cc::TimelyParams p;
+  p.thresholds_from_min_rtt = 0;
+  p.segment_bytes = 65536;
+  p.init_rate_bps = 10e9;
+  cc::Timely t(p, false, 100e9, 4096);
+  cc::CcSample s;
+  s.rtt_ns = s.fabric_delay_ns = 10000;  // below T_low: increase
+  s.acked_bytes = 4096;
+  s.acked_packets = 1;
+  for (int i = 0; i < 15; ++i) {
+    s.now_ns += 1000;
+    t.on_ack(s);
+    EXPECT_DOUBLE_EQ(t.rate_bps(), 10e9) << "ack " << i;
+  }
+  s.now_ns += 1000;
+  t.on_ack(s);  // the 16th 4 KB ACK completes a 64 KB segment
+  EXPECT_DOUBLE_EQ(t.rate_bps(), 10e9 + p.add_rate_bps);
+}
+
+TEST(PullPacer, UnscheduledArrivalsUseTokens) {
+  cc::CreditParams p;
+  p.grant_bytes = 4096;
+  p.bucket_us = 0;
+  p.rate_frac = 1;
+  const double rate = 8e9;  // 1 byte/ns
+  cc::PullPacer a(p, rate, 1, 0), b(p, rate, 1, 0);
+  a.add_demand(0, 1 << 20, false);
+  b.add_demand(0, 1 << 20, false);
+  b.charge_unscheduled(40960);  // ten packets came in unsolicited
+  cc::PullPacer::Grant g[64];
+  uint64_t ga = 0, gb = 0;
+  for (uint64_t t = 1000; t <= 100000; t += 1000) {
+    for (int i = 0, n = a.poll(t, g, 64); i < n; ++i) ga += g[i].bytes;
+    for (int i = 0, n = b.poll(t, g, 64); i < n; ++i) gb += g[i].bytes;
+  }
+  EXPECT_LE(ga, 100000u + 2 * 4096u);  // line rate over 100 us, + bucket
+  EXPECT_GE(ga, 100000u - 4096u);
+  EXPECT_NEAR(static_cast<double>(ga - gb), 40960.0, 4096.0);
+}
+
+SimConfig dumbbell(uint32_t senders, const std::string& cc) {
+  SimConfig c;
+  c.senders = senders;
+  c.receivers = 1;
+  c.host_gbps = 100;
+  c.link_delay_us = 1;
+  c.buffer_kb = 1024;
+  c.cc = cc;
+  c.progress = false;
+  return c;
+}
+
+TEST(Sim, SingleFlowCompletesAtItsIdealTime) {
+  SimConfig c = dumbbell(1, "none");
+  c.flows.push_back(FlowSpec{0, 1, 1000000, 0, 0});
+  auto r = run(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const FlowResult& f = r->flows[0];
+  ASSERT_GT(f.finish_ns, 0u);
+  EXPECT_EQ(f.delivered_bytes, 1000000u);
+  // No contention: the simulated FCT is the analytic one (rounding only).
+  EXPECT_NEAR(static_cast<double>(f.finish_ns),
+              static_cast<double>(f.ideal_fct_ns), 100.0);
+  EXPECT_EQ(r->metrics.at("drops"), 0);
+  EXPECT_EQ(r->metrics.at("retransmissions"), 0);
+}
+
+TEST(Sim, DropsAreRecoveredAndEveryByteArrivesOnce) {
+  // No congestion control into a small buffer: drop-tail losses that the
+  // engine's SACK/RACK/RTO rules must repair.
+  SimConfig c = dumbbell(4, "none");
+  c.buffer_kb = 64;
+  c.rto_min_us = 200;
+  c.rto_init_us = 200;
+  for (uint32_t i = 0; i < 4; ++i) {
+    c.flows.push_back(FlowSpec{i, 4, 500000 + i * 1234, 0, 0});
+  }
+  auto r = run(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->metrics.at("drops"), 0);
+  EXPECT_GT(r->metrics.at("retransmissions"), 0);
+  EXPECT_EQ(r->metrics.at("unfinished_flows"), 0);
+  for (const FlowResult& f : r->flows) {
+    EXPECT_EQ(f.delivered_bytes, f.spec.bytes);  // counted once per byte
+    EXPECT_GT(f.finish_ns, 0u);
+  }
+  EXPECT_LE(r->metrics.at("max_queue_kb"), 64.0);
+}
+
+TEST(Sim, SameSeedSameResult) {
+  SimConfig c = dumbbell(8, "swift");
+  for (uint32_t i = 0; i < 8; ++i) {
+    c.flows.push_back(FlowSpec{i, 8, 300000, i * 7000ull, 0});
+  }
+  auto a = run(c), b = run(c);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->events, b->events);
+  for (const auto& [k, v] : a->metrics) {
+    if (k == "wall_s" || k == "events_per_s") continue;
+    EXPECT_EQ(v, b->metrics.at(k)) << k;
+  }
+}
+
+TEST(Sim, CreditIncastKeepsTheQueueNearEmpty) {
+  SimConfig c = dumbbell(16, "credit");
+  c.cc_params = "grant_bytes=4096,bucket_us=0,spec_bytes=4096";
+  for (uint32_t i = 0; i < 16; ++i) {
+    c.flows.push_back(FlowSpec{i, 16, 400000, 0, 0});
+  }
+  auto r = run(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->metrics.at("drops"), 0);
+  EXPECT_EQ(r->metrics.at("unfinished_flows"), 0);
+  // Grants at line rate: at most the speculative packets and a grant or two
+  // queue up (16 x 4 KB + slack), where a window protocol would queue more.
+  EXPECT_LE(r->metrics.at("bottleneck_max_queue_kb"), 100.0);
+  EXPECT_LE(r->metrics.at("completion_over_ideal"), 1.05);
+}
+
+TEST(Sim, SwiftSharesFairlyAtSteadyState) {
+  SimConfig c = dumbbell(4, "swift");
+  c.cc_params = "target_from_min_delay=0";
+  c.duration_ms = 6;
+  c.jain_from_ms = 4;
+  c.jain_to_ms = 6;
+  for (uint32_t i = 0; i < 4; ++i) c.flows.push_back(FlowSpec{i, 4, 0, 0, 0});
+  auto r = run(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GE(r->metrics.at("jain"), 0.99);
+  EXPECT_GE(r->metrics.at("window_tput_gbps"), 90.0);
+}
+
+TEST(Sim, SprayingAvoidsEcmpCollisions) {
+  SimConfig c;
+  c.topology = "leafspine";
+  c.leaves = 4;
+  c.spines = 4;
+  c.hosts_per_leaf = 4;
+  c.cc = "swift";
+  c.cc_params = "target_from_min_delay=0";
+  c.paths = 16;
+  c.progress = false;
+  c.seed = 3;
+  // Each host of leaf l sends to the same-index host of leaf l+1.
+  for (uint32_t h = 0; h < 16; ++h) {
+    c.flows.push_back(FlowSpec{h, (h + 4) % 16, 2000000, 0, 0});
+  }
+  c.multipath = "single";
+  auto single = run(c);
+  c.multipath = "spray";
+  auto spray = run(c);
+  ASSERT_TRUE(single.ok() && spray.ok());
+  EXPECT_EQ(spray->metrics.at("unfinished_flows"), 0);
+  EXPECT_LT(spray->metrics.at("completion_us") * 1.2,
+            single->metrics.at("completion_us"));
+}
+
+TEST(Sim, BadConfigsAreRefused) {
+  SimConfig c = dumbbell(2, "swift");
+  EXPECT_EQ(run(c).status().code(), StatusCode::kInvalidArgument);  // no flows
+  c.flows.push_back(FlowSpec{0, 7, 1000, 0, 0});                    // no host 7
+  EXPECT_EQ(run(c).status().code(), StatusCode::kInvalidArgument);
+  c.flows[0].dst = 2;
+  c.cc = "cubic";
+  EXPECT_EQ(run(c).status().code(), StatusCode::kInvalidArgument);
+  c.cc = "swift";
+  c.cc_params = "not_a_knob=1";
+  EXPECT_EQ(run(c).status().code(), StatusCode::kInvalidArgument);
+  c.cc_params = "";
+  c.topology = "torus";
+  EXPECT_EQ(run(c).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Metrics, JainAndPercentile) {
+  EXPECT_DOUBLE_EQ(jain_index({5, 5, 5, 5}), 1.0);
+  EXPECT_DOUBLE_EQ(jain_index({1, 0, 0, 0}), 0.25);
+  EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 90), 9);
+  EXPECT_DOUBLE_EQ(percentile({3, 1, 2}, 100), 3);
+  EXPECT_DOUBLE_EQ(percentile({}, 50), 0);
+}
+
+TEST(Config, ParsesKeysFlowsVariantsAndChecks) {
+  auto e = parse_experiment(
+      "name = t\ncc = swift, credit\nsenders = 3\n"
+      "flow = 0 3 1000 5   # a comment\n"
+      "variant.slow = host_gbps=10; buffer_kb=64\n"
+      "check.jain = >= 0.9\ncheck.swift/slow.drops = <= 0\n"
+      "compare.credit.completion_us = slow/slow < 2\n");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->ccs.size(), 2u);
+  ASSERT_EQ(e->checks.size(), 3u);
+  EXPECT_EQ(e->checks[1].scope, "swift/slow");
+  EXPECT_TRUE(e->checks[2].compare);
+  auto c = make_config(*e, "credit", "slow");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->host_gbps, 10);
+  EXPECT_EQ(c->buffer_kb, 64);
+  EXPECT_EQ(c->cc, "credit");
+  ASSERT_EQ(c->flows.size(), 1u);
+  EXPECT_EQ(c->flows[0].start_ns, 5000u);
+}
+
+TEST(Config, ErrorsNameTheKeyOrLine) {
+  auto bad = [](const std::string& text) {
+    auto e = parse_experiment(text);
+    EXPECT_FALSE(e.ok()) << text;
+    return e.ok() ? std::string() : e.status().message();
+  };
+  EXPECT_NE(bad("senders = 2\nbogus_key = 1\n").find("bogus_key"),
+            std::string::npos);
+  EXPECT_NE(bad("senders = 2\ncheck.x = ~ 1\n").find("line 2"),
+            std::string::npos);
+  EXPECT_NE(bad("senders = two\n").find("not a number"), std::string::npos);
+  bad("flow = 0 1\n");
+  bad("check.jain = == 1\n");
+  bad("cc = swift\ncheck.swfit.jain = >= 1\n");  // scope typo
+  bad("pattern = zigzag\n");
+  bad("just text\n");
+}
+
+TEST(Workload, PoissonOffersTheLoadFromTheCdf) {
+  auto cdf = load_cdf("websearch");
+  ASSERT_TRUE(cdf.ok());
+  const double mean = cdf_mean(*cdf);
+  EXPECT_GT(mean, 1.5e6);  // WebSearch: ~1.6 MB mean flow
+  EXPECT_LT(mean, 1.8e6);
+  EXPECT_DOUBLE_EQ(sample_cdf(*cdf, 0), 0);
+  // Linear between the points (10 MB, 0.97) and (30 MB, 1).
+  EXPECT_NEAR(sample_cdf(*cdf, 0.985), 20e6, 1);
+  EXPECT_NEAR(sample_cdf(*cdf, 0.35), 40000, 1e-6);
+  Experiment e;
+  e.base = {{"topology", "leafspine"}, {"pattern", "poisson"},
+            {"cdf", "fb_hadoop"},      {"load", "0.4"},
+            {"poisson_ms", "20"},      {"seed", "5"}};
+  auto c = make_config(e, "swift", "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  double bytes = 0;
+  for (const FlowSpec& f : c->flows) {
+    EXPECT_NE(f.src, f.dst);
+    EXPECT_LT(f.dst, 16u);
+    EXPECT_LE(f.bytes, 10000000u);
+    bytes += f.bytes;
+  }
+  // Offered load: 16 hosts x 100 Gb/s x 0.4 over 20 ms, within sampling
+  // noise of a heavy-tailed CDF.
+  const double offered = bytes * 8 / 20e-3 / (16 * 100e9);
+  EXPECT_NEAR(offered, 0.4, 0.12);
+  auto again = make_config(e, "swift", "");
+  EXPECT_EQ(again->flows.size(), c->flows.size());  // seeded
+  EXPECT_FALSE(load_cdf("/nonexistent.cdf").ok());
+}
+
+TEST(Checks, EvaluateAndCompare) {
+  auto e = parse_experiment(
+      "cc = swift\nvariant.a = seed=1\nvariant.b = seed=2\n"
+      "check.x = <= 2\ncompare.x = a/b >= 1.5\n");
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<RunOutcome> runs(2);
+  runs[0].cc = runs[1].cc = "swift";
+  runs[0].variant = "a";
+  runs[1].variant = "b";
+  runs[0].result.metrics["x"] = 3;
+  runs[1].result.metrics["x"] = 1;
+  auto res = evaluate(*e, runs);
+  ASSERT_EQ(res.size(), 3u);
+  EXPECT_FALSE(res[0].pass);  // a: 3 <= 2 fails
+  EXPECT_TRUE(res[1].pass);
+  EXPECT_TRUE(res[2].pass);  // 3/1 >= 1.5
+  EXPECT_DOUBLE_EQ(res[2].actual, 3);
+  runs[1].result.metrics.erase("x");
+  res = evaluate(*e, runs);
+  EXPECT_TRUE(res[1].missing);
+  EXPECT_FALSE(res[1].pass);
+}
+
+}  // namespace
+}  // namespace uccl::sim

@@ -1,0 +1,207 @@
+// ccsim: runs a congestion-control experiment (configs/experiments/*.conf)
+// on the cc/sim simulator; prints summaries and PASS/FAIL, writes CSVs.
+#include <gflags/gflags.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cc/sim/config.h"
+#include "cc/sim/sim.h"
+
+DEFINE_string(config, "", "Experiment file (configs/experiments/*.conf).");
+DEFINE_string(out, "",
+              "Directory for CSV output (time series, FCTs, "
+              "summary, checks); none when empty.");
+DEFINE_string(cc, "",
+              "Run these congestion controls (comma list) instead of "
+              "the file's 'cc' list.");
+DEFINE_string(variant, "", "Run only this variant.");
+DEFINE_string(set, "", "Override keys: 'key=value;key=value' (applied last).");
+DEFINE_bool(quiet, false, "No progress lines on stderr.");
+
+namespace {
+
+using uccl::sim::CheckResult;
+using uccl::sim::Experiment;
+using uccl::sim::KeyValues;
+using uccl::sim::RunOutcome;
+
+constexpr int kExitFail = 1;
+constexpr int kExitUsage = 2;
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t a = 0;
+  while (a <= s.size()) {
+    size_t b = s.find(sep, a);
+    if (b == std::string::npos) b = s.size();
+    std::string item = s.substr(a, b - a);
+    const size_t x = item.find_first_not_of(" \t");
+    const size_t y = item.find_last_not_of(" \t");
+    if (x != std::string::npos) out.push_back(item.substr(x, y - x + 1));
+    a = b + 1;
+  }
+  return out;
+}
+
+std::string run_tag(const Experiment& e, const RunOutcome& r) {
+  return e.name + "__" + r.cc + (r.variant.empty() ? "" : "__" + r.variant);
+}
+
+bool write_csvs(const std::string& dir, const Experiment& e,
+                const RunOutcome& r) {
+  const std::string base = dir + "/" + run_tag(e, r);
+  const auto& res = r.result;
+  std::ofstream f(base + "__flows.csv");
+  f << "t_us,flow,tput_gbps,cwnd_bytes,rate_gbps\n";
+  for (const auto& s : res.flow_series) {
+    f << s.t_ns / 1e3 << ',' << s.flow << ',' << s.tput_gbps << ','
+      << s.cwnd_bytes << ',' << s.rate_gbps << '\n';
+  }
+  std::ofstream q(base + "__queue.csv");
+  q << "t_us,port,queue_kb\n";
+  for (const auto& s : res.queue_series) {
+    q << s.t_ns / 1e3 << ',' << res.port_names[s.port] << ','
+      << s.bytes / 1024.0 << '\n';
+  }
+  std::ofstream t(base + "__fct.csv");
+  t << "flow,src,dst,bytes,start_us,finish_us,fct_us,ideal_us,slowdown,"
+       "retx,rtos,window_bytes\n";
+  for (size_t i = 0; i < res.flows.size(); ++i) {
+    const auto& fr = res.flows[i];
+    const double fct =
+        fr.finish_ns ? (fr.finish_ns - fr.spec.start_ns) / 1e3 : -1;
+    t << i << ',' << fr.spec.src << ',' << fr.spec.dst << ',' << fr.spec.bytes
+      << ',' << fr.spec.start_ns / 1e3 << ','
+      << (fr.finish_ns ? fr.finish_ns / 1e3 : -1) << ',' << fct << ','
+      << fr.ideal_fct_ns / 1e3 << ','
+      << (fct > 0 && fr.ideal_fct_ns ? fct * 1e3 / fr.ideal_fct_ns : -1) << ','
+      << fr.retx << ',' << fr.rtos << ','
+      << (fr.in_window ? fr.window_bytes : -1) << '\n';
+  }
+  return f.good() && q.good() && t.good();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "congestion-control simulator.\n"
+      "  ccsim --config=configs/experiments/1_incast.conf [--out=DIR] "
+      "[--cc=swift] [--set='host_gbps=400;senders=64']\n"
+      "Exit status: 0 every check passed, 1 a check failed (last line "
+      "'FAIL ...'), 2 bad usage or configuration.");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (FLAGS_config.empty() && argc > 1) FLAGS_config = argv[1];
+  if (FLAGS_config.empty()) {
+    std::fprintf(stderr, "ccsim: give --config=FILE (see cc/sim/README.md)\n");
+    return kExitUsage;
+  }
+  auto ex = uccl::sim::load_experiment(FLAGS_config);
+  if (!ex.ok()) {
+    std::fprintf(stderr, "ccsim: %s\n", ex.status().to_string().c_str());
+    return kExitUsage;
+  }
+  Experiment e = *ex;
+  if (!FLAGS_cc.empty()) e.ccs = split(FLAGS_cc, ',');
+  KeyValues overrides;
+  for (const std::string& item : split(FLAGS_set, ';')) {
+    const size_t q = item.find('=');
+    if (q == std::string::npos) {
+      std::fprintf(stderr, "ccsim: --set item '%s' is not key=value\n",
+                   item.c_str());
+      return kExitUsage;
+    }
+    overrides.push_back({item.substr(0, q), item.substr(q + 1)});
+  }
+  if (!FLAGS_out.empty()) {
+    ::mkdir(FLAGS_out.c_str(), 0755);
+    struct stat st;
+    if (::stat(FLAGS_out.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      std::fprintf(stderr, "ccsim: cannot create directory %s\n",
+                   FLAGS_out.c_str());
+      return kExitUsage;
+    }
+  }
+  std::vector<std::string> variants;
+  for (const auto& [vn, kv] : e.variants) {
+    if (FLAGS_variant.empty() || FLAGS_variant == vn) variants.push_back(vn);
+  }
+  if (e.variants.empty()) variants.push_back("");
+  if (variants.empty()) {
+    std::fprintf(stderr, "ccsim: no variant '%s'\n", FLAGS_variant.c_str());
+    return kExitUsage;
+  }
+  std::printf("ccsim: %s: %s\n", e.name.c_str(), e.description.c_str());
+  std::vector<RunOutcome> runs;
+  for (const std::string& cc : e.ccs) {
+    for (const std::string& v : variants) {
+      auto cfg = uccl::sim::make_config(e, cc, v, overrides);
+      if (!cfg.ok()) {
+        std::fprintf(stderr, "ccsim: %s\n", cfg.status().to_string().c_str());
+        return kExitUsage;
+      }
+      cfg->progress = !FLAGS_quiet;
+      auto res = uccl::sim::run(*cfg);
+      if (!res.ok()) {
+        std::fprintf(stderr, "ccsim: %s\n", res.status().to_string().c_str());
+        return kExitUsage;
+      }
+      RunOutcome r{cc, v, std::move(*res)};
+      std::printf(
+          "== %s%s%s: %zu flows, %.3f ms simulated, %llu events in "
+          "%.2f s (%.2fM events/s)\n",
+          cc.c_str(), v.empty() ? "" : "/", v.c_str(), r.result.flows.size(),
+          r.result.end_ns / 1e6,
+          static_cast<unsigned long long>(r.result.events), r.result.wall_s,
+          r.result.events / 1e6 / r.result.wall_s);
+      int col = 0;
+      for (const auto& [k, val] : r.result.metrics) {
+        std::printf("  %-26s %12.4g%s", k.c_str(), val,
+                    ++col % 3 == 0 ? "\n" : "");
+      }
+      if (col % 3) std::printf("\n");
+      if (!FLAGS_out.empty() && !write_csvs(FLAGS_out, e, r)) {
+        std::fprintf(stderr, "ccsim: writing CSVs to %s failed\n",
+                     FLAGS_out.c_str());
+        return kExitUsage;
+      }
+      runs.push_back(std::move(r));
+    }
+  }
+  if (!FLAGS_out.empty()) {
+    std::ofstream s(FLAGS_out + "/" + e.name + "__summary.csv");
+    s << "cc,variant,metric,value\n";
+    for (const RunOutcome& r : runs) {
+      for (const auto& [k, val] : r.result.metrics) {
+        s << r.cc << ',' << r.variant << ',' << k << ',' << val << '\n';
+      }
+    }
+  }
+  const std::vector<CheckResult> checks = uccl::sim::evaluate(e, runs);
+  std::vector<std::string> failed;
+  std::ofstream cf;
+  if (!FLAGS_out.empty()) {
+    cf.open(FLAGS_out + "/" + e.name + "__checks.csv");
+    cf << "check,actual,result\n";
+  }
+  for (const CheckResult& c : checks) {
+    const char* verdict = c.missing ? "MISSING" : c.pass ? "PASS" : "FAIL";
+    std::printf("%-60s actual %-10.4g %s\n", c.label.c_str(), c.actual,
+                verdict);
+    if (cf.is_open()) {
+      cf << '"' << c.label << "\"," << c.actual << ',' << verdict << '\n';
+    }
+    if (!c.pass) failed.push_back(c.label);
+  }
+  if (!failed.empty()) {
+    std::printf("FAIL %s: %zu of %zu checks failed: %s\n", e.name.c_str(),
+                failed.size(), checks.size(), failed[0].c_str());
+    return kExitFail;
+  }
+  std::printf("PASS %s: %zu checks\n", e.name.c_str(), checks.size());
+  return 0;
+}

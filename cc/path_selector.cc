@@ -1,17 +1,14 @@
 // Power-of-two-choices path selection over an EWMA RTT scoreboard.
 #include "cc/path_selector.h"
 
+#include "util/random.h"
+
 namespace uccl::cc {
 
 PathSelector::PathSelector(uint32_t n, uint64_t seed, double ewma)
     : srtt_(n ? n : 1, 0.0), ewma_(ewma), rng_(seed * 2 + 1) {}
 
-uint64_t PathSelector::next_random() {
-  uint64_t z = (rng_ += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+uint64_t PathSelector::next_random() { return splitmix64(&rng_); }
 
 uint32_t PathSelector::choose() {
   const uint32_t n = size();

@@ -26,26 +26,11 @@ namespace {
 
 using uccl::sim::CheckResult;
 using uccl::sim::Experiment;
-using uccl::sim::KeyValues;
 using uccl::sim::RunOutcome;
+using uccl::sim::split_list;
 
 constexpr int kExitFail = 1;
 constexpr int kExitUsage = 2;
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t a = 0;
-  while (a <= s.size()) {
-    size_t b = s.find(sep, a);
-    if (b == std::string::npos) b = s.size();
-    std::string item = s.substr(a, b - a);
-    const size_t x = item.find_first_not_of(" \t");
-    const size_t y = item.find_last_not_of(" \t");
-    if (x != std::string::npos) out.push_back(item.substr(x, y - x + 1));
-    a = b + 1;
-  }
-  return out;
-}
 
 std::string run_tag(const Experiment& e, const RunOutcome& r) {
   return e.name + "__" + r.cc + (r.variant.empty() ? "" : "__" + r.variant);
@@ -106,16 +91,12 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   Experiment e = *ex;
-  if (!FLAGS_cc.empty()) e.ccs = split(FLAGS_cc, ',');
-  KeyValues overrides;
-  for (const std::string& item : split(FLAGS_set, ';')) {
-    const size_t q = item.find('=');
-    if (q == std::string::npos) {
-      std::fprintf(stderr, "ccsim: --set item '%s' is not key=value\n",
-                   item.c_str());
-      return kExitUsage;
-    }
-    overrides.push_back({item.substr(0, q), item.substr(q + 1)});
+  if (!FLAGS_cc.empty()) e.ccs = split_list(FLAGS_cc, ',');
+  auto overrides = uccl::sim::parse_assignments(FLAGS_set);
+  if (!overrides.ok()) {
+    std::fprintf(stderr, "ccsim: --set: %s\n",
+                 overrides.status().message().c_str());
+    return kExitUsage;
   }
   if (!FLAGS_out.empty()) {
     ::mkdir(FLAGS_out.c_str(), 0755);
@@ -139,7 +120,7 @@ int main(int argc, char** argv) {
   std::vector<RunOutcome> runs;
   for (const std::string& cc : e.ccs) {
     for (const std::string& v : variants) {
-      auto cfg = uccl::sim::make_config(e, cc, v, overrides);
+      auto cfg = uccl::sim::make_config(e, cc, v, *overrides);
       if (!cfg.ok()) {
         std::fprintf(stderr, "ccsim: %s\n", cfg.status().to_string().c_str());
         return kExitUsage;

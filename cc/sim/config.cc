@@ -9,6 +9,8 @@
 #include <numeric>
 #include <sstream>
 
+#include "util/random.h"
+
 namespace uccl::sim {
 namespace {
 
@@ -19,7 +21,9 @@ std::string trim(const std::string& s) {
   return s.substr(a, b - a + 1);
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
+}  // namespace
+
+std::vector<std::string> split_list(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   std::string item;
@@ -29,6 +33,20 @@ std::vector<std::string> split(const std::string& s, char sep) {
   }
   return out;
 }
+
+Result<KeyValues> parse_assignments(const std::string& text) {
+  KeyValues kv;
+  for (const std::string& item : split_list(text, ';')) {
+    const size_t q = item.find('=');
+    if (q == std::string::npos || q == 0) {
+      return InvalidArgument("'" + item + "' is not key=value");
+    }
+    kv.push_back({trim(item.substr(0, q)), trim(item.substr(q + 1))});
+  }
+  return kv;
+}
+
+namespace {
 
 Result<double> to_num(const std::string& key, const std::string& v) {
   char* end = nullptr;
@@ -60,14 +78,6 @@ Result<std::pair<uint32_t, uint32_t>> to_range(const std::string& key,
   if (b < a) return InvalidArgument(key + ": range '" + v + "' is empty");
   return std::make_pair(a, b);
 }
-
-uint64_t splitmix(uint64_t* s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-double uniform(uint64_t* s) { return (splitmix(s) >> 11) * 0x1.0p-53; }
 
 // Workload knobs collected before the flows are generated.
 struct Workload {
@@ -113,7 +123,7 @@ Status apply(SimConfig* c, Workload* w, const std::string& k,
   if (k == "link_delay_us") return num(&c->link_delay_us);
   if (k == "host_delay_us") {
     c->host_delay_us.clear();
-    for (const std::string& x : split(v, ',')) {
+    for (const std::string& x : split_list(v, ',')) {
       UCCL_ASSIGN_OR_RETURN(double d, to_num(k, x));
       if (d < 0) return InvalidArgument(k + ": negative delay");
       c->host_delay_us.push_back(d);
@@ -265,15 +275,15 @@ Status generate(SimConfig* c, const Workload& w) {
     const uint64_t end = static_cast<uint64_t>(w.poisson_ms * 1e6);
     double t = 0;
     while (c->flows.size() < w.max_flows) {
-      t += -std::log(1 - uniform(&seed)) / per_s * 1e9;
+      t += -std::log(1 - uniform01(&seed)) / per_s * 1e9;
       if (t >= end) break;
       FlowSpec f;
-      f.src = src.first + splitmix(&seed) % nsrc;
+      f.src = src.first + splitmix64(&seed) % nsrc;
       do {
-        f.dst = dst.first + splitmix(&seed) % (dst.second - dst.first + 1);
+        f.dst = dst.first + splitmix64(&seed) % (dst.second - dst.first + 1);
       } while (f.dst == f.src);
       f.bytes = std::max<uint64_t>(
-          1, static_cast<uint64_t>(sample_cdf(cdf, uniform(&seed))));
+          1, static_cast<uint64_t>(sample_cdf(cdf, uniform01(&seed))));
       f.start_ns = static_cast<uint64_t>(t);
       c->flows.push_back(f);
     }
@@ -287,7 +297,7 @@ Status generate(SimConfig* c, const Workload& w) {
     for (int tries = 0; tries < 10000 && !ok; ++tries) {
       std::iota(p.begin(), p.end(), 0);
       for (uint32_t i = hosts - 1; i > 0; --i) {
-        std::swap(p[i], p[splitmix(&seed) % (i + 1)]);
+        std::swap(p[i], p[splitmix64(&seed) % (i + 1)]);
       }
       ok = true;
       for (uint32_t i = 0; i < hosts && ok; ++i) {
@@ -383,18 +393,14 @@ Result<Experiment> parse_experiment(const std::string& text) {
     } else if (k == "description") {
       e.description = v;
     } else if (k == "cc") {
-      e.ccs = split(v, ',');
+      e.ccs = split_list(v, ',');
       if (e.ccs.empty()) return at_line(InvalidArgument("cc: empty list"));
     } else if (k.rfind("variant.", 0) == 0) {
-      KeyValues kv;
-      for (const std::string& item : split(v, ';')) {
-        const size_t q = item.find('=');
-        if (q == std::string::npos) {
-          return at_line(InvalidArgument(k + ": want 'key=value; ...'"));
-        }
-        kv.push_back({trim(item.substr(0, q)), trim(item.substr(q + 1))});
+      auto kv = parse_assignments(v);
+      if (!kv.ok()) {
+        return at_line(InvalidArgument(k + ": " + kv.status().message()));
       }
-      e.variants.push_back({k.substr(8), kv});
+      e.variants.push_back({k.substr(8), *kv});
     } else if (k.rfind("check.", 0) == 0 || k.rfind("compare.", 0) == 0) {
       auto ch = parse_check(k, v, k[1] == 'o');
       if (!ch.ok()) return at_line(ch.status());

@@ -34,6 +34,11 @@ struct Experiment {
 };
 
 Result<Experiment> parse_experiment(const std::string& text);
+
+// Items of a `sep`-separated list, trimmed, empty ones dropped.
+std::vector<std::string> split_list(const std::string& s, char sep);
+// "key=value; key=value" (variants, ccsim --set).
+Result<KeyValues> parse_assignments(const std::string& text);
 Result<Experiment> load_experiment(const std::string& path);
 
 // The run of `cc` with `variant` ("" = none): base keys, then the variant's,

@@ -9,6 +9,14 @@
 #include <cstdio>
 #include <deque>
 #include <limits>
+#include <memory>
+#include <queue>
+
+#include "cc/cc.h"
+#include "cc/credit.h"
+#include "cc/path_selector.h"
+#include "cc/recovery.h"
+#include "util/random.h"
 
 namespace uccl::sim {
 namespace {
@@ -110,7 +118,6 @@ struct Flow {
   uint32_t rcv_cum = 0;
   uint64_t delivered = 0, delivered_at_sample = 0;
   uint64_t finish_ns = 0;
-  bool rx_seen = false;
   // Statistics.
   uint64_t retx = 0, rtos = 0;
   uint64_t win_start_bytes = 0, win_end_bytes = 0;
@@ -127,13 +134,6 @@ struct Host {
   uint64_t pending_demand = 0;
   bool pacer_armed = false;
 };
-
-uint64_t mix(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 class Sim {
  public:
@@ -358,7 +358,7 @@ Status Sim::build() {
                           cc::make_cc(c_.cc, params, c_.mtu_bytes, line_bps_));
     f.paths = std::make_unique<cc::PathSelector>(
         c_.multipath == "spray" ? std::max<uint32_t>(c_.paths, 1) : 1,
-        mix(c_.seed ^ (i * 0x1234567ull)));
+        mix64(c_.seed ^ (i * 0x1234567ull)));
     f.rack_tx_ns.assign(f.paths->size(), 0);
     f.rack_rtt_ns.assign(f.paths->size(), 0);
     f.rto = cc::RtoEstimator(static_cast<uint64_t>(c_.rto_min_us * 1000),
@@ -431,10 +431,10 @@ uint32_t Sim::route(uint32_t node, const Packet& p) const {
   if (n == 1) return hop_ports_[hop_off_[k]];
   // ECMP: hash of the flow's 5-tuple stand-in (flow, direction) and the
   // entropy value, salted per switch.
-  const uint64_t h = mix((static_cast<uint64_t>(p.flow) << 20) ^
-                         (static_cast<uint64_t>(p.path) << 4) ^
-                         (p.kind == PktKind::kData ? 0 : 1) ^
-                         (static_cast<uint64_t>(node) << 40) ^ c_.seed);
+  const uint64_t h = mix64((static_cast<uint64_t>(p.flow) << 20) ^
+                           (static_cast<uint64_t>(p.path) << 4) ^
+                           (p.kind == PktKind::kData ? 0 : 1) ^
+                           (static_cast<uint64_t>(node) << 40) ^ c_.seed);
   return hop_ports_[hop_off_[k] + h % n];
 }
 
@@ -566,7 +566,7 @@ void Sim::arrive(uint32_t node, int32_t pkt) {
   free_pkt(pkt);
   Flow& f = flows_[k.flow];
   switch (k.kind) {
-    case PktKind::kData:
+    case PktKind::kData:  // handled above
       break;
     case PktKind::kAck:
       on_ack(k);
@@ -1054,6 +1054,7 @@ void Sim::summarize(SimResult* r) {
   // Flows.
   std::vector<double> slow_all, slow_short, fct_us;
   uint64_t first_start = kNever, last_finish = 0, total_bytes = 0;
+  uint64_t total_pkts = 0, min_base = kNever;  // finite flows
   uint32_t unfinished = 0;
   uint64_t retx = 0, rtos = 0;
   const double win_s = (c_.jain_to_ms - c_.jain_from_ms) / 1e3;
@@ -1071,6 +1072,9 @@ void Sim::summarize(SimResult* r) {
     if (!f.unlimited) {
       fr.ideal_fct_ns = ideal_fct(f.spec);
       total_bytes += f.spec.bytes;
+      total_pkts += f.npkts;
+      double slowest_bps;
+      min_base = std::min(min_base, base_latency(f.spec, &slowest_bps));
       if (f.finish_ns) {
         last_finish = std::max(last_finish, f.finish_ns);
         const double fct = static_cast<double>(f.finish_ns - f.spec.start_ns);
@@ -1178,17 +1182,10 @@ void Sim::summarize(SimResult* r) {
   r->metrics["goodput_gbps"] = delivered_total_ * 8.0 / span;
   // Against a single bottleneck: meaningful on the dumbbell only.
   if (m.count("completion_us") && c_.topology == "dumbbell") {
-    uint64_t pk_total = 0;
-    for (const Flow& f : flows_) pk_total += f.npkts;
     const double wire = static_cast<double>(total_bytes) +
-                        static_cast<double>(pk_total) * c_.header_bytes -
+                        static_cast<double>(total_pkts) * c_.header_bytes -
                         (c_.mtu_bytes + c_.header_bytes);
-    uint64_t base = kNever;
-    double unused;
-    for (const Flow& f : flows_) {
-      if (!f.unlimited) base = std::min(base, base_latency(f.spec, &unused));
-    }
-    const double ideal_ns = wire * 8e9 / b.rate_bps + base;
+    const double ideal_ns = wire * 8e9 / b.rate_bps + min_base;
     m["completion_over_ideal"] = m["completion_us"] * 1e3 / ideal_ns;
   }
 }

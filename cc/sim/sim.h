@@ -3,17 +3,10 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
-#include <memory>
-#include <queue>
 #include <string>
 #include <vector>
 
-#include "cc/cc.h"
-#include "cc/credit.h"
-#include "cc/path_selector.h"
-#include "cc/recovery.h"
 #include "uccl/status.h"
 
 namespace uccl::sim {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "util/knobs.h"
+#include "util/random.h"
 
 namespace uccl::transport {
 
@@ -23,13 +24,6 @@ UCCL_KNOB(int64_t, knob_fault_seed, "UCCL_FAULT_SEED", 1,
           "Seed for fault injection decisions (same seed, same faults).");
 
 namespace {
-
-uint64_t splitmix64(uint64_t* s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 bool parse_prob(const std::string& s, double* out) {
   char* end = nullptr;
@@ -138,9 +132,7 @@ FaultInjector::FaultInjector(const FaultOptions& opts) : opts_(opts) {
   rng_[1] = opts.seed * 2 + 0x1234567;
 }
 
-double FaultInjector::uniform(int dir) {
-  return static_cast<double>(splitmix64(&rng_[dir]) >> 11) * 0x1.0p-53;
-}
+double FaultInjector::uniform(int dir) { return uniform01(&rng_[dir]); }
 
 FaultDecision FaultInjector::decide(Direction d, uint64_t now_ns) {
   const int dir = static_cast<int>(d);

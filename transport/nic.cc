@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "transport/null/null_nic.h"
 #include "transport/udp/netif.h"
 #include "transport/udp/soft_nic.h"
 #ifdef UCCL_HAVE_VERBS
@@ -156,6 +157,10 @@ std::vector<DeviceInfo> list_devices() {
 
 Result<std::unique_ptr<Device>> open_device(const std::string& name,
                                             const DeviceOptions& opts) {
+  if (name == "null") {
+    UCCL_ASSIGN_OR_RETURN(auto dev, nullnic::NullDevice::open(name, opts));
+    return std::unique_ptr<Device>(std::move(dev));
+  }
   if (name == "udp" || name.rfind("udp:", 0) == 0) {
     udp::NetIf nif;
     if (name == "udp" || name == "udp:*") {
@@ -175,7 +180,7 @@ Result<std::unique_ptr<Device>> open_device(const std::string& name,
 #else
   return NotFound("device '" + name + "': " + verbs_unavailable_reason() +
                   "; software NIC devices are 'udp', 'udp:<ifname>' or "
-                  "'udp:<ipv4>'");
+                  "'udp:<ipv4>'; 'null' is the in-process null NIC");
 #endif
 }
 

@@ -331,7 +331,8 @@ std::vector<DeviceInfo> list_devices();
 std::string verbs_unavailable_reason();
 
 // Opens by name: "mlx5_0" / "rxe0" (verbs), "udp" (any interface),
-// "udp:<ifname>" or "udp:<ipv4>" (software NIC).
+// "udp:<ifname>" or "udp:<ipv4>" (software NIC), "null" (in-process NIC
+// that moves no payload, for measuring the engine's CPU cost: null/).
 Result<std::unique_ptr<Device>> open_device(const std::string& name,
                                             const DeviceOptions& opts = {});
 

@@ -206,6 +206,11 @@ TEST(EndpointTest, OneSidedWriteAndRead) {
                                 *adv, 1000, &w)
                   .ok());
   ASSERT_TRUE(p->client->wait(&w, 30000).ok()) << w.status();
+  // The target learns of a one-sided write the usual way, from a message
+  // sent after it completed (as NCCL and p2p users do). It also orders the
+  // server engine's placement before this thread's check for TSan, which
+  // cannot see the ordering through the kernel's sockets.
+  exchange(p.get(), 0, {8}, 30);
   EXPECT_EQ(find_pattern_mismatch(region.ptr(4096 + 1000), 1 << 20, 31), -1);
   // Read from a second region. (In UC mode a late retransmission of a
   // completed one-sided write may land again, with the same bytes: a region
@@ -316,7 +321,12 @@ TEST(EndpointTest, StatisticsCountWhatHappened) {
   EXPECT_EQ(ss->rx_bytes, 2u << 20);
   EXPECT_EQ(cs->tx_chunks, 32u);
   EXPECT_GT(cs->acks_received, 0u);
-  EXPECT_GT(cs->rtt_p50_ns, 0u);
+  // Karn's rule: only chunks sent once give RTT samples. Without any
+  // retransmission (always, on lossless loopback, unless a sanitizer build
+  // on a loaded host stalls past the RTO) each message's last chunk gives one.
+  if (cs->rto_retransmits == 0 && cs->fast_retransmits == 0) {
+    EXPECT_GT(cs->rtt_p50_ns, 0u);
+  }
   EXPECT_LE(cs->rtt_p50_ns, cs->rtt_p99_ns);
   EXPECT_NE(p->client->stats_text().find("engine 0"), std::string::npos);
   EXPECT_FALSE(p->client->conn_stats(999).ok());

@@ -30,6 +30,9 @@ DEFINE_uint32(window, 32, "Messages in flight.");
 DEFINE_double(duration_s, 3.0, "Seconds per device.");
 DEFINE_string(cc, "none", "Congestion control (none, timely, swift, credit).");
 DEFINE_bool(rc_mode, false, "RC data QPs instead of UC + software SACK/RTO.");
+DEFINE_bool(counters, false,
+            "Print both endpoints' engine statistics and NIC counters after "
+            "each device's run (to stderr).");
 DEFINE_string(cores, "",
               "Cores 'client_engine,server_engine,app' (default: the first "
               "three allowed; two are shared when fewer exist).");
@@ -154,12 +157,11 @@ Run measure(const std::string& device, const std::vector<int>& cores) {
   r.bytes = f1->tx_bytes - f0->tx_bytes;
   r.retransmits = (f1->fast_retransmits + f1->rto_retransmits) -
                   (f0->fast_retransmits + f0->rto_retransmits);
-  if (getenv("ENGINE_BENCH_DEBUG")) {
-    std::fprintf(stderr, "client:\n%s%s\nserver:\n%s%s\n",
-                 (*client)->stats_text().c_str(),
-                 (*client)->nic_counters().c_str(),
-                 (*server)->stats_text().c_str(),
-                 (*server)->nic_counters().c_str());
+  if (FLAGS_counters) {
+    std::fprintf(
+        stderr, "client:\n%s%s\nserver:\n%s%s\n",
+        (*client)->stats_text().c_str(), (*client)->nic_counters().c_str(),
+        (*server)->stats_text().c_str(), (*server)->nic_counters().c_str());
   }
   r.busy_tx = busy(s0, s1);
   r.busy_rx = busy(r0, r1);

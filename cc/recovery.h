@@ -1,5 +1,6 @@
 // Loss-recovery rules shared by the engine and the simulator (pure code):
-// the retransmission timer (RFC 6298 with a floor) and RACK's loss test.
+// the retransmission timer (RFC 6298 with a floor), RACK's loss test and
+// the tail loss probe's timeout.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,17 @@ inline bool rack_lost(uint64_t sent_ns, uint64_t rack_tx_ns,
                       uint64_t now_ns) {
   return rack_tx_ns != 0 && sent_ns < rack_tx_ns &&
          now_ns - sent_ns >= rack_rtt_ns + reo_wnd_ns;
+}
+
+// Tail loss probe timeout (RFC 8985, 7.2): 2 x srtt plus the receiver's ACK
+// delay (it coalesces ACKs; the RFC adds its delayed-ACK time when one
+// packet is out), and never later than the RTO it is meant to beat.
+// 0 while there is no RTT sample (no probe then).
+inline uint64_t tlp_timeout_ns(uint64_t srtt_ns, uint64_t ack_delay_ns,
+                               uint64_t rto_ns) {
+  if (srtt_ns == 0) return 0;
+  const uint64_t pto = 2 * srtt_ns + ack_delay_ns;
+  return pto < rto_ns ? pto : rto_ns;
 }
 
 // Whether a delivery may advance RACK's clock: an ACK for a retransmitted

@@ -96,6 +96,10 @@ UCCL_KNOB(int64_t, knob_nic_queue, "UCCL_NIC_QUEUE", 32,
           "Most chunks one engine keeps inside its NIC, over all its "
           "connections (connections take turns); the rest wait in the engine.",
           1, 100000);
+UCCL_KNOB(bool, knob_tlp, "UCCL_TLP", true,
+          "Tail loss probe (RFC 8985): after 2 x srtt + the ACK delay with "
+          "no progress, resend the newest unacknowledged chunk and ask for "
+          "an ACK, so a lost tail is repaired before the RTO.");
 UCCL_KNOB(int64_t, knob_ack_every, "UCCL_ACK_EVERY", 4,
           "Receiver: ACK at least every N chunks.", 1, 1024);
 UCCL_KNOB(int64_t, knob_ack_delay_us, "UCCL_ACK_DELAY_US", 20,
@@ -401,6 +405,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     ec.path_queue = static_cast<uint32_t>(knob_path_queue().get());
     ec.nic_queue = static_cast<uint32_t>(knob_nic_queue().get());
     ec.ack_every = static_cast<uint32_t>(knob_ack_every().get());
+    ec.tail_loss_probe = knob_tlp().get();
     ec.ack_delay_ns = knob_ack_delay_us().get() * 1000;
     ec.idle_spin_loops = knob_idle_spin().get();
     ec.idle_sleep_ns = knob_idle_sleep_us().get() * 1000;
@@ -1005,9 +1010,10 @@ std::string Endpoint::stats_text() const {
     const FlowStats& f = all[i].total;
     os << "engine " << i << ": tx " << f.tx_bytes << " B / " << f.tx_chunks
        << " chunks, rx " << f.rx_bytes << " B, retx fast " << f.fast_retransmits
-       << " rto " << f.rto_retransmits << " (" << f.rtos << " RTOs), dup "
-       << f.duplicate_chunks << ", rtt p50 " << f.rtt_p50_ns / 1000.0
-       << " us p99 " << f.rtt_p99_ns / 1000.0 << " us, " << f.cc_state << "\n";
+       << " rto " << f.rto_retransmits << " tlp " << f.tlp_retransmits << " ("
+       << f.rtos << " RTOs), dup " << f.duplicate_chunks << ", rtt p50 "
+       << f.rtt_p50_ns / 1000.0 << " us p99 " << f.rtt_p99_ns / 1000.0
+       << " us, " << f.cc_state << "\n";
   }
   return os.str();
 }

@@ -972,6 +972,7 @@ void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
     out->rx_chunks += c->rx.rx_chunks;
     out->fast_retransmits += c->tx.fast_retx;
     out->rto_retransmits += c->tx.rto_retx;
+    out->tlp_retransmits += c->tx.tlp_retx;
     out->rtos += c->tx.rtos;
     out->duplicate_chunks += c->rx.duplicates;
     out->acks_sent += c->rx.acks_tx;

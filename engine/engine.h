@@ -36,8 +36,9 @@ struct EngineConfig {
   uint64_t rto_init_ns = 5000000;
   uint32_t max_retries = 12;  // per chunk, RTO-driven
   uint32_t dup_ack_threshold = 3;
-  uint32_t path_queue = 16;  // chunks per path inside the NIC at most
-  uint32_t nic_queue = 32;   // chunks inside the NIC over all connections
+  bool tail_loss_probe = true;  // RFC 8985 TLP before the RTO
+  uint32_t path_queue = 16;     // chunks per path inside the NIC at most
+  uint32_t nic_queue = 32;      // chunks inside the NIC over all connections
   // ACK coalescing (receiver).
   uint32_t ack_every = 4;
   uint64_t ack_delay_ns = 20000;
@@ -164,6 +165,7 @@ class UcclRDMAEngine {
   void timers(uint64_t now);
   void check_rto(Conn* c, uint64_t now);
   int detect_losses(Conn* c, uint64_t now);
+  void probe_tail(Conn* c, uint64_t now, uint64_t rto);
   void on_rtt_sample(Conn* c, ChunkRec& ch, uint64_t rtt_ns,
                      uint64_t endpoint_ns, uint64_t now);
   void check_liveness();

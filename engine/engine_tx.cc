@@ -353,6 +353,7 @@ void UcclRDMAEngine::on_ack(const AckPacket& a, uint64_t now) {
       tx.snd_una = cum;
       tx.dupacks = 0;
       tx.rto_backoff = 0;
+      tx.tlp_sent = false;
       tx.last_progress_ns = now;
     }
     for (int w = 0; w < kSackWords; ++w) {
@@ -493,7 +494,10 @@ void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
   // its last transmission and from the last RTO), whatever other paths do.
   const uint64_t sent =
       std::max(tx.chunk(tx.snd_una).last_tx_ns, tx.last_progress_ns);
-  if (now - sent < rto) return;
+  if (now - sent < rto) {
+    probe_tail(c, now, rto);
+    return;
+  }
   // Give up after max_retries consecutive RTOs without any progress.
   if (tx.rto_backoff >= cfg_.max_retries) {
     fail_conn(c, TimedOut("no acknowledgement after " +
@@ -525,11 +529,49 @@ void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
   for (auto& pc : tx.ccs) pc.cc->on_loss(now, true);
   tx.rto_urgent = true;
   tx.dupacks = 0;
+  tx.tlp_sent = false;
   ++tx.rto_backoff;
   tx.last_progress_ns = now;
   trace("rto", c->index, tx.snd_una, now);
   VLOG(kVlogChunk) << "conn " << c->index << " RTO, csn " << tx.snd_una
                    << " backoff " << tx.rto_backoff;
+}
+
+// Tail loss probe (RFC 8985, 7): once nothing was sent or acknowledged for
+// the probe timeout, resend the newest unacknowledged chunk and ask for an
+// ACK. A lost tail has no later chunk whose delivery RACK could use, so
+// without the probe only the RTO (5 ms floor on the software NIC) repairs
+// it; the probe's ACK lets RACK's fast path repair it and any earlier holes.
+// One probe per episode (until the cumulative ACK moves or an RTO fires).
+void UcclRDMAEngine::probe_tail(Conn* c, uint64_t now, uint64_t rto) {
+  TxFlow& tx = c->tx;
+  if (!cfg_.tail_loss_probe || tx.tlp_sent || tx.rto_backoff > 0 ||
+      tx.retx_head != tx.retx_tail) {
+    return;  // probed already, backing off, or recovery is under way
+  }
+  const uint64_t pto =
+      cc::tlp_timeout_ns(tx.rto.srtt_ns(), cfg_.ack_delay_ns, rto);
+  if (pto == 0) return;
+  const uint64_t last =
+      std::max(tx.last_ack_ns, tx.chunk(tx.snd_nxt - 1).last_tx_ns);
+  if (now - last < pto) return;
+  for (uint32_t s = tx.snd_nxt - 1;; --s) {
+    ChunkRec& ch = tx.chunk(s);
+    if (!ch.acked && !ch.queued_retx) {
+      enqueue_retx(tx, s);
+      ++tx.tlp_retx;
+      break;
+    }
+    if (s == tx.snd_una) break;
+  }
+  CtrlMsg probe;
+  std::memset(&probe, 0, sizeof(probe));
+  probe.type = static_cast<uint32_t>(CtrlType::kAckReq);
+  send_ctrl(c, probe);
+  tx.tlp_sent = true;
+  trace("tlp", c->index, tx.snd_nxt - 1, now);
+  VLOG(kVlogChunk) << "conn " << c->index << " tail loss probe, snd_nxt "
+                   << tx.snd_nxt;
 }
 
 }  // namespace uccl::engine

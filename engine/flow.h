@@ -125,6 +125,7 @@ struct TxFlow {
   cc::RtoEstimator rto{1000000, 100000000, 5000000};  // set per config
   uint32_t rto_backoff = 0;
   bool rto_urgent = false;  // resend snd_una now, past window and pacing
+  bool tlp_sent = false;    // a tail loss probe is out (until progress)
   uint64_t last_progress_ns = 0;
   // RACK (RFC 8985) per path: send time and RTT of the most recently sent
   // chunk delivered on each path (a UC QP keeps order, so a later chunk
@@ -143,7 +144,7 @@ struct TxFlow {
   // Statistics.
   Histogram rtt;
   uint64_t tx_bytes = 0, tx_chunks = 0;
-  uint64_t fast_retx = 0, rto_retx = 0, rtos = 0, acks_rx = 0;
+  uint64_t fast_retx = 0, rto_retx = 0, tlp_retx = 0, rtos = 0, acks_rx = 0;
 
   bool has_unacked() const { return snd_una != snd_nxt; }
   uint32_t outstanding() const { return snd_nxt - snd_una; }

@@ -141,7 +141,7 @@ for rate in 1 10; do
 import json
 for l in open('$TMP/ns_$cc.c', errors='replace'):
     if l.startswith('{') and '\"role\":\"client\"' in l:
-        d = json.loads(l); print(d['retx_fast'] + d['retx_rto'])" 2>/dev/null)
+        d = json.loads(l); print(d['retx_fast'] + d['retx_rto'] + d.get('retx_tlp', 0))" 2>/dev/null)
     jain=$(awk '/Jain/ { print $NF }' "$TMP/ns_$cc.c" | tail -1)
     drops=$(awk '/dropped/ { gsub(",", "", $7); print $7 }' "$TMP/ns_$cc.qd" | head -1)
     read -r qavg qmax < <(awk 'NF { n++; s += $1; if ($1 > m) m = $1 } END { if (n) printf "%.0f %.0f", s / n, m; else print "0 0" }' "$TMP/ns_$cc.q")

@@ -323,20 +323,23 @@ void Runner::progress(double t, bool last) {
   if (!last && t - last_t_ < 1.0) return;
   double dt = t - last_t_;
   if (dt <= 0) return;
-  uint64_t fast = 0, rto = 0;
+  uint64_t fast = 0, rto = 0, tlp = 0;
   for (const Flow& f : fl_) {
     auto st = ep_->conn_stats(f.conn);
     if (st.ok()) {
       fast += st->fast_retransmits;
       rto += st->rto_retransmits;
+      tlp += st->tlp_retransmits;
     }
   }
   std::printf(
-      "[%s] %6.1fs  TX %8.2f Gb/s  RX %8.2f Gb/s  retx fast %llu rto %llu\n",
+      "[%s] %6.1fs  TX %8.2f Gb/s  RX %8.2f Gb/s  retx fast %llu rto %llu "
+      "tlp %llu\n",
       role(), t, (tx_bytes_ - last_tx_) * 8 / dt / 1e9,
       (rx_bytes_ - last_rx_) * 8 / dt / 1e9,
       static_cast<unsigned long long>(fast),
-      static_cast<unsigned long long>(rto));
+      static_cast<unsigned long long>(rto),
+      static_cast<unsigned long long>(tlp));
   std::fflush(stdout);
   last_tx_ = tx_bytes_;
   last_rx_ = rx_bytes_;
@@ -569,12 +572,13 @@ int Runner::finish(double secs, const std::vector<double>* lat_us) {
         ep_->send_async(ctl_, ctlmem_.data(), sizeof(fin), ctl_mh_, &ctl_sreq_);
     if (st.ok()) (void)ep_->wait(&ctl_sreq_, 5000);
   }
-  uint64_t fast = 0, rto = 0;
+  uint64_t fast = 0, rto = 0, tlp = 0;
   for (const Flow& f : fl_) {
     auto st = ep_->conn_stats(f.conn);
     if (st.ok()) {
       fast += st->fast_retransmits;
       rto += st->rto_retransmits;
+      tlp += st->tlp_retransmits;
     }
   }
   const double gbps_tx = secs > 0 ? tx_bytes_ * 8 / secs / 1e9 : 0;
@@ -616,10 +620,11 @@ int Runner::finish(double secs, const std::vector<double>* lat_us) {
       if (!st.ok()) continue;
       std::printf(
           "  flow %zu: rtt p50/p99 %.0f/%.0f us, retx fast %llu rto %llu "
-          "(%llu timeouts), max in flight %llu B, %s\n",
+          "tlp %llu (%llu timeouts), max in flight %llu B, %s\n",
           i, st->rtt_p50_ns / 1e3, st->rtt_p99_ns / 1e3,
           static_cast<unsigned long long>(st->fast_retransmits),
           static_cast<unsigned long long>(st->rto_retransmits),
+          static_cast<unsigned long long>(st->tlp_retransmits),
           static_cast<unsigned long long>(st->rtos),
           static_cast<unsigned long long>(st->max_inflight_bytes),
           st->cc_state.c_str());
@@ -686,7 +691,8 @@ int Runner::finish(double secs, const std::vector<double>* lat_us) {
         "{\"role\":\"%s\",\"perftype\":\"%s\",\"flows\":%zu,\"msize\":%llu,"
         "\"seconds\":%.4f,\"tx_bytes\":%llu,\"rx_bytes\":%llu,"
         "\"tx_gbps\":%.4f,\"rx_gbps\":%.4f,\"retx_fast\":%llu,"
-        "\"retx_rto\":%llu,\"errors\":%llu,\"lat_us\":{\"min\":%.3f,"
+        "\"retx_rto\":%llu,\"retx_tlp\":%llu,\"errors\":%llu,\"lat_us\":{"
+        "\"min\":%.3f,"
         "\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f,\"p999\":%.3f,\"max\":%.3f}}\n",
         role(), kPerfNames[p_.perftype], fl_.size(),
         static_cast<unsigned long long>(p_.msize), secs,
@@ -694,6 +700,7 @@ int Runner::finish(double secs, const std::vector<double>* lat_us) {
         static_cast<unsigned long long>(rx_bytes_), gbps_tx, gbps_rx,
         static_cast<unsigned long long>(fast),
         static_cast<unsigned long long>(rto),
+        static_cast<unsigned long long>(tlp),
         static_cast<unsigned long long>(total_errors), p[0], p[1], p[2], p[3],
         p[4], p[5]);
   }

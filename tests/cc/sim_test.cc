@@ -31,6 +31,12 @@ TEST(Recovery, RtoFollowsRfc6298WithFloorAndBackoff) {
   EXPECT_EQ(lo.rto_ns(), 20000u);  // clamped to min
 }
 
+TEST(Recovery, TailLossProbeTimeoutIsTwoSrttPlusAckDelayBelowTheRto) {
+  EXPECT_EQ(cc::tlp_timeout_ns(0, 20000, 5000000), 0u);  // no sample: none
+  EXPECT_EQ(cc::tlp_timeout_ns(10000, 20000, 5000000), 40000u);
+  EXPECT_EQ(cc::tlp_timeout_ns(3000000, 20000, 5000000), 5000000u);  // <= RTO
+}
+
 TEST(Recovery, RackDeclaresLossOnlyAfterALaterDeliveryAndItsRtt) {
   const uint64_t reo = cc::rack_reorder_window_ns(40000);
   EXPECT_EQ(reo, 20000u);                                  // floor

@@ -82,10 +82,40 @@ TEST_P(FaultTest, EveryMessageExactlyOnceAndIntact) {
     // At 0.1% a run may lose no data packet at all; from 1% on it must.
     const std::string spec = fc.spec;
     if (spec.rfind("drop=", 0) == 0 && spec != "drop=0.001") {
-      EXPECT_GT(st->fast_retransmits + st->rto_retransmits, 0u)
+      EXPECT_GT(
+          st->fast_retransmits + st->rto_retransmits + st->tlp_retransmits, 0u)
           << "losses must have been repaired by retransmission";
     }
   }
+}
+
+// One-chunk messages sent one at a time: every lost data chunk is a lost
+// tail (no later chunk can reveal the hole). The tail loss probe repairs
+// them without waiting for the RTO; an RTO remains only where the probe
+// itself was lost. Seeded loss on the sender's transmissions only.
+TEST(TailLossProbeTest, LostTailsAreRepairedBeforeTheRto) {
+  EndpointConfig sc = test_config(1, 2), cc = test_config(1, 2);
+  cc.fault_tx = "drop=0.1";
+  cc.fault_seed = 7;
+  auto p = Pair::make(sc, cc);
+  ASSERT_TRUE(p);
+  const size_t kLen = 16 * 1024;
+  Buf sb(p->client.get(), kLen), rb(p->server.get(), kLen);
+  for (int i = 0; i < 300; ++i) {
+    fill_pattern(sb.ptr(), kLen, 50 + i);
+    Request rr, sr;
+    ASSERT_TRUE(
+        p->server->recv_async(p->s_conns[0], rb.ptr(), kLen, rb.mh, &rr).ok());
+    ASSERT_TRUE(
+        p->client->send_async(p->c_conns[0], sb.ptr(), kLen, sb.mh, &sr).ok());
+    ASSERT_TRUE(p->server->wait(&rr, 60000).ok()) << rr.status();
+    ASSERT_TRUE(p->client->wait(&sr, 60000).ok()) << sr.status();
+    ASSERT_EQ(find_pattern_mismatch(rb.ptr(), kLen, 50 + i), -1) << i;
+  }
+  auto st = p->client->conn_stats(p->c_conns[0]);
+  ASSERT_TRUE(st.ok());
+  EXPECT_GE(st->tlp_retransmits, 5u) << p->client->stats_text();
+  EXPECT_LT(st->rtos, st->tlp_retransmits) << p->client->stats_text();
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -145,7 +145,9 @@ TEST(TransportTestTool, OnePercentLossStillVerifiesEveryByte) {
     EXPECT_CLEAN(t);
     EXPECT_EQ(t.client("tx_bytes"), t.server("rx_bytes"));
     if (std::string(mode) == "--rc_mode=false") {
-      EXPECT_GT(t.client("retx_fast") + t.client("retx_rto"), 0)
+      EXPECT_GT(
+          t.client("retx_fast") + t.client("retx_rto") + t.client("retx_tlp"),
+          0)
           << "1% loss without a retransmission?\n"
           << t.client_out;
     }

@@ -60,6 +60,12 @@ double busy(const std::vector<EngineStats>& a,
 Run measure(const std::string& device, const std::vector<int>& cores) {
   Run r;
   r.device = device;
+  // Requests and buffers outlive the endpoints (declared first, destroyed
+  // last): an endpoint that closes completes what is still pending.
+  const size_t n = FLAGS_msize;
+  std::vector<uint8_t> sbuf(std::max<size_t>(n, 1)), rbuf(sbuf.size());
+  const uint32_t w = std::max(FLAGS_window, 1u);
+  std::vector<Request> sr(w), rr(w);
   EndpointConfig cfg;
   cfg.device = device;
   cfg.num_engines = 1;
@@ -95,17 +101,18 @@ Run measure(const std::string& device, const std::vector<int>& cores) {
         (!conn.ok() ? conn.status() : acc.status()).to_string().c_str());
     return r;
   }
-  const size_t n = FLAGS_msize;
-  std::vector<uint8_t> sbuf(std::max<size_t>(n, 1)), rbuf(sbuf.size());
   auto smh = (*client)->reg_mr(sbuf.data(), sbuf.size());
   auto rmh = (*server)->reg_mr(rbuf.data(), rbuf.size());
   if (!smh.ok() || !rmh.ok()) {
     std::fprintf(stderr, "engine_bench: reg_mr failed\n");
     return r;
   }
-  const uint32_t w = std::max(FLAGS_window, 1u);
-  std::vector<Request> sr(w), rr(w);
-  if (cores.size() > 2) pin_current_thread(cores[2]);
+  if (cores.size() > 2) {
+    Status st = pin_current_thread(cores[2]);
+    if (!st.ok())
+      std::fprintf(stderr, "engine_bench: app thread: %s\n",
+                   st.to_string().c_str());
+  }
 
   auto post = [&](uint64_t i) {
     const uint32_t k = static_cast<uint32_t>(i % w);
@@ -155,8 +162,10 @@ Run measure(const std::string& device, const std::vector<int>& cores) {
   // Chunks the client's engine sent in the interval (retransmits included).
   r.chunks = f1->tx_chunks - f0->tx_chunks;
   r.bytes = f1->tx_bytes - f0->tx_bytes;
-  r.retransmits = (f1->fast_retransmits + f1->rto_retransmits) -
-                  (f0->fast_retransmits + f0->rto_retransmits);
+  auto retx = [](const FlowStats& s) {
+    return s.fast_retransmits + s.rto_retransmits + s.tlp_retransmits;
+  };
+  r.retransmits = retx(*f1) - retx(*f0);
   if (FLAGS_counters) {
     std::fprintf(
         stderr, "client:\n%s%s\nserver:\n%s%s\n",

@@ -50,14 +50,18 @@ inline bool rack_lost(uint64_t sent_ns, uint64_t rack_tx_ns,
          now_ns - sent_ns >= rack_rtt_ns + reo_wnd_ns;
 }
 
-// Tail loss probe timeout (RFC 8985, 7.2): 2 x srtt plus the receiver's ACK
-// delay (it coalesces ACKs; the RFC adds its delayed-ACK time when one
-// packet is out), and never later than the RTO it is meant to beat.
-// 0 while there is no RTT sample (no probe then).
-inline uint64_t tlp_timeout_ns(uint64_t srtt_ns, uint64_t ack_delay_ns,
-                               uint64_t rto_ns) {
+// Tail loss probe timeout (RFC 8985, 7.2): 2 x srtt, or srtt + 4 x rttvar
+// when RTTs swing more than that (incast queues: probes sent at 2 x srtt
+// there only add drops), plus the receiver's ACK delay (it coalesces ACKs;
+// the RFC adds its delayed-ACK time when one packet is out), and never later
+// than the RTO it is meant to beat. 0 while there is no RTT sample.
+inline uint64_t tlp_timeout_ns(uint64_t srtt_ns, uint64_t rttvar_ns,
+                               uint64_t ack_delay_ns, uint64_t rto_ns) {
   if (srtt_ns == 0) return 0;
-  const uint64_t pto = 2 * srtt_ns + ack_delay_ns;
+  const uint64_t base = 2 * srtt_ns > srtt_ns + 4 * rttvar_ns
+                            ? 2 * srtt_ns
+                            : srtt_ns + 4 * rttvar_ns;
+  const uint64_t pto = base + ack_delay_ns;
   return pto < rto_ns ? pto : rto_ns;
 }
 

@@ -97,8 +97,9 @@ UCCL_KNOB(int64_t, knob_nic_queue, "UCCL_NIC_QUEUE", 32,
           "connections (connections take turns); the rest wait in the engine.",
           1, 100000);
 UCCL_KNOB(bool, knob_tlp, "UCCL_TLP", true,
-          "Tail loss probe (RFC 8985): after 2 x srtt + the ACK delay with "
-          "no progress, resend the newest unacknowledged chunk and ask for "
+          "Tail loss probe (RFC 8985): after max(2 x srtt, srtt + 4 x "
+          "rttvar) + the ACK delay with no ACK or transmission, resend the "
+          "newest unacknowledged chunk (past window and pacing) and ask for "
           "an ACK, so a lost tail is repaired before the RTO.");
 UCCL_KNOB(int64_t, knob_ack_every, "UCCL_ACK_EVERY", 4,
           "Receiver: ACK at least every N chunks.", 1, 1024);

@@ -120,17 +120,21 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
     }
     return false;
   };
-  // The RTO's resend of the oldest chunk goes at once, whatever the window
-  // or pacing say (TCP's loss window of one segment): a controller that
-  // paces slower than the RTO backs off would otherwise fail the flow.
+  // The RTO's resend of the oldest chunk, and a tail loss probe, go at once
+  // whatever the window or pacing say (TCP's loss window of one segment; a
+  // probe is not held by cwnd either): a controller that paces slower than
+  // the RTO backs off would otherwise fail the flow.
   if (tx.rto_urgent) {
-    ChunkRec& ch = tx.chunk(tx.snd_una);
-    if (!tx.has_unacked() || ch.acked || !ch.queued_retx) {
+    ChunkRec& ch = tx.chunk(tx.urgent_csn);
+    if (!tx.has_unacked() || csn_lt(tx.urgent_csn, tx.snd_una) ||
+        !csn_lt(tx.urgent_csn, tx.snd_nxt) || ch.acked || !ch.queued_retx) {
       tx.rto_urgent = false;
     } else {
       for (uint32_t p = 0; p < npaths; ++p) {
         if (c->qp_outstanding[p] >= cfg_.path_queue) continue;
-        if (!post_chunk(c, tx.snd_una, static_cast<uint16_t>(p), now)) break;
+        if (!post_chunk(c, tx.urgent_csn, static_cast<uint16_t>(p), now)) {
+          break;
+        }
         tx.rto_urgent = false;
         ch.queued_retx = false;  // its entry in the ring is skipped
         PathCc& pc = cc_for(tx, p);
@@ -528,6 +532,7 @@ void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
   send_ctrl(c, probe);
   for (auto& pc : tx.ccs) pc.cc->on_loss(now, true);
   tx.rto_urgent = true;
+  tx.urgent_csn = tx.snd_una;
   tx.dupacks = 0;
   tx.tlp_sent = false;
   ++tx.rto_backoff;
@@ -538,7 +543,8 @@ void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
 }
 
 // Tail loss probe (RFC 8985, 7): once nothing was sent or acknowledged for
-// the probe timeout, resend the newest unacknowledged chunk and ask for an
+// the probe timeout (cc/recovery.h), resend the newest unacknowledged chunk
+// at once, past window and pacing as Linux sends its probe, and ask for an
 // ACK. A lost tail has no later chunk whose delivery RACK could use, so
 // without the probe only the RTO (5 ms floor on the software NIC) repairs
 // it; the probe's ACK lets RACK's fast path repair it and any earlier holes.
@@ -549,8 +555,8 @@ void UcclRDMAEngine::probe_tail(Conn* c, uint64_t now, uint64_t rto) {
       tx.retx_head != tx.retx_tail) {
     return;  // probed already, backing off, or recovery is under way
   }
-  const uint64_t pto =
-      cc::tlp_timeout_ns(tx.rto.srtt_ns(), cfg_.ack_delay_ns, rto);
+  const uint64_t pto = cc::tlp_timeout_ns(tx.rto.srtt_ns(), tx.rto.rttvar_ns(),
+                                          cfg_.ack_delay_ns, rto);
   if (pto == 0) return;
   const uint64_t last =
       std::max(tx.last_ack_ns, tx.chunk(tx.snd_nxt - 1).last_tx_ns);
@@ -559,6 +565,8 @@ void UcclRDMAEngine::probe_tail(Conn* c, uint64_t now, uint64_t rto) {
     ChunkRec& ch = tx.chunk(s);
     if (!ch.acked && !ch.queued_retx) {
       enqueue_retx(tx, s);
+      tx.rto_urgent = true;  // one chunk past window and pacing, as Linux
+      tx.urgent_csn = s;
       ++tx.tlp_retx;
       break;
     }

@@ -124,8 +124,11 @@ struct TxFlow {
   uint32_t dupacks = 0;
   cc::RtoEstimator rto{1000000, 100000000, 5000000};  // set per config
   uint32_t rto_backoff = 0;
-  bool rto_urgent = false;  // resend snd_una now, past window and pacing
-  bool tlp_sent = false;    // a tail loss probe is out (until progress)
+  // Resend chunk urgent_csn now, past window and pacing: the RTO's resend of
+  // snd_una, or a tail loss probe (one chunk each, as TCP's loss window).
+  bool rto_urgent = false;
+  uint32_t urgent_csn = 0;
+  bool tlp_sent = false;  // a tail loss probe is out (until progress)
   uint64_t last_progress_ns = 0;
   // RACK (RFC 8985) per path: send time and RTT of the most recently sent
   // chunk delivered on each path (a UC QP keeps order, so a later chunk

@@ -141,6 +141,13 @@ Status apply(SimConfig* c, Workload* w, const std::string& k,
   if (k == "rto_max_us") return num(&c->rto_max_us);
   if (k == "rto_init_us") return num(&c->rto_init_us);
   if (k == "dupack_threshold") return cnt(&c->dupack_threshold);
+  if (k == "tlp") {
+    uint32_t on = 0;
+    UCCL_RETURN_IF_ERROR(cnt(&on));
+    if (on > 1) return InvalidArgument("tlp: 0 or 1, not '" + v + "'");
+    c->tlp = on == 1;
+    return Status::OK();
+  }
   if (k == "duration_ms") return num(&c->duration_ms);
   if (k == "max_sim_ms") return num(&c->max_sim_ms);
   if (k == "sample_us") return num(&c->sample_us);

@@ -50,6 +50,7 @@ enum EvType : uint32_t {
   kEvHostWake,
   kEvFlowStart,
   kEvRto,
+  kEvTlp,
   kEvPacer,
   kEvSample,
 };
@@ -109,6 +110,8 @@ struct Flow {
   uint64_t last_progress_ns = 0, min_rtt_ns = 0;
   std::vector<uint64_t> rack_tx_ns, rack_rtt_ns;  // per path (entropy)
   bool rto_armed = false, rto_urgent = false;
+  bool tlp_armed = false, tlp_sent = false;
+  uint64_t last_ack_ns = 0;
   uint64_t last_send_ns = 0;
   uint32_t last_bytes = 0;
   uint64_t demand_sent = 0;  // credit: bytes requested so far
@@ -119,7 +122,7 @@ struct Flow {
   uint64_t delivered = 0, delivered_at_sample = 0;
   uint64_t finish_ns = 0;
   // Statistics.
-  uint64_t retx = 0, rtos = 0;
+  uint64_t retx = 0, rtos = 0, tlps = 0;
   uint64_t win_start_bytes = 0, win_end_bytes = 0;
   bool win_started = false, win_ended = false;
 };
@@ -187,6 +190,8 @@ class Sim {
   void queue_retx(Flow& f, uint32_t s);
   void arm_rto(Flow& f);
   void on_rto(Flow& f);
+  void arm_tlp(Flow& f);
+  void on_tlp(Flow& f);
   void request_more(Flow& f);
   void pacer_tick(uint32_t host);
   void arm_pacer(uint32_t host);
@@ -685,6 +690,7 @@ int32_t Sim::host_next_data(uint32_t host) {
     f.spec_left -= bytes;
     if (credit_ && f.unlimited) request_more(f);
     arm_rto(f);
+    arm_tlp(f);
     return i_pkt;
   }
   if (wake != kNever) wake_host(host, wake);
@@ -799,8 +805,10 @@ void Sim::on_ack(const Packet& a) {
     f.snd_una = cum;
     f.dupacks = 0;
     f.rto_backoff = 0;
+    f.tlp_sent = false;
     f.last_progress_ns = now_;
   }
+  f.last_ack_ns = now_;
   // The acked packet lies beyond the cumulative point: a hole before it.
   const bool sack = a.seq >= a.cum;
   if (sack) f.high_sacked = std::max(f.high_sacked, a.seq + 1);
@@ -834,6 +842,7 @@ void Sim::on_ack(const Packet& a) {
     finish_sender(f);
     return;
   }
+  if (f.snd_una < f.next_new) arm_tlp(f);
   wake_host(f.spec.src, now_);
 }
 
@@ -915,10 +924,51 @@ void Sim::on_rto(Flow& f) {
   f.cc->on_loss(now_, true);
   f.rto_urgent = true;
   f.dupacks = 0;
+  f.tlp_sent = false;
   ++f.rto_backoff;
   f.last_progress_ns = now_;
   arm_rto(f);
   wake_host(f.spec.src, now_);
+}
+
+// The engine's tail loss probe (engine_tx.cc probe_tail): the receiver here
+// ACKs every packet at once, so the timeout is 2 x srtt.
+void Sim::arm_tlp(Flow& f) {
+  if (!c_.tlp || f.tlp_armed || f.tlp_sent) return;
+  const uint64_t pto = cc::tlp_timeout_ns(f.rto.srtt_ns(), f.rto.rttvar_ns(), 0,
+                                          f.rto.backed_off_ns(f.rto_backoff));
+  if (pto == 0) return;
+  f.tlp_armed = true;
+  at(std::max(f.last_ack_ns, f.last_send_ns) + pto, kEvTlp, f.id);
+}
+
+void Sim::on_tlp(Flow& f) {
+  f.tlp_armed = false;
+  if (f.sender_done || f.snd_una >= f.next_new || f.tlp_sent ||
+      f.rto_backoff > 0 || !f.retx_q.empty()) {
+    return;  // nothing out, probed already, backing off, or recovering
+  }
+  const uint64_t pto = cc::tlp_timeout_ns(f.rto.srtt_ns(), f.rto.rttvar_ns(), 0,
+                                          f.rto.backed_off_ns(f.rto_backoff));
+  const uint64_t last = std::max(f.last_ack_ns, f.last_send_ns);
+  if (pto == 0) return;
+  if (now_ < last + pto) {
+    f.tlp_armed = true;
+    at(last + pto, kEvTlp, f.id);
+    return;
+  }
+  for (uint32_t s = f.next_new; s-- > f.snd_una;) {
+    if (f.pk[s].acked || f.pk[s].queued_retx) continue;
+    queue_retx(f, s);
+    if (credit_) {
+      send_ctrl(f.spec.src, PktKind::kRts, f, payload_of(f, s), f.spec.dst);
+    }
+    ++f.tlps;
+    f.tlp_sent = true;
+    f.rto_urgent = true;  // one packet past window and pacing, as Linux
+    wake_host(f.spec.src, now_);
+    return;
+  }
 }
 
 void Sim::arm_pacer(uint32_t host) {
@@ -1009,6 +1059,9 @@ SimResult Sim::run() {
       case kEvRto:
         on_rto(flows_[e.a]);
         break;
+      case kEvTlp:
+        on_tlp(flows_[e.a]);
+        break;
       case kEvPacer:
         pacer_tick(e.a);
         break;
@@ -1056,7 +1109,7 @@ void Sim::summarize(SimResult* r) {
   uint64_t first_start = kNever, last_finish = 0, total_bytes = 0;
   uint64_t total_pkts = 0, min_base = kNever;  // finite flows
   uint32_t unfinished = 0;
-  uint64_t retx = 0, rtos = 0;
+  uint64_t retx = 0, rtos = 0, tlps = 0;
   const double win_s = (c_.jain_to_ms - c_.jain_from_ms) / 1e3;
   std::vector<double> win_tput;
   for (Flow& f : flows_) {
@@ -1066,8 +1119,10 @@ void Sim::summarize(SimResult* r) {
     fr.delivered_bytes = f.delivered;
     fr.retx = f.retx;
     fr.rtos = f.rtos;
+    fr.tlps = f.tlps;
     retx += f.retx;
     rtos += f.rtos;
+    tlps += f.tlps;
     first_start = std::min(first_start, f.spec.start_ns);
     if (!f.unlimited) {
       fr.ideal_fct_ns = ideal_fct(f.spec);
@@ -1107,6 +1162,7 @@ void Sim::summarize(SimResult* r) {
   m["unfinished_flows"] = unfinished;
   m["retransmissions"] = static_cast<double>(retx);
   m["rtos"] = static_cast<double>(rtos);
+  m["tail_loss_probes"] = static_cast<double>(tlps);
   m["events"] = static_cast<double>(n_events_);
   m["wall_s"] = r->wall_s;
   m["events_per_s"] = r->wall_s > 0 ? n_events_ / r->wall_s : 0;

@@ -52,6 +52,9 @@ struct SimConfig {
   // the software NIC, which the simulator does not have).
   double rto_min_us = 1000, rto_max_us = 100000, rto_init_us = 1000;
   uint32_t dupack_threshold = 3;
+  // Tail loss probe (the engine's UCCL_TLP): after 2 x srtt without an ACK
+  // or a transmission, resend the newest unacknowledged packet.
+  bool tlp = true;
   // Run control.
   std::vector<FlowSpec> flows;
   double duration_ms = 0;  // 0: until every finite flow completes
@@ -71,7 +74,7 @@ struct FlowResult {
   uint64_t finish_ns = 0;  // receiver has every byte; 0 = not finished
   uint64_t delivered_bytes = 0;
   uint64_t ideal_fct_ns = 0;
-  uint64_t retx = 0, rtos = 0;
+  uint64_t retx = 0, rtos = 0, tlps = 0;
   double window_bytes = 0;  // delivered inside the Jain window
   bool in_window = false;   // active over the whole Jain window
 };

@@ -31,10 +31,13 @@ TEST(Recovery, RtoFollowsRfc6298WithFloorAndBackoff) {
   EXPECT_EQ(lo.rto_ns(), 20000u);  // clamped to min
 }
 
-TEST(Recovery, TailLossProbeTimeoutIsTwoSrttPlusAckDelayBelowTheRto) {
-  EXPECT_EQ(cc::tlp_timeout_ns(0, 20000, 5000000), 0u);  // no sample: none
-  EXPECT_EQ(cc::tlp_timeout_ns(10000, 20000, 5000000), 40000u);
-  EXPECT_EQ(cc::tlp_timeout_ns(3000000, 20000, 5000000), 5000000u);  // <= RTO
+TEST(Recovery, TailLossProbeTimeoutFollowsSrttAndVarianceBelowTheRto) {
+  EXPECT_EQ(cc::tlp_timeout_ns(0, 0, 20000, 5000000), 0u);  // no sample
+  // Steady RTTs: 2 x srtt + ACK delay.
+  EXPECT_EQ(cc::tlp_timeout_ns(10000, 1000, 20000, 5000000), 40000u);
+  // Swinging RTTs: srtt + 4 x rttvar when that is longer.
+  EXPECT_EQ(cc::tlp_timeout_ns(10000, 5000, 20000, 5000000), 50000u);
+  EXPECT_EQ(cc::tlp_timeout_ns(3000000, 0, 20000, 5000000), 5000000u);  // RTO
 }
 
 TEST(Recovery, RackDeclaresLossOnlyAfterALaterDeliveryAndItsRtt) {
@@ -142,6 +145,33 @@ TEST(Sim, DropsAreRecoveredAndEveryByteArrivesOnce) {
     EXPECT_GT(f.finish_ns, 0u);
   }
   EXPECT_LE(r->metrics.at("max_queue_kb"), 64.0);
+}
+
+TEST(Sim, TailLossProbesRepairTailsBeforeTheRto) {
+  // An incast into a small buffer drops flows' last packets, which no later
+  // packet can reveal; the probe (the engine's UCCL_TLP) repairs them at
+  // ~2 srtt instead of the RTO. Same run without it for comparison.
+  SimConfig c = dumbbell(16, "swift");
+  c.buffer_kb = 128;
+  for (uint32_t i = 0; i < 16; ++i) {
+    c.flows.push_back(FlowSpec{i, 16, 256000, 0, 0});
+  }
+  auto with = run(c);
+  c.tlp = false;
+  auto without = run(c);
+  ASSERT_TRUE(with.ok() && without.ok());
+  for (const auto* r : {&*with, &*without}) {
+    EXPECT_EQ(r->metrics.at("unfinished_flows"), 0);
+    for (const FlowResult& f : r->flows) {
+      EXPECT_EQ(f.delivered_bytes, f.spec.bytes);
+    }
+  }
+  EXPECT_GT(without->metrics.at("rtos"), 0) << "the case must lose tails";
+  EXPECT_EQ(without->metrics.at("tail_loss_probes"), 0);
+  EXPECT_GT(with->metrics.at("tail_loss_probes"), 0);
+  EXPECT_LT(with->metrics.at("rtos"), without->metrics.at("rtos"));
+  EXPECT_LT(with->metrics.at("completion_us"),
+            without->metrics.at("completion_us"));
 }
 
 TEST(Sim, SameSeedSameResult) {

@@ -931,8 +931,9 @@ void Sim::on_rto(Flow& f) {
   wake_host(f.spec.src, now_);
 }
 
-// The engine's tail loss probe (engine_tx.cc probe_tail): the receiver here
-// ACKs every packet at once, so the timeout is 2 x srtt.
+// The engine's tail loss probe (engine_tx.cc probe_tail), with the same
+// timeout (cc/recovery.h) less the ACK delay: the receiver here ACKs every
+// packet at once.
 void Sim::arm_tlp(Flow& f) {
   if (!c_.tlp || f.tlp_armed || f.tlp_sent) return;
   const uint64_t pto = cc::tlp_timeout_ns(f.rto.srtt_ns(), f.rto.rttvar_ns(), 0,

@@ -38,7 +38,7 @@ echo "| run | Gb/s | vs lossless |"
 echo "|---|---:|---:|"
 echo "| lossless | ${clean:-?} | |"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "?" }'; }
-echo "| 1% loss (UC, SACK + RTO) | ${lossy:-?} | $(ratio "${lossy:-0}" "${clean:-0}") |"
+echo "| 1% loss (UC, SACK + TLP + RTO) | ${lossy:-?} | $(ratio "${lossy:-0}" "${clean:-0}") |"
 echo "| 1% loss (RC mode, NIC go-back-N) | ${rc:-?} | $(ratio "${rc:-0}" "${clean:-0}") |"
 echo
 

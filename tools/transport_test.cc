@@ -662,10 +662,12 @@ int Runner::finish(double secs, const std::vector<double>* lat_us) {
     }
   }
   if (!drops.empty()) std::printf("  NIC drops:%s\n", drops.c_str());
-  std::printf("  retransmits fast %llu rto %llu; integrity errors %llu\n",
-              static_cast<unsigned long long>(fast),
-              static_cast<unsigned long long>(rto),
-              static_cast<unsigned long long>(total_errors));
+  std::printf(
+      "  retransmits fast %llu rto %llu tlp %llu; integrity errors %llu\n",
+      static_cast<unsigned long long>(fast),
+      static_cast<unsigned long long>(rto),
+      static_cast<unsigned long long>(tlp),
+      static_cast<unsigned long long>(total_errors));
   total_errors += lost;
   double p[6] = {0, 0, 0, 0, 0, 0};
   if (lat_us && !lat_us->empty()) {

@@ -30,12 +30,6 @@ Registry& registry() {
   return *r;                            // during static destruction
 }
 
-uint32_t round_pow2(uint32_t v) {
-  uint32_t p = 1;
-  while (p < v && p < (1u << 30)) p <<= 1;
-  return p;
-}
-
 // Counters have one writer (the thread driving the device); readers on other
 // threads see a recent value. No locked instruction on the datapath.
 void bump(std::atomic<uint64_t>& c) {
@@ -51,30 +45,6 @@ std::shared_ptr<Port> find_port(uint16_t id) {
   std::lock_guard<std::mutex> g(r.mu);
   auto it = r.ports.find(id);
   return it == r.ports.end() ? nullptr : it->second.lock();
-}
-
-// ---------------------------------------------------------------------- CQ
-
-NullCq::NullCq(NullDevice* dev, uint32_t cqe)
-    : dev_(dev),
-      ring_(round_pow2(std::max(cqe, 2u))),
-      mask_(static_cast<uint32_t>(ring_.size()) - 1) {}
-
-bool NullCq::push(const WorkCompletion& wc) {
-  if (!has_space()) return false;
-  ring_[tail_ & mask_] = wc;
-  ++tail_;
-  return true;
-}
-
-int NullCq::poll(int max, WorkCompletion* wc) {
-  dev_->progress();
-  int n = 0;
-  while (n < max && head_ != tail_) {
-    wc[n++] = ring_[head_ & mask_];
-    ++head_;
-  }
-  return n;
 }
 
 // ---------------------------------------------------------------------- QP
@@ -207,7 +177,7 @@ Status NullQp::post_one(const SendWr& wr) {
   if (len > 0x80000000ull) {
     return InvalidArgument("post_send: message larger than 2 GiB");
   }
-  NullCq* scq = static_cast<NullCq*>(cfg_.send_cq);
+  RingCq* scq = static_cast<RingCq*>(cfg_.send_cq);
   if (wr.signaled && !scq->has_space()) {
     return ResourceExhausted("post_send: send CQ full");
   }
@@ -321,7 +291,7 @@ Result<std::unique_ptr<ProtectionDomain>> NullDevice::alloc_pd() {
 
 Result<std::unique_ptr<CompletionQueue>> NullDevice::create_cq(uint32_t cqe) {
   if (cqe == 0) return InvalidArgument("create_cq: zero entries");
-  return std::unique_ptr<CompletionQueue>(new NullCq(this, cqe));
+  return std::unique_ptr<CompletionQueue>(new RingCq(this, cqe));
 }
 
 Result<std::unique_ptr<SharedReceiveQueue>> NullDevice::create_srq(
@@ -337,8 +307,7 @@ Result<std::unique_ptr<QueuePair>> NullDevice::create_qp(const QpConfig& cfg) {
   if (dynamic_cast<SoftPd*>(cfg.pd) == nullptr) {
     return InvalidArgument("create_qp: PD of another device");
   }
-  if (dynamic_cast<NullCq*>(cfg.send_cq) == nullptr ||
-      dynamic_cast<NullCq*>(cfg.recv_cq) == nullptr) {
+  if (!RingCq::of(cfg.send_cq, this) || !RingCq::of(cfg.recv_cq, this)) {
     return InvalidArgument("create_qp: CQs of another device");
   }
   if (cfg.srq != nullptr && dynamic_cast<SoftSrq*>(cfg.srq) == nullptr) {
@@ -426,7 +395,7 @@ bool NullDevice::deliver(const Packet& p) {
     }
   }
   RecvRing& ring = qp->recvs();
-  NullCq* rcq = static_cast<NullCq*>(qp->cfg_.recv_cq);
+  RingCq* rcq = static_cast<RingCq*>(qp->cfg_.recv_cq);
   if (ring.empty()) {
     if (qp->type_ == QpType::kRC) return false;
     bump(c_.drop_no_recv);

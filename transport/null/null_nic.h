@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "transport/nic.h"
+#include "transport/ring_cq.h"
 #include "transport/udp/soft_nic.h"
 
 namespace uccl::transport::nullnic {
@@ -82,21 +83,6 @@ struct NullCounters {
 };
 
 class NullDevice;
-
-class NullCq final : public CompletionQueue {
- public:
-  NullCq(NullDevice* dev, uint32_t cqe);
-  int poll(int max, WorkCompletion* wc) override;
-  uint32_t capacity() const override { return mask_ + 1; }
-  bool has_space() const { return tail_ - head_ < capacity(); }
-  bool push(const WorkCompletion& wc);
-
- private:
-  NullDevice* dev_;
-  std::vector<WorkCompletion> ring_;
-  uint32_t mask_;
-  uint32_t head_ = 0, tail_ = 0;
-};
 
 class NullAh final : public AddressHandle {
  public:

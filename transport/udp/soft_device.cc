@@ -39,12 +39,6 @@ UCCL_KNOB(int64_t, knob_softnic_tx_budget, "UCCL_SOFTNIC_TX_BUDGET", 32,
 
 namespace {
 
-uint32_t round_pow2(uint32_t v) {
-  uint32_t p = 1;
-  while (p < v) p <<= 1;
-  return p;
-}
-
 void set_sockbuf(int fd, int bytes) {
   // FORCE variants ignore net.core.*mem_max (needs CAP_NET_ADMIN).
   if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)) != 0) {
@@ -115,30 +109,6 @@ SoftMr::SoftMr(SoftPd* pd, uint64_t addr, size_t len, uint32_t access,
 }
 
 SoftMr::~SoftMr() { pd_->table().remove(lkey_); }
-
-// ---------------------------------------------------------------------- CQ
-
-SoftCq::SoftCq(SoftDevice* dev, uint32_t cqe)
-    : dev_(dev),
-      ring_(round_pow2(std::max(cqe, 2u))),
-      mask_(ring_.size() - 1) {}
-
-bool SoftCq::push(const WorkCompletion& wc) {
-  if (!has_space()) return false;
-  ring_[tail_ & mask_] = wc;
-  ++tail_;
-  return true;
-}
-
-int SoftCq::poll(int max, WorkCompletion* wc) {
-  dev_->progress();
-  int n = 0;
-  while (n < max && head_ != tail_) {
-    wc[n++] = ring_[head_ & mask_];
-    ++head_;
-  }
-  return n;
-}
 
 // -------------------------------------------------------------- RecvRing
 
@@ -359,8 +329,7 @@ Result<std::unique_ptr<QueuePair>> SoftDevice::create_qp(const QpConfig& cfg) {
   if (dynamic_cast<SoftPd*>(cfg.pd) == nullptr) {
     return InvalidArgument("create_qp: missing PD or PD of another device");
   }
-  if (dynamic_cast<SoftCq*>(cfg.send_cq) == nullptr ||
-      dynamic_cast<SoftCq*>(cfg.recv_cq) == nullptr) {
+  if (!RingCq::of(cfg.send_cq, this) || !RingCq::of(cfg.recv_cq, this)) {
     return InvalidArgument("create_qp: send_cq and recv_cq are required");
   }
   if (cfg.srq != nullptr && dynamic_cast<SoftSrq*>(cfg.srq) == nullptr) {

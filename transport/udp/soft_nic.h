@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "transport/nic.h"
+#include "transport/ring_cq.h"
 #include "transport/udp/mr_table.h"
 #include "transport/udp/netif.h"
 #include "transport/udp/wire.h"
@@ -83,22 +84,7 @@ class SoftMw final : public MemoryWindow {
   uint32_t index_;
 };
 
-class SoftCq final : public CompletionQueue {
- public:
-  SoftCq(SoftDevice* dev, uint32_t cqe);
-  int poll(int max, WorkCompletion* wc) override;
-  uint32_t capacity() const override { return mask_ + 1; }
-  bool has_space(uint32_t n = 1) const {
-    return tail_ - head_ + n <= capacity();
-  }
-  bool push(const WorkCompletion& wc);
-
- private:
-  SoftDevice* dev_;
-  std::vector<WorkCompletion> ring_;
-  uint32_t mask_;
-  uint32_t head_ = 0, tail_ = 0;
-};
+using SoftCq = RingCq;  // transport/ring_cq.h
 
 // A posted receive.
 struct RecvEntry {
@@ -332,7 +318,6 @@ class SoftDevice final : public Device {
 
  private:
   friend class SoftQp;
-  friend class SoftCq;
   SoftDevice() = default;
 
   struct Held {

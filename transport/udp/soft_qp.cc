@@ -21,12 +21,6 @@ UCCL_KNOB(int64_t, knob_softnic_rc_window, "UCCL_SOFTNIC_RC_WINDOW", 64,
 
 namespace {
 
-uint32_t round_pow2(uint32_t v) {
-  uint32_t p = 1;
-  while (p < v) p <<= 1;
-  return p;
-}
-
 // IB spec 9.7.5.2.8: min_rnr_timer encoding -> microseconds.
 uint64_t rnr_delay_us(uint8_t code) {
   static const uint32_t kTable[32] = {

@@ -4,6 +4,8 @@
 #   tools/gpu_session.sh nccl     conformance + NCCL correctness + bench suite
 #   tools/gpu_session.sh engines  transport_test engine scaling and latency
 #   tools/gpu_session.sh tune     UCCL knob variants of the all_reduce bench
+#   tools/gpu_session.sh engine1  one engine vs raw UDP, $ROUNDS interleaved
+#                                 rounds of the env variants in $VARIANTS
 set -u
 PART=${1:-nccl}
 OUT=${OUT:-/tmp/uccl-out}
@@ -51,6 +53,24 @@ case "$PART" in
     tools/transport_pair.sh "$C" --flagfile=configs/transport_test/loopback_lat.flags \
       --json >"$OUT/lat.txt" 2>&1
     grep -A1 "one-way" "$OUT/lat.txt" | head -4
+    ;;
+  engine1)
+    # Each round: raw UDP (1 stream), then every variant with 1 and 8 flows;
+    # the ratio is against that round's UDP figure.
+    IFS=';' read -r -a vars <<<"${VARIANTS:-UCCL_CRC32C=auto}"
+    for r in $(seq "${ROUNDS:-3}"); do
+      udp=$("$C/bin/socket_bench" --proto=udp --streams=1 --duration_s=3 --json |
+        grep '"role":"server"' | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/')
+      echo "round $r: raw UDP $udp Gb/s"
+      for v in "${vars[@]}"; do
+        for f in "--nflow=1 --nreq=16" "--nflow=8 --nreq=4"; do
+          env $v tools/transport_pair.sh "$C" --perftype=tpt --engines=1 \
+            --msize=1048576 --duration_s=3 $f --json >"$OUT/e1.txt" 2>&1
+          uc=$(grep '"role":"server"' "$OUT/e1.txt" | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/')
+          echo "  $v $f: UCCL $uc Gb/s ratio $(awk -v a="$uc" -v b="$udp" 'BEGIN{if (b > 0) printf "%.3f", a / b}')"
+        done
+      done
+    done
     ;;
   tune)
     # Configurations separated by ';' in $TUNE (default: a few knobs).

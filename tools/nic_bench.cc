@@ -402,7 +402,7 @@ int main(int argc, char** argv) {
       FLAGS_device.c_str(), FLAGS_qp == "rc" ? "RC" : "UC",
       type == QpType::kRC ? "RDMA_WRITE" : "RDMA_WRITE_WITH_IMM", FLAGS_depth,
       FLAGS_duration_s, cores.server, cores.client, mtu,
-      crc32c_hardware() ? "sse4.2" : "portable");
+      crc32c_impl_name(crc32c_impl()));
   std::printf("%10s %14s %14s %8s\n", "bytes", "uccl GB/s", "raw UDP GB/s",
               "ratio");
   double main_ratio = 0;

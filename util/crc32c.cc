@@ -1,12 +1,15 @@
-// CRC32C implementations: a slicing-by-8 portable version and an SSE4.2
-// version that runs three independent lanes and merges them with a
-// table-driven "append N zero bytes" operator (GF(2) arithmetic mod P).
+// CRC32C implementations: a slicing-by-8 portable version, an SSE4.2 version
+// that runs three crc32 lanes merged with a table-driven "append N zero bytes"
+// operator (GF(2) arithmetic mod P), and a VPCLMULQDQ folding version.
 #include "util/crc32c.h"
 
 #include <cstring>
+#include <string>
+
+#include "util/knobs.h"
 
 #if defined(__x86_64__)
-#include <nmmintrin.h>
+#include <immintrin.h>
 #endif
 
 namespace uccl {
@@ -73,8 +76,8 @@ uint32_t mult_mod_p(uint32_t a, uint32_t b) {
 
 // x^(8 * n) mod P: the operator that appends n zero bytes to a raw register.
 uint32_t x_pow_8n_mod_p(size_t n) {
-  uint32_t result = 1u << 31;    // x^0
-  uint32_t square = 1u << 23;    // x^8
+  uint32_t result = 1u << 31;  // x^0
+  uint32_t square = 1u << 23;  // x^8
   while (n) {
     if (n & 1) result = mult_mod_p(square, result);
     square = mult_mod_p(square, square);
@@ -115,7 +118,7 @@ const ShiftTable& short_shift() {
 
 template <bool kCopy>
 __attribute__((target("sse4.2"))) inline uint64_t lane_word(const uint8_t* s,
-                                                             uint8_t* d) {
+                                                            uint8_t* d) {
   uint64_t w;
   std::memcpy(&w, s, 8);
   if (kCopy) std::memcpy(d, &w, 8);
@@ -125,10 +128,9 @@ __attribute__((target("sse4.2"))) inline uint64_t lane_word(const uint8_t* s,
 // Three lanes of `lane` bytes each, interleaved so the crc32 instructions'
 // latency overlaps, then merged: c = shift(shift(c0) ^ c1) ^ c2.
 template <bool kCopy>
-__attribute__((target("sse4.2"))) uint32_t three_lanes(uint32_t c,
-                                                        const uint8_t*& s,
-                                                        uint8_t*& d, size_t lane,
-                                                        const ShiftTable& shift) {
+__attribute__((target("sse4.2"))) uint32_t three_lanes(
+    uint32_t c, const uint8_t*& s, uint8_t*& d, size_t lane,
+    const ShiftTable& shift) {
   uint64_t c0 = c, c1 = 0, c2 = 0;
   const uint8_t* s1 = s + lane;
   const uint8_t* s2 = s + 2 * lane;
@@ -139,7 +141,8 @@ __attribute__((target("sse4.2"))) uint32_t three_lanes(uint32_t c,
     c1 = _mm_crc32_u64(c1, lane_word<kCopy>(s1 + i, kCopy ? d1 + i : nullptr));
     c2 = _mm_crc32_u64(c2, lane_word<kCopy>(s2 + i, kCopy ? d2 + i : nullptr));
   }
-  uint32_t r = shift.apply(static_cast<uint32_t>(c0)) ^ static_cast<uint32_t>(c1);
+  uint32_t r =
+      shift.apply(static_cast<uint32_t>(c0)) ^ static_cast<uint32_t>(c1);
   r = shift.apply(r) ^ static_cast<uint32_t>(c2);
   s += 3 * lane;
   if (kCopy) d += 3 * lane;
@@ -147,10 +150,9 @@ __attribute__((target("sse4.2"))) uint32_t three_lanes(uint32_t c,
 }
 
 template <bool kCopy>
-__attribute__((target("sse4.2"))) uint32_t raw_update_hw(uint32_t c,
-                                                          uint8_t* d,
-                                                          const uint8_t* s,
-                                                          size_t n) {
+__attribute__((target("sse4.2"))) uint32_t raw_update_hw(uint32_t c, uint8_t* d,
+                                                         const uint8_t* s,
+                                                         size_t n) {
   uint64_t c64 = c;
   while (n >= 3 * kLongLane) {
     c64 = three_lanes<kCopy>(static_cast<uint32_t>(c64), s, d, kLongLane,
@@ -176,39 +178,265 @@ __attribute__((target("sse4.2"))) uint32_t raw_update_hw(uint32_t c,
   }
   return c32;
 }
+// ---------------------------------------------------------------------------
+// Carry-less-multiply folding (Intel, "Fast CRC Computation for Generic
+// Polynomials Using PCLMULQDQ", 2009), four 512-bit accumulators.
+//
+// Representation: 16 message bytes loaded little-endian form a 128-bit value
+// whose bit i is the coefficient of x^(127-i) (bit-reflected, as the CRC
+// itself). Its low quadword holds the higher-degree half H, its high quadword
+// the lower half L, so the block is H*x^64 + L. Moving it D bits forward
+// (towards the message end) multiplies it by x^D; mod P that is
+//   H * (x^(D+64) mod P) + L * (x^D mod P),
+// two 64x33-bit carry-less products of degree < 96 that are XORed into the
+// block D bits later. A carry-less product of two reflected values comes out
+// one degree high (bit i+j stands for x^(126-i-j), read as x^(127-i-j)), so
+// each constant is stored divided by x: x^(n-1) mod P, kept as
+// (x^(n-8) mod P) * x^7, with bit (63-d) the coefficient of x^d.
+// After the folds one 128-bit value R remains, equivalent mod P to everything
+// before it; the crc32 instruction over R's 16 bytes (from 0) gives R*x^32
+// mod P, the raw CRC of the prefix, and then carries on over the tail.
+// ---------------------------------------------------------------------------
+
+// x^(n-1) mod P (up to a multiple of P) in the representation above, for n a
+// multiple of 8: the reflected 32-bit value has x^d at bit 31-d; times x^7
+// that is bit 56-d, a shift by 25.
+uint64_t fold_constant(size_t n_bits) {
+  return static_cast<uint64_t>(x_pow_8n_mod_p(n_bits / 8 - 1)) << 25;
+}
+
+// The pair that folds a 128-bit lane D bits forward: low quadword multiplies
+// H (x^(D+64)), high quadword multiplies L (x^D).
+struct FoldPair {
+  uint64_t lo, hi;
+};
+FoldPair fold_pair(size_t d_bits) {
+  return {fold_constant(d_bits + 64), fold_constant(d_bits)};
+}
+
+struct ClmulConstants {
+  FoldPair by[17];  // by[k]: fold k * 128 bits forward, k = 1..16
+  ClmulConstants() {
+    for (size_t k = 1; k <= 16; ++k) by[k] = fold_pair(128 * k);
+  }
+};
+
+const ClmulConstants& clmul_constants() {
+  static const ClmulConstants c;
+  return c;
+}
+
+#define UCCL_CLMUL_TARGET \
+  __attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2")))
+
+UCCL_CLMUL_TARGET inline __m512i fold512(__m512i acc, __m512i k) {
+  return _mm512_xor_si512(_mm512_clmulepi64_epi128(acc, k, 0x00),
+                          _mm512_clmulepi64_epi128(acc, k, 0x11));
+}
+
+UCCL_CLMUL_TARGET inline __m128i fold128(__m128i acc, __m128i k) {
+  return _mm_xor_si128(_mm_clmulepi64_si128(acc, k, 0x00),
+                       _mm_clmulepi64_si128(acc, k, 0x11));
+}
+
+UCCL_CLMUL_TARGET inline __m512i broadcast_pair(const FoldPair& p) {
+  const auto lo = static_cast<int64_t>(p.lo), hi = static_cast<int64_t>(p.hi);
+  return _mm512_set_epi64(hi, lo, hi, lo, hi, lo, hi, lo);
+}
+
+// Lane `kLane` of a zmm (the masked form: GCC 12 warns on the plain one).
+template <int kLane>
+UCCL_CLMUL_TARGET inline __m128i lane128(__m512i x) {
+  return _mm512_maskz_extracti32x4_epi32(0xF, x, kLane);
+}
+
+UCCL_CLMUL_TARGET inline __m128i pair128(const FoldPair& p) {
+  return _mm_set_epi64x(static_cast<int64_t>(p.hi), static_cast<int64_t>(p.lo));
+}
+
+template <bool kCopy>
+UCCL_CLMUL_TARGET inline __m512i load512(const uint8_t* s, uint8_t* d) {
+  __m512i v = _mm512_loadu_si512(s);
+  if (kCopy) _mm512_storeu_si512(d, v);
+  return v;
+}
+
+constexpr size_t kClmulMin = 256;  // shorter buffers take the crc32 path
+
+// Raw register update over n >= kClmulMin bytes.
+template <bool kCopy>
+UCCL_CLMUL_TARGET uint32_t raw_update_clmul(uint32_t c, uint8_t* d,
+                                            const uint8_t* s, size_t n) {
+  const ClmulConstants& kc = clmul_constants();
+  // The initial register is XORed into the first four message bytes.
+  __m512i x0 = _mm512_xor_si512(
+      load512<kCopy>(s, d),
+      _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(c))));
+  __m512i x1 = load512<kCopy>(s + 64, kCopy ? d + 64 : nullptr);
+  __m512i x2 = load512<kCopy>(s + 128, kCopy ? d + 128 : nullptr);
+  __m512i x3 = load512<kCopy>(s + 192, kCopy ? d + 192 : nullptr);
+  s += 256;
+  if (kCopy) d += 256;
+  n -= 256;
+  const __m512i k16 = broadcast_pair(kc.by[16]);  // 256 bytes forward
+  while (n >= 256) {
+    x0 = _mm512_xor_si512(fold512(x0, k16), load512<kCopy>(s, d));
+    x1 = _mm512_xor_si512(fold512(x1, k16),
+                          load512<kCopy>(s + 64, kCopy ? d + 64 : nullptr));
+    x2 = _mm512_xor_si512(fold512(x2, k16),
+                          load512<kCopy>(s + 128, kCopy ? d + 128 : nullptr));
+    x3 = _mm512_xor_si512(fold512(x3, k16),
+                          load512<kCopy>(s + 192, kCopy ? d + 192 : nullptr));
+    s += 256;
+    if (kCopy) d += 256;
+    n -= 256;
+  }
+  // Four accumulators into one (x0 is 192 bytes before x3), then its four
+  // lanes into one 128-bit value.
+  __m512i x = _mm512_xor_si512(fold512(x0, broadcast_pair(kc.by[12])),
+                               fold512(x1, broadcast_pair(kc.by[8])));
+  x = _mm512_xor_si512(x, fold512(x2, broadcast_pair(kc.by[4])));
+  x = _mm512_xor_si512(x, x3);
+  __m128i r = _mm_xor_si128(fold128(lane128<0>(x), pair128(kc.by[3])),
+                            fold128(lane128<1>(x), pair128(kc.by[2])));
+  r = _mm_xor_si128(r, fold128(lane128<2>(x), pair128(kc.by[1])));
+  r = _mm_xor_si128(r, lane128<3>(x));
+  const __m128i k1 = pair128(kc.by[1]);
+  while (n >= 16) {
+    __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+    if (kCopy) _mm_storeu_si128(reinterpret_cast<__m128i*>(d), v);
+    r = _mm_xor_si128(fold128(r, k1), v);
+    s += 16;
+    if (kCopy) d += 16;
+    n -= 16;
+  }
+  uint64_t c64 = _mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(r)));
+  c64 = _mm_crc32_u64(c64, static_cast<uint64_t>(_mm_extract_epi64(r, 1)));
+  uint32_t c32 = static_cast<uint32_t>(c64);
+  while (n >= 8) {
+    uint64_t w;
+    std::memcpy(&w, s, 8);
+    if (kCopy) std::memcpy(d, &w, 8);
+    c32 = static_cast<uint32_t>(_mm_crc32_u64(c32, w));
+    s += 8;
+    if (kCopy) d += 8;
+    n -= 8;
+  }
+  while (n--) {
+    uint8_t b = *s++;
+    if (kCopy) *d++ = b;
+    c32 = _mm_crc32_u8(c32, b);
+  }
+  return c32;
+}
+
+bool detect_vpclmul() {
+  return __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("vpclmulqdq") &&
+         __builtin_cpu_supports("pclmul") && detect_sse42();
+}
 #else
 bool detect_sse42() { return false; }
+bool detect_vpclmul() { return false; }
 #endif
 
-const bool g_hw = detect_sse42();
+// UCCL_CRC32C: which implementation computes every datagram's CRC. All give
+// the same CRC (peers may differ); the choice is for A/B benchmarks.
+constexpr const char* kCrc32cChoices[] = {"auto", "vpclmul", "sse42",
+                                          "portable", nullptr};
+UCCL_KNOB(std::string, knob_crc32c, "UCCL_CRC32C", "auto",
+          "CRC32C implementation: auto (fastest the CPU runs), vpclmul "
+          "(AVX-512 VPCLMULQDQ folding), sse42 (three crc32 lanes) or "
+          "portable (slicing-by-8); one the CPU lacks falls back to auto",
+          kCrc32cChoices);
+
+Crc32cImpl choose_impl() {
+  const std::string& want = knob_crc32c().get();
+  if (want == "vpclmul" && detect_vpclmul()) return Crc32cImpl::kVpclmul;
+  if (want == "sse42" && detect_sse42()) return Crc32cImpl::kSse42;
+  if (want == "portable") return Crc32cImpl::kPortable;
+  if (detect_vpclmul()) return Crc32cImpl::kVpclmul;
+  if (detect_sse42()) return Crc32cImpl::kSse42;
+  return Crc32cImpl::kPortable;
+}
+
+const Crc32cImpl g_impl = choose_impl();
+
+// Raw register update (and copy when kCopy) with one implementation.
+template <bool kCopy>
+uint32_t raw_update(Crc32cImpl impl, uint32_t c, uint8_t* d, const uint8_t* s,
+                    size_t n) {
+#if defined(__x86_64__)
+  if (impl == Crc32cImpl::kVpclmul && n >= kClmulMin) {
+    return raw_update_clmul<kCopy>(c, d, s, n);
+  }
+  if (impl != Crc32cImpl::kPortable) return raw_update_hw<kCopy>(c, d, s, n);
+#endif
+  (void)impl;
+  if (kCopy) {
+    std::memcpy(d, s, n);
+    return raw_update_portable(c, d, n);
+  }
+  return raw_update_portable(c, s, n);
+}
 
 }  // namespace
 
-bool crc32c_hardware() { return g_hw; }
+Crc32cImpl crc32c_impl() { return g_impl; }
+
+bool crc32c_hardware() { return g_impl != Crc32cImpl::kPortable; }
+
+bool crc32c_supported(Crc32cImpl impl) {
+  switch (impl) {
+    case Crc32cImpl::kVpclmul:
+      return detect_vpclmul();
+    case Crc32cImpl::kSse42:
+      return detect_sse42();
+    case Crc32cImpl::kPortable:
+      return true;
+  }
+  return false;
+}
+
+const char* crc32c_impl_name(Crc32cImpl impl) {
+  switch (impl) {
+    case Crc32cImpl::kVpclmul:
+      return "vpclmul";
+    case Crc32cImpl::kSse42:
+      return "sse4.2";
+    case Crc32cImpl::kPortable:
+      return "portable";
+  }
+  return "?";
+}
+
+uint32_t crc32c_with(Crc32cImpl impl, uint32_t crc, const void* data,
+                     size_t len) {
+  if (!crc32c_supported(impl)) impl = g_impl;
+  return ~raw_update<false>(impl, ~crc, nullptr,
+                            static_cast<const uint8_t*>(data), len);
+}
+
+uint32_t crc32c_copy_with(Crc32cImpl impl, uint32_t crc, void* dst,
+                          const void* src, size_t len) {
+  if (!crc32c_supported(impl)) impl = g_impl;
+  return ~raw_update<true>(impl, ~crc, static_cast<uint8_t*>(dst),
+                           static_cast<const uint8_t*>(src), len);
+}
 
 uint32_t crc32c_portable(uint32_t crc, const void* data, size_t len) {
   return ~raw_update_portable(~crc, static_cast<const uint8_t*>(data), len);
 }
 
 uint32_t crc32c(uint32_t crc, const void* data, size_t len) {
-#if defined(__x86_64__)
-  if (g_hw) {
-    return ~raw_update_hw<false>(~crc, nullptr,
-                                 static_cast<const uint8_t*>(data), len);
-  }
-#endif
-  return crc32c_portable(crc, data, len);
+  return ~raw_update<false>(g_impl, ~crc, nullptr,
+                            static_cast<const uint8_t*>(data), len);
 }
 
 uint32_t crc32c_copy(uint32_t crc, void* dst, const void* src, size_t len) {
-#if defined(__x86_64__)
-  if (g_hw) {
-    return ~raw_update_hw<true>(~crc, static_cast<uint8_t*>(dst),
-                                static_cast<const uint8_t*>(src), len);
-  }
-#endif
-  std::memcpy(dst, src, len);
-  return crc32c_portable(crc, dst, len);
+  return ~raw_update<true>(g_impl, ~crc, static_cast<uint8_t*>(dst),
+                           static_cast<const uint8_t*>(src), len);
 }
 
 }  // namespace uccl

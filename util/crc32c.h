@@ -1,5 +1,5 @@
 // CRC32C (Castagnoli), the software NIC's per-datagram integrity check (like
-// RoCE's ICRC). SSE4.2 with three interleaved lanes where available.
+// RoCE's ICRC): VPCLMULQDQ folding, SSE4.2 crc32 lanes or portable tables.
 #pragma once
 
 #include <cstddef>
@@ -15,8 +15,26 @@ uint32_t crc32c(uint32_t crc, const void* data, size_t len);
 // CRC32C of them, continuing from `crc`, in one pass over the data.
 uint32_t crc32c_copy(uint32_t crc, void* dst, const void* src, size_t len);
 
-// True when the SSE4.2 path is in use (for benchmarks' reports).
+// Implementations. The one in use is the fastest the CPU runs, unless
+// UCCL_CRC32C names another (see util/crc32c.cc).
+enum class Crc32cImpl {
+  kVpclmul,   // AVX-512 VPCLMULQDQ folding (buffers >= 256 B; shorter: sse42)
+  kSse42,     // three interleaved crc32 instruction lanes
+  kPortable,  // slicing-by-8 tables
+};
+Crc32cImpl crc32c_impl();
+const char* crc32c_impl_name(Crc32cImpl impl);
+bool crc32c_supported(Crc32cImpl impl);
+
+// True when a hardware path is in use (for benchmarks' reports).
 bool crc32c_hardware();
+
+// One implementation explicitly (tests, benchmarks); one the CPU lacks is
+// replaced by the one in use.
+uint32_t crc32c_with(Crc32cImpl impl, uint32_t crc, const void* data,
+                     size_t len);
+uint32_t crc32c_copy_with(Crc32cImpl impl, uint32_t crc, void* dst,
+                          const void* src, size_t len);
 
 // Portable implementation, exposed so tests can check both paths agree.
 uint32_t crc32c_portable(uint32_t crc, const void* data, size_t len);

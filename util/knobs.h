@@ -35,8 +35,7 @@ bool parse_knob_value(const std::string& text, std::string* out);
 template <typename T>
 class Knob final : public KnobBase {
   static_assert(std::is_same_v<T, bool> || std::is_same_v<T, int64_t> ||
-                    std::is_same_v<T, double> ||
-                    std::is_same_v<T, std::string>,
+                    std::is_same_v<T, double> || std::is_same_v<T, std::string>,
                 "knobs are bool, int64_t, double or std::string");
 
  public:
@@ -55,6 +54,18 @@ class Knob final : public KnobBase {
     load();
   }
 
+  // A string knob may list its valid values (nullptr-terminated); any other
+  // value is refused, like a number out of bounds.
+  Knob(const char* name, T default_value, const char* help,
+       const char* const* choices)
+      : KnobBase(name, help),
+        default_(default_value),
+        bounded_(false),
+        choices_(choices) {
+    static_assert(std::is_same_v<T, std::string>, "choices are for strings");
+    load();
+  }
+
   // The value: the environment's if set and valid, else the default.
   const T& get() const { return value_; }
 
@@ -70,6 +81,7 @@ class Knob final : public KnobBase {
   T default_;
   T min_{}, max_{};
   bool bounded_;
+  const char* const* choices_ = nullptr;
   T value_;
   bool from_env_ = false;
   std::string error_;
@@ -108,6 +120,20 @@ void Knob<T>::load() {
       return;
     }
   }
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (choices_ != nullptr) {
+      bool ok = false;
+      std::string list;
+      for (const char* const* c = choices_; *c != nullptr; ++c) {
+        ok = ok || parsed == *c;
+        list += (list.empty() ? "" : ", ") + std::string(*c);
+      }
+      if (!ok) {
+        error_ = "'" + parsed + "' is not one of: " + list;
+        return;
+      }
+    }
+  }
   value_ = parsed;
 }
 
@@ -129,11 +155,11 @@ KnobInfo Knob<T>::info() const {
 // Defines `Knob<type>& fn()` returning the knob for environment variable
 // `env`, constructed (and the environment read) on first use or at static
 // initialisation, whichever comes first. Optional trailing args: min, max.
-#define UCCL_KNOB(type, fn, env, default_value, help, ...)                  \
-  ::uccl::Knob<type>& fn() {                                                \
+#define UCCL_KNOB(type, fn, env, default_value, help, ...)                   \
+  ::uccl::Knob<type>& fn() {                                                 \
     static ::uccl::Knob<type> knob(env, default_value, help, ##__VA_ARGS__); \
-    return knob;                                                            \
-  }                                                                         \
+    return knob;                                                             \
+  }                                                                          \
   [[maybe_unused]] static const bool fn##_registered_ = (fn(), true)
 
 // Declares a knob defined elsewhere with UCCL_KNOB.

@@ -16,20 +16,41 @@ UCCL_KNOB(bool, test_bool_knob, "UCCL_TEST_BOOL", false, "bool knob");
 UCCL_KNOB(double, test_double_knob, "UCCL_TEST_DOUBLE", 0.5, "double knob");
 UCCL_KNOB(std::string, test_string_knob, "UCCL_TEST_STRING", "udp",
           "string knob");
+constexpr const char* kTestChoices[] = {"red", "green", nullptr};
+UCCL_KNOB(std::string, test_choice_knob, "UCCL_TEST_CHOICE", "red",
+          "string knob with choices", kTestChoices);
 
 class KnobsTest : public ::testing::Test {
  protected:
   void TearDown() override {
-    for (const char* n : {"UCCL_TEST_INT", "UCCL_TEST_BOOL", "UCCL_TEST_DOUBLE",
-                          "UCCL_TEST_STRING", "UCCL_TEST_TYPO"}) {
+    for (const char* n :
+         {"UCCL_TEST_INT", "UCCL_TEST_BOOL", "UCCL_TEST_DOUBLE",
+          "UCCL_TEST_STRING", "UCCL_TEST_CHOICE", "UCCL_TEST_TYPO"}) {
       unsetenv(n);
     }
     test_int_knob().reload_for_testing();
     test_bool_knob().reload_for_testing();
     test_double_knob().reload_for_testing();
     test_string_knob().reload_for_testing();
+    test_choice_knob().reload_for_testing();
   }
 };
+
+TEST_F(KnobsTest, StringChoicesAcceptListedValuesOnly) {
+  setenv("UCCL_TEST_CHOICE", "green", 1);
+  test_choice_knob().reload_for_testing();
+  EXPECT_EQ(test_choice_knob().get(), "green");
+  EXPECT_TRUE(check_knobs().ok());
+  setenv("UCCL_TEST_CHOICE", "blue", 1);
+  test_choice_knob().reload_for_testing();
+  EXPECT_EQ(test_choice_knob().get(), "red") << "default kept";
+  Status s = check_knobs();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(
+      s.message().find("UCCL_TEST_CHOICE: 'blue' is not one of: red, green"),
+      std::string::npos)
+      << s;
+}
 
 TEST_F(KnobsTest, Parsers) {
   bool b;

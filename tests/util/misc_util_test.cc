@@ -64,6 +64,55 @@ TEST(Crc32cTest, HardwareMatchesPortableAtAllSizesAndAlignments) {
   }
 }
 
+// Every implementation this CPU runs against the portable one, at the sizes
+// where the folding path's stages change (256 B entry, 256 B loop, 16 B
+// folds, 8 B and 1 B tails), every alignment, and a non-zero start.
+TEST(Crc32cTest, EveryImplementationAgreesAtStageBoundaries) {
+  std::mt19937_64 rng(777);
+  std::vector<uint8_t> data(70000);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  int checked = 0;
+  for (Crc32cImpl impl :
+       {Crc32cImpl::kVpclmul, Crc32cImpl::kSse42, Crc32cImpl::kPortable}) {
+    if (!crc32c_supported(impl)) continue;
+    ++checked;
+    for (size_t len :
+         {0ul, 15ul, 255ul, 256ul, 257ul, 264ul, 271ul, 272ul, 280ul, 511ul,
+          512ul, 513ul, 767ul, 1024ul, 4097ul, 65535ul, 65536ul, 65537ul}) {
+      for (size_t align = 0; align < 16; align += 3) {
+        for (uint32_t start : {0u, 0xDEADBEEFu}) {
+          const uint8_t* src = data.data() + align;
+          uint32_t want = crc32c_portable(start, src, len);
+          EXPECT_EQ(crc32c_with(impl, start, src, len), want)
+              << crc32c_impl_name(impl) << " len " << len << " align " << align;
+          std::vector<uint8_t> dst(len + 1, 0xA5);
+          EXPECT_EQ(crc32c_copy_with(impl, start, dst.data(), src, len), want)
+              << crc32c_impl_name(impl) << " copy len " << len;
+          EXPECT_EQ(std::memcmp(dst.data(), src, len), 0);
+          EXPECT_EQ(dst[len], 0xA5) << "wrote past the end";
+        }
+      }
+    }
+  }
+  EXPECT_GE(checked, 1);
+  EXPECT_TRUE(crc32c_supported(crc32c_impl()));
+}
+
+// A flipped bit anywhere in a 64 KiB chunk changes the folded CRC (each of
+// the 512-bit accumulators and the tail).
+TEST(Crc32cTest, FoldingPathDetectsBitFlipsEverywhere) {
+  std::vector<uint8_t> d(65536 + 13);
+  for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<uint8_t>(i * 7);
+  const uint32_t clean = crc32c(0, d.data(), d.size());
+  for (size_t pos : {0ul, 3ul, 64ul, 130ul, 200ul, 255ul, 30000ul, 65535ul,
+                     65540ul, 65548ul}) {
+    d[pos] ^= 0x01;
+    EXPECT_NE(crc32c(0, d.data(), d.size()), clean) << "flip at " << pos;
+    d[pos] ^= 0x01;
+  }
+  EXPECT_EQ(crc32c(0, d.data(), d.size()), clean);
+}
+
 TEST(Crc32cTest, IncrementalEqualsWhole) {
   std::string s(100000, 'x');
   for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>(i * 31);

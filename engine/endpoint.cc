@@ -109,6 +109,10 @@ UCCL_KNOB(int64_t, knob_ack_delay_us, "UCCL_ACK_DELAY_US", 20,
 UCCL_KNOB(int64_t, knob_idle_spin, "UCCL_IDLE_SPIN_LOOPS", 20000,
           "Engine: empty loops before it starts sleeping between polls.", 0,
           1LL << 40);
+UCCL_KNOB(int64_t, knob_idle_yield, "UCCL_IDLE_YIELD_LOOPS", 64,
+          "Engine: empty loops before it yields its core once per empty "
+          "loop (sched_yield; matters when it shares a core).",
+          0, 1LL << 40);
 UCCL_KNOB(int64_t, knob_idle_sleep_us, "UCCL_IDLE_SLEEP_US", 20,
           "Engine: sleep per empty loop once idle, us (0 = always spin).", 0,
           1000000);
@@ -409,6 +413,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     ec.tail_loss_probe = knob_tlp().get();
     ec.ack_delay_ns = knob_ack_delay_us().get() * 1000;
     ec.idle_spin_loops = knob_idle_spin().get();
+    ec.idle_yield_loops = knob_idle_yield().get();
     ec.idle_sleep_ns = knob_idle_sleep_us().get() * 1000;
     ec.trace_file =
         c.trace_file.empty() ? knob_trace_file().get() : c.trace_file;

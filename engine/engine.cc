@@ -268,7 +268,7 @@ void UcclRDMAEngine::run() {
       if (idle > cfg_.idle_spin_loops && cfg_.idle_sleep_ns > 0) {
         timespec ts{0, static_cast<long>(cfg_.idle_sleep_ns)};
         nanosleep(&ts, nullptr);
-      } else if (idle > kIdleYieldLoops) {
+      } else if (idle > cfg_.idle_yield_loops) {
         sched_yield();
       }
     } else {

@@ -44,6 +44,7 @@ struct EngineConfig {
   uint64_t ack_delay_ns = 20000;
   // Idle back-off: spin this many empty loops, then sleep this long.
   uint64_t idle_spin_loops = 20000;
+  uint64_t idle_yield_loops = 64;  // empty loops before yielding each loop
   uint64_t idle_sleep_ns = 20000;
   std::string trace_file;       // Chrome trace of chunk events, or ""
   double stats_interval_s = 0;  // periodic stats log line, 0 = off

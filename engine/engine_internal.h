@@ -36,8 +36,6 @@ constexpr int kPollBatch = 64;
 constexpr uint64_t kTimerIntervalNs = 50000;       // RTO / ACK-delay scan
 constexpr uint64_t kLivenessIntervalNs = 1000000;  // TCP liveness poll
 constexpr uint32_t kChunksPerTransmit = 32;        // per connection per loop
-constexpr uint64_t kIdleYieldLoops =
-    64;  // empty loops before the engine yields
 
 // Work-request ids: kind(2) | conn(10) | path(8) | batch(8) | csn(32).
 // `batch` on a signaled WR counts the WRs its completion retires.

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: every CPU benchmark with its same-run baseline, as markdown
 # (the format of BENCHMARKS.md). Usage: tools/run_benchmarks.sh [build-dir]
+#   0. crc_bench: the receiving NIC's CRC-then-place work per implementation
+#      vs memcpy alone
 #   1. nic_bench: software NIC RC writes vs raw UDP on two cores
 #   2. engine_bench: engine CPU cost per chunk, null NIC vs software NIC
 #   3. engine goodput under 1% injected loss vs lossless (transport_test tpt)
@@ -9,9 +11,14 @@
 set -uo pipefail
 BUILD=${1:-build}
 BIN="$BUILD/bin"
-for b in nic_bench engine_bench transport_test socket_bench; do
+for b in crc_bench nic_bench engine_bench transport_test socket_bench; do
   [ -x "$BIN/$b" ] || { echo "run_benchmarks: $BIN/$b not built" >&2; exit 2; }
 done
+
+echo "## CRC32C per implementation (crc_bench, memcpy alone as baseline)"
+echo
+timeout 30 "$BIN/crc_bench" 2>&1
+echo
 
 echo "## nic_bench (software NIC RC writes vs raw UDP, same run)"
 echo

@@ -188,19 +188,20 @@ __attribute__((target("sse4.2"))) uint32_t raw_update_hw(uint32_t c, uint8_t* d,
 // the lower half L, so the block is H*x^64 + L. Moving it D bits forward
 // (towards the message end) multiplies it by x^D; mod P that is
 //   H * (x^(D+64) mod P) + L * (x^D mod P),
-// two 64x33-bit carry-less products of degree < 96 that are XORed into the
-// block D bits later. A carry-less product of two reflected values comes out
-// one degree high (bit i+j stands for x^(126-i-j), read as x^(127-i-j)), so
-// each constant is stored divided by x: x^(n-1) mod P, kept as
-// (x^(n-8) mod P) * x^7, with bit (63-d) the coefficient of x^d.
+// two carry-less products that are XORed into the block D bits later. A
+// carry-less product of two reflected values comes out one degree high (bit
+// i+j stands for x^(126-i-j), read as x^(127-i-j)), so each constant is
+// stored divided by x: as (x^(n-8) mod P) * x^7, congruent to x^(n-1), of
+// degree < 39 (products of degree < 103 fit the 128-bit lane), with bit
+// (63-d) the coefficient of x^d.
 // After the folds one 128-bit value R remains, equivalent mod P to everything
 // before it; the crc32 instruction over R's 16 bytes (from 0) gives R*x^32
 // mod P, the raw CRC of the prefix, and then carries on over the tail.
 // ---------------------------------------------------------------------------
 
-// x^(n-1) mod P (up to a multiple of P) in the representation above, for n a
-// multiple of 8: the reflected 32-bit value has x^d at bit 31-d; times x^7
-// that is bit 56-d, a shift by 25.
+// (x^(n-8) mod P) * x^7 in the representation above, for n a multiple of 8:
+// the reflected 32-bit value has x^d at bit 31-d; times x^7 that is bit
+// 56-d, a shift by 25.
 uint64_t fold_constant(size_t n_bits) {
   return static_cast<uint64_t>(x_pow_8n_mod_p(n_bits / 8 - 1)) << 25;
 }
@@ -226,15 +227,20 @@ const ClmulConstants& clmul_constants() {
   return c;
 }
 
+// Helpers shared by both widths need only what both have; each path adds
+// its own (an AVX-512 function may inline an AVX2 one, not the reverse).
 #define UCCL_CLMUL_TARGET \
   __attribute__((target("avx512f,avx512vl,vpclmulqdq,pclmul,sse4.2")))
+#define UCCL_CLMUL128_TARGET __attribute__((target("pclmul,sse4.2")))
+#define UCCL_CLMUL256_TARGET \
+  __attribute__((target("avx2,vpclmulqdq,pclmul,sse4.2")))
 
 UCCL_CLMUL_TARGET inline __m512i fold512(__m512i acc, __m512i k) {
   return _mm512_xor_si512(_mm512_clmulepi64_epi128(acc, k, 0x00),
                           _mm512_clmulepi64_epi128(acc, k, 0x11));
 }
 
-UCCL_CLMUL_TARGET inline __m128i fold128(__m128i acc, __m128i k) {
+UCCL_CLMUL128_TARGET inline __m128i fold128(__m128i acc, __m128i k) {
   return _mm_xor_si128(_mm_clmulepi64_si128(acc, k, 0x00),
                        _mm_clmulepi64_si128(acc, k, 0x11));
 }
@@ -250,7 +256,7 @@ UCCL_CLMUL_TARGET inline __m128i lane128(__m512i x) {
   return _mm512_maskz_extracti32x4_epi32(0xF, x, kLane);
 }
 
-UCCL_CLMUL_TARGET inline __m128i pair128(const FoldPair& p) {
+UCCL_CLMUL128_TARGET inline __m128i pair128(const FoldPair& p) {
   return _mm_set_epi64x(static_cast<int64_t>(p.hi), static_cast<int64_t>(p.lo));
 }
 
@@ -259,6 +265,40 @@ UCCL_CLMUL_TARGET inline __m512i load512(const uint8_t* s, uint8_t* d) {
   __m512i v = _mm512_loadu_si512(s);
   if (kCopy) _mm512_storeu_si512(d, v);
   return v;
+}
+
+// Shared end of both folding paths: fold the remaining 16-byte blocks into
+// R, turn R into the raw CRC with the crc32 instruction, then the tail.
+template <bool kCopy>
+UCCL_CLMUL128_TARGET inline uint32_t clmul_finish(__m128i r, uint8_t* d,
+                                                  const uint8_t* s, size_t n) {
+  const __m128i k1 = pair128(clmul_constants().by[1]);
+  while (n >= 16) {
+    __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+    if (kCopy) _mm_storeu_si128(reinterpret_cast<__m128i*>(d), v);
+    r = _mm_xor_si128(fold128(r, k1), v);
+    s += 16;
+    if (kCopy) d += 16;
+    n -= 16;
+  }
+  uint64_t c64 = _mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(r)));
+  c64 = _mm_crc32_u64(c64, static_cast<uint64_t>(_mm_extract_epi64(r, 1)));
+  uint32_t c32 = static_cast<uint32_t>(c64);
+  while (n >= 8) {
+    uint64_t w;
+    std::memcpy(&w, s, 8);
+    if (kCopy) std::memcpy(d, &w, 8);
+    c32 = static_cast<uint32_t>(_mm_crc32_u64(c32, w));
+    s += 8;
+    if (kCopy) d += 8;
+    n -= 8;
+  }
+  while (n--) {
+    uint8_t b = *s++;
+    if (kCopy) *d++ = b;
+    c32 = _mm_crc32_u8(c32, b);
+  }
+  return c32;
 }
 
 constexpr size_t kClmulMin = 256;  // shorter buffers take the crc32 path
@@ -301,33 +341,70 @@ UCCL_CLMUL_TARGET uint32_t raw_update_clmul(uint32_t c, uint8_t* d,
                             fold128(lane128<1>(x), pair128(kc.by[2])));
   r = _mm_xor_si128(r, fold128(lane128<2>(x), pair128(kc.by[1])));
   r = _mm_xor_si128(r, lane128<3>(x));
-  const __m128i k1 = pair128(kc.by[1]);
-  while (n >= 16) {
-    __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-    if (kCopy) _mm_storeu_si128(reinterpret_cast<__m128i*>(d), v);
-    r = _mm_xor_si128(fold128(r, k1), v);
-    s += 16;
-    if (kCopy) d += 16;
-    n -= 16;
+  return clmul_finish<kCopy>(r, d, s, n);
+}
+
+// The same with eight 256-bit accumulators (AVX2 + VPCLMULQDQ, for CPUs
+// without AVX-512 such as AMD Zen 3): 256 bytes per loop, eight chains so
+// the carry-less multiplies' latency overlaps as with the 512-bit path.
+UCCL_CLMUL256_TARGET inline __m256i fold256(__m256i acc, __m256i k) {
+  return _mm256_xor_si256(_mm256_clmulepi64_epi128(acc, k, 0x00),
+                          _mm256_clmulepi64_epi128(acc, k, 0x11));
+}
+
+UCCL_CLMUL256_TARGET inline __m256i pair256(const FoldPair& p) {
+  const auto lo = static_cast<int64_t>(p.lo), hi = static_cast<int64_t>(p.hi);
+  return _mm256_set_epi64x(hi, lo, hi, lo);
+}
+
+template <bool kCopy>
+UCCL_CLMUL256_TARGET inline __m256i load256(const uint8_t* s, uint8_t* d,
+                                            size_t off) {
+  __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + off));
+  if (kCopy) _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + off), v);
+  return v;
+}
+
+// Raw register update over n >= kClmulMin bytes.
+template <bool kCopy>
+UCCL_CLMUL256_TARGET uint32_t raw_update_clmul256(uint32_t c, uint8_t* d,
+                                                  const uint8_t* s, size_t n) {
+  const ClmulConstants& kc = clmul_constants();
+  __m256i x[8];
+  // Fully unrolled, so the accumulators stay in registers.
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) x[i] = load256<kCopy>(s, d, 32 * i);
+  x[0] = _mm256_xor_si256(
+      x[0], _mm256_zextsi128_si256(_mm_cvtsi32_si128(static_cast<int>(c))));
+  s += 256;
+  if (kCopy) d += 256;
+  n -= 256;
+  const __m256i k16 = pair256(kc.by[16]);  // 256 bytes forward
+  while (n >= 256) {
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      x[i] = _mm256_xor_si256(fold256(x[i], k16), load256<kCopy>(s, d, 32 * i));
+    }
+    s += 256;
+    if (kCopy) d += 256;
+    n -= 256;
   }
-  uint64_t c64 = _mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(r)));
-  c64 = _mm_crc32_u64(c64, static_cast<uint64_t>(_mm_extract_epi64(r, 1)));
-  uint32_t c32 = static_cast<uint32_t>(c64);
-  while (n >= 8) {
-    uint64_t w;
-    std::memcpy(&w, s, 8);
-    if (kCopy) std::memcpy(d, &w, 8);
-    c32 = static_cast<uint32_t>(_mm_crc32_u64(c32, w));
-    s += 8;
-    if (kCopy) d += 8;
-    n -= 8;
+  // Accumulator i is 32 * (7 - i) bytes before the last; then two lanes.
+  __m256i y = x[7];
+#pragma GCC unroll 8
+  for (int i = 0; i < 7; ++i) {
+    y = _mm256_xor_si256(y, fold256(x[i], pair256(kc.by[2 * (7 - i)])));
   }
-  while (n--) {
-    uint8_t b = *s++;
-    if (kCopy) *d++ = b;
-    c32 = _mm_crc32_u8(c32, b);
-  }
-  return c32;
+  __m128i r =
+      _mm_xor_si128(fold128(_mm256_castsi256_si128(y), pair128(kc.by[1])),
+                    _mm256_extracti128_si256(y, 1));
+  return clmul_finish<kCopy>(r, d, s, n);
+}
+
+bool detect_vpclmul256() {
+  return __builtin_cpu_supports("avx2") &&
+         __builtin_cpu_supports("vpclmulqdq") &&
+         __builtin_cpu_supports("pclmul") && detect_sse42();
 }
 
 bool detect_vpclmul() {
@@ -339,24 +416,30 @@ bool detect_vpclmul() {
 #else
 bool detect_sse42() { return false; }
 bool detect_vpclmul() { return false; }
+bool detect_vpclmul256() { return false; }
 #endif
 
 // UCCL_CRC32C: which implementation computes every datagram's CRC. All give
 // the same CRC (peers may differ); the choice is for A/B benchmarks.
-constexpr const char* kCrc32cChoices[] = {"auto", "vpclmul", "sse42",
-                                          "portable", nullptr};
+constexpr const char* kCrc32cChoices[] = {"auto",  "vpclmul",  "vpclmul256",
+                                          "sse42", "portable", nullptr};
 UCCL_KNOB(std::string, knob_crc32c, "UCCL_CRC32C", "auto",
           "CRC32C implementation: auto (fastest the CPU runs), vpclmul "
-          "(AVX-512 VPCLMULQDQ folding), sse42 (three crc32 lanes) or "
+          "(AVX-512 VPCLMULQDQ folding), vpclmul256 (the same on AVX2), sse42 "
+          "(three crc32 lanes) or "
           "portable (slicing-by-8); one the CPU lacks falls back to auto",
           kCrc32cChoices);
 
 Crc32cImpl choose_impl() {
   const std::string& want = knob_crc32c().get();
   if (want == "vpclmul" && detect_vpclmul()) return Crc32cImpl::kVpclmul;
+  if (want == "vpclmul256" && detect_vpclmul256()) {
+    return Crc32cImpl::kVpclmul256;
+  }
   if (want == "sse42" && detect_sse42()) return Crc32cImpl::kSse42;
   if (want == "portable") return Crc32cImpl::kPortable;
   if (detect_vpclmul()) return Crc32cImpl::kVpclmul;
+  if (detect_vpclmul256()) return Crc32cImpl::kVpclmul256;
   if (detect_sse42()) return Crc32cImpl::kSse42;
   return Crc32cImpl::kPortable;
 }
@@ -370,6 +453,9 @@ uint32_t raw_update(Crc32cImpl impl, uint32_t c, uint8_t* d, const uint8_t* s,
 #if defined(__x86_64__)
   if (impl == Crc32cImpl::kVpclmul && n >= kClmulMin) {
     return raw_update_clmul<kCopy>(c, d, s, n);
+  }
+  if (impl == Crc32cImpl::kVpclmul256 && n >= kClmulMin) {
+    return raw_update_clmul256<kCopy>(c, d, s, n);
   }
   if (impl != Crc32cImpl::kPortable) return raw_update_hw<kCopy>(c, d, s, n);
 #endif
@@ -391,6 +477,8 @@ bool crc32c_supported(Crc32cImpl impl) {
   switch (impl) {
     case Crc32cImpl::kVpclmul:
       return detect_vpclmul();
+    case Crc32cImpl::kVpclmul256:
+      return detect_vpclmul256();
     case Crc32cImpl::kSse42:
       return detect_sse42();
     case Crc32cImpl::kPortable:
@@ -403,6 +491,8 @@ const char* crc32c_impl_name(Crc32cImpl impl) {
   switch (impl) {
     case Crc32cImpl::kVpclmul:
       return "vpclmul";
+    case Crc32cImpl::kVpclmul256:
+      return "vpclmul256";
     case Crc32cImpl::kSse42:
       return "sse4.2";
     case Crc32cImpl::kPortable:

@@ -18,9 +18,10 @@ uint32_t crc32c_copy(uint32_t crc, void* dst, const void* src, size_t len);
 // Implementations. The one in use is the fastest the CPU runs, unless
 // UCCL_CRC32C names another (see util/crc32c.cc).
 enum class Crc32cImpl {
-  kVpclmul,   // AVX-512 VPCLMULQDQ folding (buffers >= 256 B; shorter: sse42)
-  kSse42,     // three interleaved crc32 instruction lanes
-  kPortable,  // slicing-by-8 tables
+  kVpclmul,     // AVX-512 VPCLMULQDQ folding (buffers >= 256 B; shorter: sse42)
+  kVpclmul256,  // the same with 256-bit registers (AVX2 + VPCLMULQDQ)
+  kSse42,       // three interleaved crc32 instruction lanes
+  kPortable,    // slicing-by-8 tables
 };
 Crc32cImpl crc32c_impl();
 const char* crc32c_impl_name(Crc32cImpl impl);

@@ -72,8 +72,8 @@ TEST(Crc32cTest, EveryImplementationAgreesAtStageBoundaries) {
   std::vector<uint8_t> data(70000);
   for (auto& b : data) b = static_cast<uint8_t>(rng());
   int checked = 0;
-  for (Crc32cImpl impl :
-       {Crc32cImpl::kVpclmul, Crc32cImpl::kSse42, Crc32cImpl::kPortable}) {
+  for (Crc32cImpl impl : {Crc32cImpl::kVpclmul, Crc32cImpl::kVpclmul256,
+                          Crc32cImpl::kSse42, Crc32cImpl::kPortable}) {
     if (!crc32c_supported(impl)) continue;
     ++checked;
     for (size_t len :

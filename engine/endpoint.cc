@@ -1017,9 +1017,10 @@ std::string Endpoint::stats_text() const {
     os << "engine " << i << ": tx " << f.tx_bytes << " B / " << f.tx_chunks
        << " chunks, rx " << f.rx_bytes << " B, retx fast " << f.fast_retransmits
        << " rto " << f.rto_retransmits << " tlp " << f.tlp_retransmits << " ("
-       << f.rtos << " RTOs), dup " << f.duplicate_chunks << ", rtt p50 "
-       << f.rtt_p50_ns / 1000.0 << " us p99 " << f.rtt_p99_ns / 1000.0
-       << " us, " << f.cc_state << "\n";
+       << f.rtos << " RTOs), dup " << f.duplicate_chunks << ", sends "
+       << f.sends_matched << " (" << f.sends_waited_for_recv
+       << " waited for a receive), rtt p50 " << f.rtt_p50_ns / 1000.0
+       << " us p99 " << f.rtt_p99_ns / 1000.0 << " us, " << f.cc_state << "\n";
   }
   return os.str();
 }

@@ -336,8 +336,11 @@ void UcclRDMAEngine::handle(const Command& cmd) {
   switch (cmd.type) {
     case CmdType::kSend: {
       PendingSend& p = tx.pending[tx.pend_tail++ % kMaxPendingSends];
-      p = PendingSend{cmd.req, cmd.addr, cmd.len, cmd.lkey, cmd.tag};
+      p = PendingSend{cmd.req, cmd.addr, cmd.len, cmd.lkey, cmd.tag, 0, false};
+      p.post_ns = clock_->now_ns();
       match_sends(c);
+      // Still queued: it waits for the peer's receive (FIFO, so it is last).
+      if (tx.pend_head != tx.pend_tail) p.waited = true;
       break;
     }
     case CmdType::kWrite: {
@@ -973,6 +976,9 @@ void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
     out->fast_retransmits += c->tx.fast_retx;
     out->rto_retransmits += c->tx.rto_retx;
     out->tlp_retransmits += c->tx.tlp_retx;
+    out->sends_matched += c->tx.sends_matched;
+    out->sends_waited_for_recv += c->tx.sends_waited;
+    out->send_wait_ns += c->tx.send_wait_ns;
     out->rtos += c->tx.rtos;
     out->duplicate_chunks += c->rx.duplicates;
     out->acks_sent += c->rx.acks_tx;
@@ -1014,8 +1020,13 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
             << (f.tx_bytes - last_stats_tx_) * 8 / secs / 1e9 << " Gb/s rx "
             << (f.rx_bytes - last_stats_rx_) * 8 / secs / 1e9
             << " Gb/s retx fast/rto " << f.fast_retransmits << "/"
-            << f.rto_retransmits << " rtt p50/p99 " << f.rtt_p50_ns / 1000
-            << "/" << f.rtt_p99_ns / 1000 << " us nic drops "
+            << f.rto_retransmits << " sends " << f.sends_matched
+            << " waited-for-recv " << f.sends_waited_for_recv << " avg "
+            << (f.sends_waited_for_recv
+                    ? f.send_wait_ns / 1000.0 / f.sends_waited_for_recv
+                    : 0.0)
+            << " us rtt p50/p99 " << f.rtt_p50_ns / 1000 << "/"
+            << f.rtt_p99_ns / 1000 << " us nic drops "
             << dev_->drops() - last_stats_drops_ << " " << f.cc_state;
   last_stats_drops_ = dev_->drops();
   last_stats_tx_ = f.tx_bytes;

@@ -80,6 +80,11 @@ void UcclRDMAEngine::match_sends(Conn* c) {
     m.buf = static_cast<uint8_t>(b);
     m.trunc = p.len > d->bufs[b].size;
     m.post_ns = now;
+    ++tx.sends_matched;
+    if (p.waited) {
+      ++tx.sends_waited;
+      tx.send_wait_ns += now > p.post_ns ? now - p.post_ns : 0;
+    }
     ++tx.pend_head;
     while (tx.desc_head != tx.desc_tail) {
       Desc& h = tx.descs[tx.desc_head % kDescRing];

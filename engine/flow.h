@@ -39,6 +39,8 @@ struct PendingSend {
   uint64_t len;
   uint32_t lkey;
   int32_t tag;
+  uint64_t post_ns;  // when the engine took the send
+  bool waited;       // no posted receive matched it when it was taken
 };
 
 // A peer receive (descriptor) waiting for our sends.
@@ -148,6 +150,9 @@ struct TxFlow {
   Histogram rtt;
   uint64_t tx_bytes = 0, tx_chunks = 0;
   uint64_t fast_retx = 0, rto_retx = 0, tlp_retx = 0, rtos = 0, acks_rx = 0;
+  // Sends matched with a receive descriptor; those that had to wait for one
+  // (receiver-driven: the peer had not posted yet) and the total wait.
+  uint64_t sends_matched = 0, sends_waited = 0, send_wait_ns = 0;
 
   bool has_unacked() const { return snd_una != snd_nxt; }
   uint32_t outstanding() const { return snd_nxt - snd_una; }

@@ -113,6 +113,10 @@ struct FlowStats {
   uint64_t tx_chunks = 0, rx_chunks = 0;
   uint64_t fast_retransmits = 0, rto_retransmits = 0, rtos = 0;
   uint64_t tlp_retransmits = 0;  // tail loss probes (RFC 8985) sent
+  // Receiver-driven matching: sends matched with a posted receive, how many
+  // of them found none posted when they were taken (waited for the peer's
+  // receive descriptor), and their total wait, ns.
+  uint64_t sends_matched = 0, sends_waited_for_recv = 0, send_wait_ns = 0;
   uint64_t duplicate_chunks = 0;
   uint64_t acks_sent = 0, acks_received = 0;
   uint64_t rtt_p50_ns = 0, rtt_p99_ns = 0, rtt_max_ns = 0;

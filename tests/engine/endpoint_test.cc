@@ -332,6 +332,56 @@ TEST(EndpointTest, StatisticsCountWhatHappened) {
   EXPECT_FALSE(p->client->conn_stats(999).ok());
 }
 
+// Receiver-driven matching is observable: a send taken before the peer
+// posted its receive counts as having waited (with at least the time the
+// receiver held back); one taken after the descriptor arrived does not.
+TEST(EndpointTest, SendsThatWaitForTheReceiverAreCounted) {
+  auto p = Pair::make(test_config(1, 1));
+  ASSERT_TRUE(p);
+  constexpr size_t kLen = 4096;
+  Buf sb(p->client.get(), kLen), rb(p->server.get(), kLen);
+  auto stats = [&] {
+    auto s = p->client->conn_stats(p->c_conns[0]);
+    EXPECT_TRUE(s.ok());
+    return s.ok() ? *s : FlowStats{};
+  };
+  // 1. The send first; the receive 30 ms later.
+  Request sr, rr;
+  ASSERT_TRUE(
+      p->client->send_async(p->c_conns[0], sb.ptr(), kLen, sb.mh, &sr).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ASSERT_TRUE(
+      p->server->recv_async(p->s_conns[0], rb.ptr(), kLen, rb.mh, &rr).ok());
+  ASSERT_TRUE(p->client->wait(&sr, 60000).ok()) << sr.status();
+  ASSERT_TRUE(p->server->wait(&rr, 60000).ok()) << rr.status();
+  FlowStats s1 = stats();
+  EXPECT_EQ(s1.sends_matched, 1u);
+  EXPECT_EQ(s1.sends_waited_for_recv, 1u);
+  EXPECT_GE(s1.send_wait_ns, 25'000'000u) << "waited less than held back";
+  EXPECT_NE(p->client->stats_text().find("(1 waited for a receive)"),
+            std::string::npos)
+      << p->client->stats_text();
+  // 2. The receive first, the send once its descriptor has arrived; the
+  // arrival is not observable, so allow it up to 1.5 s over a few tries.
+  bool matched_at_once = false;
+  uint64_t waited = s1.sends_waited_for_recv, sends = 1;
+  for (int ms = 100; ms <= 800 && !matched_at_once; ms *= 2) {
+    Request sr2, rr2;
+    ASSERT_TRUE(
+        p->server->recv_async(p->s_conns[0], rb.ptr(), kLen, rb.mh, &rr2).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    ASSERT_TRUE(
+        p->client->send_async(p->c_conns[0], sb.ptr(), kLen, sb.mh, &sr2).ok());
+    ASSERT_TRUE(p->client->wait(&sr2, 60000).ok()) << sr2.status();
+    ASSERT_TRUE(p->server->wait(&rr2, 60000).ok()) << rr2.status();
+    FlowStats s = stats();
+    EXPECT_EQ(s.sends_matched, ++sends);
+    matched_at_once = s.sends_waited_for_recv == waited;
+    waited = s.sends_waited_for_recv;
+  }
+  EXPECT_TRUE(matched_at_once);
+}
+
 TEST(EndpointTest, BadConfigurationIsRefused) {
   EndpointConfig c = test_config();
   c.device = "udp:nosuchif9";

@@ -13,6 +13,10 @@ mkdir -p "$OUT"
 PY=python3
 [ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
 C=$PWD/gpu_carry
+# The server's received Gb/s from a --json run's output on stdin.
+server_rx_gbps() {
+  grep '"role":"server"' | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/'
+}
 echo "== $(hostname): $(nproc) cores, $(nvidia-smi -L 2>/dev/null | wc -l) GPUs"
 nvidia-smi -L 2>/dev/null
 case "$PART" in
@@ -30,14 +34,12 @@ case "$PART" in
   engines)
     echo "== loopback baselines and engine scaling (transport_test tpt, 8 flows)"
     for e in 1 2 4 8; do
-      udp=$("$C/bin/socket_bench" --proto=udp --streams=$e --duration_s=3 --json | \
-        grep '"role":"server"' | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/')
-      tcp=$("$C/bin/socket_bench" --proto=tcp --streams=$e --duration_s=3 --json | \
-        grep '"role":"server"' | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/')
+      udp=$("$C/bin/socket_bench" --proto=udp --streams=$e --duration_s=3 --json | server_rx_gbps)
+      tcp=$("$C/bin/socket_bench" --proto=tcp --streams=$e --duration_s=3 --json | server_rx_gbps)
       tools/transport_pair.sh "$C" \
         --perftype=tpt --engines=$e --nflow=8 --nreq=4 --duration_s=4 --json \
         >"$OUT/tpt_e$e.txt" 2>&1
-      uc=$(grep '"role":"server"' "$OUT/tpt_e$e.txt" | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/')
+      uc=$(server_rx_gbps <"$OUT/tpt_e$e.txt")
       echo "engines $e: UCCL $uc Gb/s, raw UDP ($e streams) $udp Gb/s, TCP $tcp Gb/s"
     done
     echo "== NCCL-like: both directions, 512 KiB messages, 8 in flight per flow"
@@ -59,14 +61,13 @@ case "$PART" in
     # the ratio is against that round's UDP figure.
     IFS=';' read -r -a vars <<<"${VARIANTS:-UCCL_CRC32C=auto}"
     for r in $(seq "${ROUNDS:-3}"); do
-      udp=$("$C/bin/socket_bench" --proto=udp --streams=1 --duration_s=3 --json |
-        grep '"role":"server"' | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/')
+      udp=$("$C/bin/socket_bench" --proto=udp --streams=1 --duration_s=3 --json | server_rx_gbps)
       echo "round $r: raw UDP $udp Gb/s"
       for v in "${vars[@]}"; do
         for f in "--nflow=1 --nreq=16" "--nflow=8 --nreq=4"; do
           env $v tools/transport_pair.sh "$C" --perftype=tpt --engines=1 \
             --msize=1048576 --duration_s=3 $f --json >"$OUT/e1.txt" 2>&1
-          uc=$(grep '"role":"server"' "$OUT/e1.txt" | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/')
+          uc=$(server_rx_gbps <"$OUT/e1.txt")
           echo "  $v $f: UCCL $uc Gb/s ratio $(awk -v a="$uc" -v b="$udp" 'BEGIN{if (b > 0) printf "%.3f", a / b}')"
         done
       done

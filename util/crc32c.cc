@@ -116,66 +116,50 @@ const ShiftTable& short_shift() {
   return t;
 }
 
-template <bool kCopy>
-__attribute__((target("sse4.2"))) inline uint64_t lane_word(const uint8_t* s,
-                                                            uint8_t* d) {
+inline uint64_t load64(const uint8_t* s) {
   uint64_t w;
   std::memcpy(&w, s, 8);
-  if (kCopy) std::memcpy(d, &w, 8);
   return w;
 }
 
 // Three lanes of `lane` bytes each, interleaved so the crc32 instructions'
 // latency overlaps, then merged: c = shift(shift(c0) ^ c1) ^ c2.
-template <bool kCopy>
 __attribute__((target("sse4.2"))) uint32_t three_lanes(
-    uint32_t c, const uint8_t*& s, uint8_t*& d, size_t lane,
-    const ShiftTable& shift) {
+    uint32_t c, const uint8_t*& s, size_t lane, const ShiftTable& shift) {
   uint64_t c0 = c, c1 = 0, c2 = 0;
   const uint8_t* s1 = s + lane;
   const uint8_t* s2 = s + 2 * lane;
-  uint8_t* d1 = kCopy ? d + lane : nullptr;
-  uint8_t* d2 = kCopy ? d + 2 * lane : nullptr;
   for (size_t i = 0; i < lane; i += 8) {
-    c0 = _mm_crc32_u64(c0, lane_word<kCopy>(s + i, kCopy ? d + i : nullptr));
-    c1 = _mm_crc32_u64(c1, lane_word<kCopy>(s1 + i, kCopy ? d1 + i : nullptr));
-    c2 = _mm_crc32_u64(c2, lane_word<kCopy>(s2 + i, kCopy ? d2 + i : nullptr));
+    c0 = _mm_crc32_u64(c0, load64(s + i));
+    c1 = _mm_crc32_u64(c1, load64(s1 + i));
+    c2 = _mm_crc32_u64(c2, load64(s2 + i));
   }
   uint32_t r =
       shift.apply(static_cast<uint32_t>(c0)) ^ static_cast<uint32_t>(c1);
   r = shift.apply(r) ^ static_cast<uint32_t>(c2);
   s += 3 * lane;
-  if (kCopy) d += 3 * lane;
   return r;
 }
 
-template <bool kCopy>
-__attribute__((target("sse4.2"))) uint32_t raw_update_hw(uint32_t c, uint8_t* d,
+__attribute__((target("sse4.2"))) uint32_t raw_update_hw(uint32_t c,
                                                          const uint8_t* s,
                                                          size_t n) {
   uint64_t c64 = c;
   while (n >= 3 * kLongLane) {
-    c64 = three_lanes<kCopy>(static_cast<uint32_t>(c64), s, d, kLongLane,
-                             long_shift());
+    c64 = three_lanes(static_cast<uint32_t>(c64), s, kLongLane, long_shift());
     n -= 3 * kLongLane;
   }
   while (n >= 3 * kShortLane) {
-    c64 = three_lanes<kCopy>(static_cast<uint32_t>(c64), s, d, kShortLane,
-                             short_shift());
+    c64 = three_lanes(static_cast<uint32_t>(c64), s, kShortLane, short_shift());
     n -= 3 * kShortLane;
   }
   while (n >= 8) {
-    c64 = _mm_crc32_u64(c64, lane_word<kCopy>(s, d));
+    c64 = _mm_crc32_u64(c64, load64(s));
     s += 8;
-    if (kCopy) d += 8;
     n -= 8;
   }
   uint32_t c32 = static_cast<uint32_t>(c64);
-  while (n--) {
-    uint8_t b = *s++;
-    if (kCopy) *d++ = b;
-    c32 = _mm_crc32_u8(c32, b);
-  }
+  while (n--) c32 = _mm_crc32_u8(c32, *s++);
   return c32;
 }
 // ---------------------------------------------------------------------------
@@ -260,75 +244,55 @@ UCCL_CLMUL128_TARGET inline __m128i pair128(const FoldPair& p) {
   return _mm_set_epi64x(static_cast<int64_t>(p.hi), static_cast<int64_t>(p.lo));
 }
 
-template <bool kCopy>
-UCCL_CLMUL_TARGET inline __m512i load512(const uint8_t* s, uint8_t* d) {
-  __m512i v = _mm512_loadu_si512(s);
-  if (kCopy) _mm512_storeu_si512(d, v);
-  return v;
+UCCL_CLMUL_TARGET inline __m512i load512(const uint8_t* s) {
+  return _mm512_loadu_si512(s);
 }
 
 // Shared end of both folding paths: fold the remaining 16-byte blocks into
 // R, turn R into the raw CRC with the crc32 instruction, then the tail.
-template <bool kCopy>
-UCCL_CLMUL128_TARGET inline uint32_t clmul_finish(__m128i r, uint8_t* d,
-                                                  const uint8_t* s, size_t n) {
+UCCL_CLMUL128_TARGET inline uint32_t clmul_finish(__m128i r, const uint8_t* s,
+                                                  size_t n) {
   const __m128i k1 = pair128(clmul_constants().by[1]);
   while (n >= 16) {
-    __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-    if (kCopy) _mm_storeu_si128(reinterpret_cast<__m128i*>(d), v);
-    r = _mm_xor_si128(fold128(r, k1), v);
+    r = _mm_xor_si128(fold128(r, k1),
+                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
     s += 16;
-    if (kCopy) d += 16;
     n -= 16;
   }
   uint64_t c64 = _mm_crc32_u64(0, static_cast<uint64_t>(_mm_cvtsi128_si64(r)));
   c64 = _mm_crc32_u64(c64, static_cast<uint64_t>(_mm_extract_epi64(r, 1)));
   uint32_t c32 = static_cast<uint32_t>(c64);
   while (n >= 8) {
-    uint64_t w;
-    std::memcpy(&w, s, 8);
-    if (kCopy) std::memcpy(d, &w, 8);
-    c32 = static_cast<uint32_t>(_mm_crc32_u64(c32, w));
+    c32 = static_cast<uint32_t>(_mm_crc32_u64(c32, load64(s)));
     s += 8;
-    if (kCopy) d += 8;
     n -= 8;
   }
-  while (n--) {
-    uint8_t b = *s++;
-    if (kCopy) *d++ = b;
-    c32 = _mm_crc32_u8(c32, b);
-  }
+  while (n--) c32 = _mm_crc32_u8(c32, *s++);
   return c32;
 }
 
 constexpr size_t kClmulMin = 256;  // shorter buffers take the crc32 path
 
 // Raw register update over n >= kClmulMin bytes.
-template <bool kCopy>
-UCCL_CLMUL_TARGET uint32_t raw_update_clmul(uint32_t c, uint8_t* d,
-                                            const uint8_t* s, size_t n) {
+UCCL_CLMUL_TARGET uint32_t raw_update_clmul(uint32_t c, const uint8_t* s,
+                                            size_t n) {
   const ClmulConstants& kc = clmul_constants();
   // The initial register is XORed into the first four message bytes.
   __m512i x0 = _mm512_xor_si512(
-      load512<kCopy>(s, d),
+      load512(s),
       _mm512_zextsi128_si512(_mm_cvtsi32_si128(static_cast<int>(c))));
-  __m512i x1 = load512<kCopy>(s + 64, kCopy ? d + 64 : nullptr);
-  __m512i x2 = load512<kCopy>(s + 128, kCopy ? d + 128 : nullptr);
-  __m512i x3 = load512<kCopy>(s + 192, kCopy ? d + 192 : nullptr);
+  __m512i x1 = load512(s + 64);
+  __m512i x2 = load512(s + 128);
+  __m512i x3 = load512(s + 192);
   s += 256;
-  if (kCopy) d += 256;
   n -= 256;
   const __m512i k16 = broadcast_pair(kc.by[16]);  // 256 bytes forward
   while (n >= 256) {
-    x0 = _mm512_xor_si512(fold512(x0, k16), load512<kCopy>(s, d));
-    x1 = _mm512_xor_si512(fold512(x1, k16),
-                          load512<kCopy>(s + 64, kCopy ? d + 64 : nullptr));
-    x2 = _mm512_xor_si512(fold512(x2, k16),
-                          load512<kCopy>(s + 128, kCopy ? d + 128 : nullptr));
-    x3 = _mm512_xor_si512(fold512(x3, k16),
-                          load512<kCopy>(s + 192, kCopy ? d + 192 : nullptr));
+    x0 = _mm512_xor_si512(fold512(x0, k16), load512(s));
+    x1 = _mm512_xor_si512(fold512(x1, k16), load512(s + 64));
+    x2 = _mm512_xor_si512(fold512(x2, k16), load512(s + 128));
+    x3 = _mm512_xor_si512(fold512(x3, k16), load512(s + 192));
     s += 256;
-    if (kCopy) d += 256;
     n -= 256;
   }
   // Four accumulators into one (x0 is 192 bytes before x3), then its four
@@ -341,7 +305,7 @@ UCCL_CLMUL_TARGET uint32_t raw_update_clmul(uint32_t c, uint8_t* d,
                             fold128(lane128<1>(x), pair128(kc.by[2])));
   r = _mm_xor_si128(r, fold128(lane128<2>(x), pair128(kc.by[1])));
   r = _mm_xor_si128(r, lane128<3>(x));
-  return clmul_finish<kCopy>(r, d, s, n);
+  return clmul_finish(r, s, n);
 }
 
 // The same with eight 256-bit accumulators (AVX2 + VPCLMULQDQ, for CPUs
@@ -357,36 +321,29 @@ UCCL_CLMUL256_TARGET inline __m256i pair256(const FoldPair& p) {
   return _mm256_set_epi64x(hi, lo, hi, lo);
 }
 
-template <bool kCopy>
-UCCL_CLMUL256_TARGET inline __m256i load256(const uint8_t* s, uint8_t* d,
-                                            size_t off) {
-  __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + off));
-  if (kCopy) _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + off), v);
-  return v;
+UCCL_CLMUL256_TARGET inline __m256i load256(const uint8_t* s) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
 }
 
 // Raw register update over n >= kClmulMin bytes.
-template <bool kCopy>
-UCCL_CLMUL256_TARGET uint32_t raw_update_clmul256(uint32_t c, uint8_t* d,
-                                                  const uint8_t* s, size_t n) {
+UCCL_CLMUL256_TARGET uint32_t raw_update_clmul256(uint32_t c, const uint8_t* s,
+                                                  size_t n) {
   const ClmulConstants& kc = clmul_constants();
   __m256i x[8];
   // Fully unrolled, so the accumulators stay in registers.
 #pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) x[i] = load256<kCopy>(s, d, 32 * i);
+  for (int i = 0; i < 8; ++i) x[i] = load256(s + 32 * i);
   x[0] = _mm256_xor_si256(
       x[0], _mm256_zextsi128_si256(_mm_cvtsi32_si128(static_cast<int>(c))));
   s += 256;
-  if (kCopy) d += 256;
   n -= 256;
   const __m256i k16 = pair256(kc.by[16]);  // 256 bytes forward
   while (n >= 256) {
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
-      x[i] = _mm256_xor_si256(fold256(x[i], k16), load256<kCopy>(s, d, 32 * i));
+      x[i] = _mm256_xor_si256(fold256(x[i], k16), load256(s + 32 * i));
     }
     s += 256;
-    if (kCopy) d += 256;
     n -= 256;
   }
   // Accumulator i is 32 * (7 - i) bytes before the last; then two lanes.
@@ -398,7 +355,7 @@ UCCL_CLMUL256_TARGET uint32_t raw_update_clmul256(uint32_t c, uint8_t* d,
   __m128i r =
       _mm_xor_si128(fold128(_mm256_castsi256_si128(y), pair128(kc.by[1])),
                     _mm256_extracti128_si256(y, 1));
-  return clmul_finish<kCopy>(r, d, s, n);
+  return clmul_finish(r, s, n);
 }
 
 bool detect_vpclmul256() {
@@ -446,32 +403,24 @@ Crc32cImpl choose_impl() {
 
 const Crc32cImpl g_impl = choose_impl();
 
-// Raw register update (and copy when kCopy) with one implementation.
-template <bool kCopy>
-uint32_t raw_update(Crc32cImpl impl, uint32_t c, uint8_t* d, const uint8_t* s,
-                    size_t n) {
+// Raw register update with one implementation.
+uint32_t raw_update(Crc32cImpl impl, uint32_t c, const uint8_t* s, size_t n) {
 #if defined(__x86_64__)
   if (impl == Crc32cImpl::kVpclmul && n >= kClmulMin) {
-    return raw_update_clmul<kCopy>(c, d, s, n);
+    return raw_update_clmul(c, s, n);
   }
   if (impl == Crc32cImpl::kVpclmul256 && n >= kClmulMin) {
-    return raw_update_clmul256<kCopy>(c, d, s, n);
+    return raw_update_clmul256(c, s, n);
   }
-  if (impl != Crc32cImpl::kPortable) return raw_update_hw<kCopy>(c, d, s, n);
+  if (impl != Crc32cImpl::kPortable) return raw_update_hw(c, s, n);
 #endif
   (void)impl;
-  if (kCopy) {
-    std::memcpy(d, s, n);
-    return raw_update_portable(c, d, n);
-  }
   return raw_update_portable(c, s, n);
 }
 
 }  // namespace
 
 Crc32cImpl crc32c_impl() { return g_impl; }
-
-bool crc32c_hardware() { return g_impl != Crc32cImpl::kPortable; }
 
 bool crc32c_supported(Crc32cImpl impl) {
   switch (impl) {
@@ -504,15 +453,7 @@ const char* crc32c_impl_name(Crc32cImpl impl) {
 uint32_t crc32c_with(Crc32cImpl impl, uint32_t crc, const void* data,
                      size_t len) {
   if (!crc32c_supported(impl)) impl = g_impl;
-  return ~raw_update<false>(impl, ~crc, nullptr,
-                            static_cast<const uint8_t*>(data), len);
-}
-
-uint32_t crc32c_copy_with(Crc32cImpl impl, uint32_t crc, void* dst,
-                          const void* src, size_t len) {
-  if (!crc32c_supported(impl)) impl = g_impl;
-  return ~raw_update<true>(impl, ~crc, static_cast<uint8_t*>(dst),
-                           static_cast<const uint8_t*>(src), len);
+  return ~raw_update(impl, ~crc, static_cast<const uint8_t*>(data), len);
 }
 
 uint32_t crc32c_portable(uint32_t crc, const void* data, size_t len) {
@@ -520,13 +461,7 @@ uint32_t crc32c_portable(uint32_t crc, const void* data, size_t len) {
 }
 
 uint32_t crc32c(uint32_t crc, const void* data, size_t len) {
-  return ~raw_update<false>(g_impl, ~crc, nullptr,
-                            static_cast<const uint8_t*>(data), len);
-}
-
-uint32_t crc32c_copy(uint32_t crc, void* dst, const void* src, size_t len) {
-  return ~raw_update<true>(g_impl, ~crc, static_cast<uint8_t*>(dst),
-                           static_cast<const uint8_t*>(src), len);
+  return ~raw_update(g_impl, ~crc, static_cast<const uint8_t*>(data), len);
 }
 
 }  // namespace uccl

@@ -11,10 +11,6 @@ namespace uccl {
 // crc32c(0, "123456789", 9) == 0xE3069283.
 uint32_t crc32c(uint32_t crc, const void* data, size_t len);
 
-// Copies `len` bytes from `src` to `dst` (non-overlapping) and returns the
-// CRC32C of them, continuing from `crc`, in one pass over the data.
-uint32_t crc32c_copy(uint32_t crc, void* dst, const void* src, size_t len);
-
 // Implementations. The one in use is the fastest the CPU runs, unless
 // UCCL_CRC32C names another (see util/crc32c.cc).
 enum class Crc32cImpl {
@@ -27,15 +23,10 @@ Crc32cImpl crc32c_impl();
 const char* crc32c_impl_name(Crc32cImpl impl);
 bool crc32c_supported(Crc32cImpl impl);
 
-// True when a hardware path is in use (for benchmarks' reports).
-bool crc32c_hardware();
-
 // One implementation explicitly (tests, benchmarks); one the CPU lacks is
 // replaced by the one in use.
 uint32_t crc32c_with(Crc32cImpl impl, uint32_t crc, const void* data,
                      size_t len);
-uint32_t crc32c_copy_with(Crc32cImpl impl, uint32_t crc, void* dst,
-                          const void* src, size_t len);
 
 // Portable implementation, exposed so tests can check both paths agree.
 uint32_t crc32c_portable(uint32_t crc, const void* data, size_t len);

@@ -11,31 +11,6 @@
 namespace uccl::testing {
 namespace {
 
-// Sends each size client->server and checks every byte.
-void exchange(Pair* p, size_t conn, const std::vector<size_t>& sizes,
-              uint64_t seed0) {
-  size_t max = 1;
-  for (size_t s : sizes) max = std::max(max, s);
-  Buf sb(p->client.get(), max), rb(p->server.get(), max);
-  uint64_t seed = seed0;
-  for (size_t len : sizes) {
-    ++seed;
-    fill_pattern(sb.ptr(), len, seed);
-    Request rr, sr;
-    ASSERT_TRUE(
-        p->server->recv_async(p->s_conns[conn], rb.ptr(), max, rb.mh, &rr)
-            .ok());
-    ASSERT_TRUE(
-        p->client->send_async(p->c_conns[conn], sb.ptr(), len, sb.mh, &sr)
-            .ok());
-    ASSERT_TRUE(p->client->wait(&sr, 60000).ok()) << sr.status();
-    ASSERT_TRUE(p->server->wait(&rr, 60000).ok()) << rr.status();
-    ASSERT_EQ(rr.size(0), len);
-    ASSERT_EQ(sr.size(0), len);
-    ASSERT_EQ(find_pattern_mismatch(rb.ptr(), len, seed), -1) << "len " << len;
-  }
-}
-
 TEST(EndpointTest, OneFlowSizesAndRandom) {
   auto p = Pair::make(test_config(1, 4));
   ASSERT_TRUE(p);

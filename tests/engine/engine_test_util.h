@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -72,5 +73,31 @@ struct Buf {
   }
   uint8_t* ptr(size_t off = 0) { return data.data() + off; }
 };
+
+// Sends each size client->server on connection `conn`, one message at a
+// time (message k with pattern seed seed0 + 1 + k), and checks every byte.
+inline void exchange(Pair* p, size_t conn, const std::vector<size_t>& sizes,
+                     uint64_t seed0) {
+  size_t max = 1;
+  for (size_t s : sizes) max = std::max(max, s);
+  Buf sb(p->client.get(), max), rb(p->server.get(), max);
+  uint64_t seed = seed0;
+  for (size_t len : sizes) {
+    ++seed;
+    fill_pattern(sb.ptr(), len, seed);
+    Request rr, sr;
+    ASSERT_TRUE(
+        p->server->recv_async(p->s_conns[conn], rb.ptr(), max, rb.mh, &rr)
+            .ok());
+    ASSERT_TRUE(
+        p->client->send_async(p->c_conns[conn], sb.ptr(), len, sb.mh, &sr)
+            .ok());
+    ASSERT_TRUE(p->client->wait(&sr, 60000).ok()) << sr.status();
+    ASSERT_TRUE(p->server->wait(&rr, 60000).ok()) << rr.status();
+    ASSERT_EQ(rr.size(0), len);
+    ASSERT_EQ(sr.size(0), len);
+    ASSERT_EQ(find_pattern_mismatch(rb.ptr(), len, seed), -1) << "len " << len;
+  }
+}
 
 }  // namespace uccl::testing

@@ -1,5 +1,5 @@
-// Tests for the small utilities: clocks, CRC32C (vectors, hardware vs
-// portable, fused copy), data patterns and the log forwarder.
+// Tests for the small utilities: clocks, CRC32C (vectors, every
+// implementation vs portable), data patterns and the log forwarder.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -57,9 +57,6 @@ TEST(Crc32cTest, HardwareMatchesPortableAtAllSizesAndAlignments) {
       uint32_t want = crc32c_portable(0, data.data() + align, len);
       EXPECT_EQ(crc32c(0, data.data() + align, len), want)
           << "len " << len << " align " << align;
-      std::vector<uint8_t> dst(len);
-      EXPECT_EQ(crc32c_copy(0, dst.data(), data.data() + align, len), want);
-      EXPECT_EQ(std::memcmp(dst.data(), data.data() + align, len), 0);
     }
   }
 }
@@ -85,11 +82,6 @@ TEST(Crc32cTest, EveryImplementationAgreesAtStageBoundaries) {
           uint32_t want = crc32c_portable(start, src, len);
           EXPECT_EQ(crc32c_with(impl, start, src, len), want)
               << crc32c_impl_name(impl) << " len " << len << " align " << align;
-          std::vector<uint8_t> dst(len + 1, 0xA5);
-          EXPECT_EQ(crc32c_copy_with(impl, start, dst.data(), src, len), want)
-              << crc32c_impl_name(impl) << " copy len " << len;
-          EXPECT_EQ(std::memcmp(dst.data(), src, len), 0);
-          EXPECT_EQ(dst[len], 0xA5) << "wrote past the end";
         }
       }
     }

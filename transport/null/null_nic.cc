@@ -304,15 +304,7 @@ Result<std::unique_ptr<SharedReceiveQueue>> NullDevice::create_srq(
 }
 
 Result<std::unique_ptr<QueuePair>> NullDevice::create_qp(const QpConfig& cfg) {
-  if (dynamic_cast<SoftPd*>(cfg.pd) == nullptr) {
-    return InvalidArgument("create_qp: PD of another device");
-  }
-  if (!RingCq::of(cfg.send_cq, this) || !RingCq::of(cfg.recv_cq, this)) {
-    return InvalidArgument("create_qp: CQs of another device");
-  }
-  if (cfg.srq != nullptr && dynamic_cast<SoftSrq*>(cfg.srq) == nullptr) {
-    return InvalidArgument("create_qp: SRQ of another device");
-  }
+  UCCL_RETURN_IF_ERROR(udp::check_qp_config(cfg, this));
   const uint32_t qpn = next_qpn_;
   next_qpn_ = next_qpn_ >= 0xFFFFFF ? 0x100 : next_qpn_ + 1;
   auto qp = std::make_unique<NullQp>(this, cfg, qpn);

@@ -325,12 +325,13 @@ Result<std::unique_ptr<AddressHandle>> SoftDevice::create_ah(
   return std::unique_ptr<AddressHandle>(new SoftAh(dest, sa, mtu));
 }
 
-Result<std::unique_ptr<QueuePair>> SoftDevice::create_qp(const QpConfig& cfg) {
+Status check_qp_config(const QpConfig& cfg, const Device* dev) {
   if (dynamic_cast<SoftPd*>(cfg.pd) == nullptr) {
     return InvalidArgument("create_qp: missing PD or PD of another device");
   }
-  if (!RingCq::of(cfg.send_cq, this) || !RingCq::of(cfg.recv_cq, this)) {
-    return InvalidArgument("create_qp: send_cq and recv_cq are required");
+  if (!RingCq::of(cfg.send_cq, dev) || !RingCq::of(cfg.recv_cq, dev)) {
+    return InvalidArgument(
+        "create_qp: send_cq and recv_cq of this device are required");
   }
   if (cfg.srq != nullptr && dynamic_cast<SoftSrq*>(cfg.srq) == nullptr) {
     return InvalidArgument("create_qp: SRQ of another device");
@@ -347,6 +348,11 @@ Result<std::unique_ptr<QueuePair>> SoftDevice::create_qp(const QpConfig& cfg) {
   if (cfg.max_inline_data > 4096) {
     return InvalidArgument("create_qp: max_inline_data <= 4096");
   }
+  return Status::OK();
+}
+
+Result<std::unique_ptr<QueuePair>> SoftDevice::create_qp(const QpConfig& cfg) {
+  UCCL_RETURN_IF_ERROR(check_qp_config(cfg, this));
   int tx_fd = fd_;
   if (cfg.own_source_port && cfg.type != QpType::kUD) {
     tx_fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

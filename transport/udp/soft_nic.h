@@ -21,6 +21,11 @@ namespace uccl::transport::udp {
 
 constexpr int kMaxSge = 8;
 
+// What every QP of the software NIC and of the null NIC (which shares its
+// PD, SRQ and CQ classes) is checked for: PD, CQs and SRQ of `dev`, and the
+// queue limits. OK or InvalidArgument.
+Status check_qp_config(const QpConfig& cfg, const Device* dev);
+
 // Everything the software NIC counts. Receive-side drops are by reason.
 struct SoftCounters {
   uint64_t tx_packets = 0, tx_bytes = 0;  // datagrams to the kernel, payload

@@ -234,6 +234,7 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
     d->rx_msgs_[i].msg_hdr.msg_iovlen = 1;
   }
   d->scratch_.reset(new uint8_t[kRxBufBytes]);
+  d->tx_scratch_.reset(new uint8_t[kRxBufBytes]);
   // The delay line is always there (4 MiB) so faults can be switched on
   // at run time (FaultInjector::set_spec) without allocating later.
   d->held_.resize(64);
@@ -392,6 +393,7 @@ void SoftDevice::progress() {
   in_progress_ = true;
   uint64_t now = now_ns();
   if (held_count_ > 0) release_held(now, false, Direction::kTx);
+  if (held_count_ > 0) release_held(now, false, Direction::kRx);
   progress_rx(now);
   for (SoftQp* qp : rc_qps_) qp->on_timer(now);
 
@@ -541,7 +543,7 @@ void SoftDevice::send_datagram(WireHeader* hdr, const iovec* payload, int niov,
     if (d.drop) return;
     if (d.corrupt || d.delay_ns || d.reorder_after) {
       // Work on a private copy: the payload is the application's memory.
-      uint8_t* s = scratch_.get();
+      uint8_t* s = tx_scratch_.get();
       uint32_t len = sizeof(WireHeader);
       std::memcpy(s, hdr, sizeof(WireHeader));
       for (int i = 0; i < niov; ++i) {
@@ -637,9 +639,12 @@ bool SoftDevice::hold(Direction dir, const FaultDecision& d,
 
 void SoftDevice::release_held(uint64_t now, bool packet_passed, Direction dir) {
   for (Held& h : held_) {
-    if (!h.used) continue;
+    // Only this direction's: the transmit path calls this from inside a QP's
+    // transmit(), where handling a received packet (an ACK that retires the
+    // WR being sent) would change the send queue under it.
+    if (!h.used || h.dir != dir) continue;
     bool due = now >= h.release_ns;
-    if (packet_passed && h.dir == dir && h.release_after > 0) {
+    if (packet_passed && h.release_after > 0) {
       if (--h.release_after == 0) due = true;
     }
     if (!due) continue;

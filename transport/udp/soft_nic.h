@@ -346,6 +346,8 @@ class SoftDevice final : public Device {
                 uint32_t len);
   void progress_rx(uint64_t now_ns);
   void handle_datagram(uint8_t* buf, uint32_t len, uint64_t now_ns);
+  // Sends / handles the held packets of direction `dir` that are due (by
+  // time, or by count when a packet of that direction passed).
   void release_held(uint64_t now_ns, bool packet_passed, Direction dir);
   bool hold(Direction dir, const FaultDecision& d, const uint8_t* data,
             uint32_t len, int fd, const sockaddr_in* dest, uint64_t now_ns);
@@ -384,7 +386,11 @@ class SoftDevice final : public Device {
   sockaddr_in tx_dest_[kTxBatch];
   int tx_count_ = 0;
   int tx_fd_ = -1;
-  std::unique_ptr<uint8_t[]> scratch_;  // corrupt-on-TX copy
+  // Private copies of a datagram: a received one handled again (duplicate,
+  // released after a hold), and one transmitted with faults. Separate, as
+  // handling a received datagram may transmit.
+  std::unique_ptr<uint8_t[]> scratch_;
+  std::unique_ptr<uint8_t[]> tx_scratch_;
 
   // Token bucket (UCCL_SOFTNIC_RATE_GBPS); rate 0 = unlimited.
   double rate_bytes_per_ns_ = 0;

@@ -106,6 +106,12 @@ UCCL_KNOB(int64_t, knob_ack_every, "UCCL_ACK_EVERY", 4,
 UCCL_KNOB(int64_t, knob_ack_delay_us, "UCCL_ACK_DELAY_US", 20,
           "Receiver: longest delay of an ACK for a received chunk, us.", 0,
           1000000);
+UCCL_KNOB(bool, knob_drive_nic, "UCCL_ENGINE_DRIVES_NIC", true,
+          "Software NIC: the engine drives it once per loop: receive and "
+          "handle everything, then send the loop's posts in one round, "
+          "receive descriptors and ACKs after data (the doorbell). 0: every "
+          "CQ poll drives the NIC and sends in post order (the old way, for "
+          "A/B runs).");
 UCCL_KNOB(int64_t, knob_idle_spin, "UCCL_IDLE_SPIN_LOOPS", 20000,
           "Engine: empty loops before it starts sleeping between polls.", 0,
           1LL << 40);
@@ -415,6 +421,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     ec.idle_spin_loops = knob_idle_spin().get();
     ec.idle_yield_loops = knob_idle_yield().get();
     ec.idle_sleep_ns = knob_idle_sleep_us().get() * 1000;
+    ec.drive_nic = knob_drive_nic().get();
     ec.trace_file =
         c.trace_file.empty() ? knob_trace_file().get() : c.trace_file;
     ec.stats_interval_s = knob_stats_interval().get();

@@ -75,6 +75,7 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
   e->records_ = records;
   e->regions_ = regions;
   UCCL_ASSIGN_OR_RETURN(e->dev_, transport::open_device(device, dev_opts));
+  e->dev_->set_owner_driven(cfg.drive_nic);
   UCCL_ASSIGN_OR_RETURN(e->pd_, e->dev_->alloc_pd());
   UCCL_ASSIGN_OR_RETURN(e->scq_, e->dev_->create_cq(kCqDepth));
   UCCL_ASSIGN_OR_RETURN(e->rcq_, e->dev_->create_cq(kCqDepth));
@@ -113,6 +114,7 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
   ud.max_recv_wr = kUdBufs;
   ud.max_inline_data = 256;
   ud.qkey = kUdQkey;
+  ud.low_priority = cfg.drive_nic;  // ACKs after the loop's data
   UCCL_ASSIGN_OR_RETURN(e->ud_, e->dev_->create_qp(ud));
   UCCL_RETURN_IF_ERROR(e->ud_->activate());
   e->ud_bufs_.assign(static_cast<size_t>(kUdBufs) * kUdBufBytes, 0);
@@ -137,7 +139,15 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
   e->conns_.resize(Imm::kMaxFlows);
   e->live_.reserve(Imm::kMaxFlows);
   e->qpn_map_.assign(8192, QpnEntry{0, 0, false});
-  if (!cfg.trace_file.empty()) e->trace_.resize(1u << 20);
+  if (!cfg.trace_file.empty()) {
+    e->trace_.resize(1u << 20);
+    e->dev_->set_trace(
+        [](void* self, const char* name, uint32_t count, uint64_t ts_ns) {
+          static_cast<UcclRDMAEngine*>(self)->trace(name, UINT32_MAX, count,
+                                                    ts_ns);
+        },
+        e.get());
+  }
   return e;
 }
 
@@ -234,10 +244,13 @@ void UcclRDMAEngine::run() {
   uint64_t idle = 0;
   trace_t0_ = clock_->now_ns();
   while (!stop_.load(std::memory_order_acquire)) {
-    int work = drain_commands();
+    // Receive and handle first, then take the application's commands, so a
+    // send posted now leaves in this loop's flush with no syscall between.
+    if (cfg_.drive_nic) dev_->progress();  // receive; else each poll does
     uint64_t now = clock_->now_ns();
-    work += poll_recv_cq(now);
+    int work = poll_recv_cq(now);
     work += poll_send_cq(now);
+    work += drain_commands();
     now = clock_->now_ns();
     if (pacer_) {
       cc::PullPacer::Grant g[16];
@@ -259,6 +272,7 @@ void UcclRDMAEngine::run() {
       work += transmit(c, now);
       maybe_send_ack(c, now, false);
     }
+    if (cfg_.drive_nic) dev_->flush();  // the loop's posts, data first
     ++loops_;
     if (work == 0) {
       // Spin briefly, then yield each empty loop (free when the core is
@@ -409,6 +423,7 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
     cq.max_send_wr = kCtrlSendDepth;
     cq.max_inline_data = 256;
     cq.own_source_port = false;
+    cq.low_priority = cfg_.drive_nic;  // descriptors after the loop's data
     // Descriptors and ACK requests must outlive any overload of the path
     // (the engine's own liveness check finds dead peers): 16 ms doubling
     // over 7 retries on the software NIC is about 4 s.
@@ -570,6 +585,9 @@ void UcclRDMAEngine::close_conn(uint32_t idx, Status why) {
   conns_[idx].reset();
   VLOG(kVlogLifecycle) << "engine " << cfg_.index << ": connection " << idx
                        << " closed";
+  // Hosts that never destroy their endpoint (NCCL keeps the plugin's) still
+  // get their trace once every connection is closed.
+  if (live_.empty()) write_trace();
 }
 
 void UcclRDMAEngine::check_liveness() {
@@ -856,6 +874,7 @@ void UcclRDMAEngine::send_ctrl(Conn* c, const CtrlMsg& m) {
   if (wr.signaled) c->ctrl_unsignaled = 0;
   Status st = c->ctrl->post_send(&wr, nullptr);
   if (!st.ok()) fail_conn(c, st.with_context("posting a receive descriptor"));
+  trace("ctrl_tx", c->index, m.slot, clock_->now_ns());
 }
 
 void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len) {

@@ -46,6 +46,10 @@ struct EngineConfig {
   uint64_t idle_spin_loops = 20000;
   uint64_t idle_yield_loops = 64;  // empty loops before yielding each loop
   uint64_t idle_sleep_ns = 20000;
+  // Software NIC: the engine drives it once per loop (receive and handle
+  // everything, then transmit the loop's posts in one round, descriptors and
+  // ACKs after data) instead of every CQ poll driving it in post order.
+  bool drive_nic = true;
   std::string trace_file;       // Chrome trace of chunk events, or ""
   double stats_interval_s = 0;  // periodic stats log line, 0 = off
   Clock* clock = nullptr;

@@ -254,6 +254,7 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path,
     return false;
   }
   c->qp_unsignaled[path] = wr.signaled ? 0 : unsig;
+  trace("chunk_tx", c->index, csn, now);
   ++c->qp_outstanding[path];
   ++nic_queued_;
   const bool retx = ch.last_tx_ns != 0;

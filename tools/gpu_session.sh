@@ -6,6 +6,8 @@
 #   tools/gpu_session.sh tune     UCCL knob variants of the all_reduce bench
 #   tools/gpu_session.sh engine1  one engine vs raw UDP, $ROUNDS interleaved
 #                                 rounds of the env variants in $VARIANTS
+#   tools/gpu_session.sh lat      64 B one-way latency vs UDP ping-pong, the
+#                                 same way ($ROUNDS, $VARIANTS, $MSIZE)
 set -u
 PART=${1:-nccl}
 OUT=${OUT:-/tmp/uccl-out}
@@ -73,13 +75,28 @@ case "$PART" in
       done
     done
     ;;
+  lat)
+    IFS=';' read -r -a vars <<<"${VARIANTS:-UCCL_ENGINE_DRIVES_NIC=1}"
+    for r in $(seq "${ROUNDS:-3}"); do
+      echo "round $r: raw UDP $("$C/bin/socket_bench" --lat --msize="${MSIZE:-64}" | tail -1)"
+      for v in "${vars[@]}"; do
+        env $v tools/transport_pair.sh "$C" \
+          --flagfile=configs/transport_test/loopback_lat.flags \
+          --msize="${MSIZE:-64}" >"$OUT/lat.txt" 2>&1
+        echo "  $v: $(grep -A1 "one-way" "$OUT/lat.txt" | tail -1)"
+      done
+    done
+    ;;
   tune)
-    # Configurations separated by ';' in $TUNE (default: a few knobs).
+    # Configurations separated by ';' in $TUNE (default: a few knobs); one
+    # that sets NCCL_NET=Socket runs NCCL's Socket transport instead.
     IFS=';' read -r -a cfgs <<<"${TUNE:-UCCL_NCCL_ENGINES=8;UCCL_PATHS=1;UCCL_CHUNK_KB=256}"
     for cfg in "${cfgs[@]}"; do
       echo "== $cfg"
+      net=${NET:-UCCL}
+      case "$cfg" in *NCCL_NET=Socket*) net=Socket ;; esac
       env UCCL_STATS_INTERVAL_S=1 $cfg timeout 200 "$PY" tools/nccl_test.py \
-        bench --net "${NET:-UCCL}" --plugin "$C/libnccl-net-uccl.so" --iters 20 \
+        bench --net "$net" --plugin "$C/libnccl-net-uccl.so" --iters "${ITERS:-20}" \
         --sizes "${SIZES:-4,65536,1048576,16777216,67108864,268435456}" 2>&1 |
         grep -E "^\| [0-9]+ \|"
       # The engines' periodic health lines (throughput, retransmits, drops).

@@ -172,6 +172,10 @@ struct QpConfig {
   // Software NIC: give this QP its own UDP source port (the ECMP entropy a
   // fabric hashes on). 0 = shared socket of the device context.
   bool own_source_port = true;
+  // Software NIC: in each transmit round this QP's requests go after those
+  // of normal QPs (a lower service level: control traffic that must not
+  // delay data). Pure ACKs/NAKs always go last. Hardware ignores it.
+  bool low_priority = false;
   RcAttrs rc;
 };
 
@@ -314,6 +318,24 @@ class Device {
 
   // Drives the device without polling a particular CQ (software NIC).
   virtual void progress() {}
+  // Owner-driven progress (software NICs; hardware ignores it). Off, the
+  // default: every CQ poll drives the device (receive, timers, transmit).
+  // On: CQ polls only take completions, and the owner calls progress()
+  // (receive, timers) and flush() (transmit what was posted: the doorbell)
+  // once per loop, so that everything received is handled before anything
+  // is sent and a loop's posts leave together. One thread, like the rest.
+  void set_owner_driven(bool on) { owner_driven_ = on; }
+  bool owner_driven() const { return owner_driven_; }
+  virtual void flush() {}
+  // Research tracing (UCCL_TRACE_FILE): the device reports each batch of
+  // datagrams it hands to / takes from the kernel as (name, count, monotonic
+  // ns). The software NIC does; hardware has nothing to report. nullptr: off.
+  using TraceFn = void (*)(void* ctx, const char* name, uint32_t count,
+                           uint64_t ts_ns);
+  virtual void set_trace(TraceFn fn, void* ctx) {
+    (void)fn;
+    (void)ctx;
+  }
   // Counters as "name value" lines (packets, bytes, drops by reason, faults).
   virtual std::string counters_text() const = 0;
   // Received packets dropped for any reason (the kernel's socket overflow
@@ -323,6 +345,7 @@ class Device {
 
  protected:
   std::unique_ptr<FaultInjector> faults_;
+  bool owner_driven_ = false;
 };
 
 // Every device of both backends that this machine has.

@@ -24,10 +24,10 @@ class RingCq final : public CompletionQueue {
         ring_(round_pow2(std::max(cqe, 2u))),
         mask_(static_cast<uint32_t>(ring_.size()) - 1) {}
 
-  // Progresses the device (receive, transmit, timers), then takes up to
-  // `max` completions, oldest first.
+  // Progresses the device (receive, transmit, timers) unless its owner
+  // drives it, then takes up to `max` completions, oldest first.
   int poll(int max, WorkCompletion* wc) override {
-    dev_->progress();
+    if (!dev_->owner_driven()) dev_->progress();
     int n = 0;
     while (n < max && head_ != tail_) {
       wc[n++] = ring_[head_ & mask_];

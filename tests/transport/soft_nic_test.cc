@@ -1,6 +1,6 @@
 // Software NIC in one process: every QP type x opcode at sizes 0 B .. 1 GiB
 // byte-exact, UD/GRH, SRQ, RC recovery under loss/reorder/duplication, UC
-// loss semantics, RNR, access errors, and API misuse.
+// loss semantics, RNR, access errors, API misuse, owner-driven progress.
 #include "transport/udp/soft_nic.h"
 
 #include <gtest/gtest.h>
@@ -248,6 +248,85 @@ TEST(SrqTest, TwoQpsShareOneSrq) {
   }
   // Six distinct receives were consumed, in posting order.
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].wr_id, 100 + i);
+}
+
+// ------------------------------------------------- owner-driven progress
+
+// Device A sends one message on each of two UC QPs to device B; the first
+// posted QP is low-priority when `first_low`. Returns the order (by A's QP
+// index) in which B completed them.
+std::vector<int> arrival_order(bool first_low) {
+  std::vector<int> order;
+  auto a = open_device("udp:lo", Side::no_faults());
+  auto b = open_device("udp:lo", Side::no_faults());
+  EXPECT_TRUE(a.ok() && b.ok());
+  if (!a.ok() || !b.ok()) return order;
+  (*a)->set_owner_driven(true);
+  auto apd = std::move(*(*a)->alloc_pd());
+  auto bpd = std::move(*(*b)->alloc_pd());
+  auto acq = std::move(*(*a)->create_cq(64));
+  auto bcq = std::move(*(*b)->create_cq(64));
+  std::vector<uint8_t> abuf(256, 7), bbuf(2 * 256);
+  auto amr = std::move(*apd->reg_mr(abuf.data(), abuf.size(), 0));
+  auto bmr = std::move(*bpd->reg_mr(bbuf.data(), bbuf.size(),
+                                    kAccessLocalWrite | kAccessRemoteWrite));
+  std::unique_ptr<QueuePair> aq[2], bq[2];
+  for (int i = 0; i < 2; ++i) {
+    QpConfig cfg;
+    cfg.type = QpType::kUC;
+    cfg.pd = apd.get();
+    cfg.send_cq = cfg.recv_cq = acq.get();
+    cfg.low_priority = first_low && i == 0;
+    aq[i] = std::move(*(*a)->create_qp(cfg));
+    cfg.pd = bpd.get();
+    cfg.send_cq = cfg.recv_cq = bcq.get();
+    cfg.low_priority = false;
+    bq[i] = std::move(*(*b)->create_qp(cfg));
+    EXPECT_TRUE(aq[i]->connect(bq[i]->local_info()).ok());
+    EXPECT_TRUE(bq[i]->connect(aq[i]->local_info()).ok());
+    Sge rs{reinterpret_cast<uint64_t>(bbuf.data()) + i * 256, 256, bmr->lkey()};
+    RecvWr rw;
+    rw.wr_id = static_cast<uint64_t>(i);
+    rw.sg_list = &rs;
+    rw.num_sge = 1;
+    EXPECT_TRUE(bq[i]->post_recv(&rw, nullptr).ok());
+  }
+  for (int i = 0; i < 2; ++i) {
+    Sge ss{reinterpret_cast<uint64_t>(abuf.data()), 256, amr->lkey()};
+    SendWr sw;
+    sw.wr_id = static_cast<uint64_t>(i);
+    sw.opcode = WrOpcode::kSend;
+    sw.sg_list = &ss;
+    sw.num_sge = 1;
+    EXPECT_TRUE(aq[i]->post_send(&sw, nullptr).ok());
+  }
+  // Owner-driven: polling A's CQ (and A's progress) transmits nothing.
+  WorkCompletion wc[8];
+  for (int k = 0; k < 50; ++k) {
+    EXPECT_EQ(acq->poll(8, wc), 0);
+    (*a)->progress();
+    EXPECT_EQ(bcq->poll(8, wc), 0);
+  }
+  EXPECT_EQ(counter(**b, "rx_packets"), 0);
+  (*a)->flush();                   // the doorbell: both leave now, in one round
+  EXPECT_EQ(acq->poll(8, wc), 2);  // UC sends complete once sent
+  uint64_t deadline = monotonic_ns() + 10'000'000'000ull;
+  while (order.size() < 2 && monotonic_ns() < deadline) {
+    int n = bcq->poll(8, wc);
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(wc[i].status, WcStatus::kSuccess);
+      order.push_back(wc[i].qp_num == bq[0]->qpn() ? 0 : 1);
+    }
+  }
+  return order;
+}
+
+TEST(OwnerDrivenTest, PollsTransmitNothingAndFlushSendsInPostOrder) {
+  EXPECT_EQ(arrival_order(false), (std::vector<int>{0, 1}));
+}
+
+TEST(OwnerDrivenTest, LowPriorityQpSendsAfterNormalOnes) {
+  EXPECT_EQ(arrival_order(true), (std::vector<int>{1, 0}));
 }
 
 // ------------------------------------------------------------ reliability

@@ -396,31 +396,58 @@ void SoftDevice::progress() {
   if (held_count_ > 0) release_held(now, false, Direction::kRx);
   progress_rx(now);
   for (SoftQp* qp : rc_qps_) qp->on_timer(now);
-
-  // Transmit: round-robin over QPs with work, bounded per QP.
-  if (!pending_.empty()) {
-    if (rate_bytes_per_ns_ > 0) {
-      tokens_ = std::min(bucket_bytes_,
-                         tokens_ + (now - tokens_ns_) * rate_bytes_per_ns_);
-      tokens_ns_ = now;
-    }
-    const uint32_t budget =
-        static_cast<uint32_t>(knob_softnic_tx_budget().get());
-    size_t keep = 0;
-    // Index loop: transmit() may append (e.g. an ACK for another QP).
-    for (size_t i = 0; i < pending_.size(); ++i) {
-      SoftQp* qp = pending_[i];
-      if (rate_bytes_per_ns_ == 0 || tokens_ > 0) qp->transmit(budget, now);
-      flush_tx();
-      if (qp->has_tx_work()) {
-        pending_[keep++] = qp;
-      } else {
-        qp->in_pending_list_ = false;
-      }
-    }
-    pending_.resize(keep);
-  }
+  if (!owner_driven_) transmit_pending(now);  // else at flush()
   in_progress_ = false;
+}
+
+void SoftDevice::flush() {
+  if (in_progress_) return;
+  in_progress_ = true;
+  const uint64_t now = now_ns();
+  if (held_count_ > 0) release_held(now, false, Direction::kTx);
+  transmit_pending(now);
+  in_progress_ = false;
+}
+
+void SoftDevice::transmit_pending(uint64_t now) {
+  if (pending_.empty()) return;
+  if (rate_bytes_per_ns_ > 0) {
+    tokens_ = std::min(bucket_bytes_,
+                       tokens_ + (now - tokens_ns_) * rate_bytes_per_ns_);
+    tokens_ns_ = now;
+  }
+  const uint32_t budget = static_cast<uint32_t>(knob_softnic_tx_budget().get());
+  auto serve = [&](SoftQp* qp) {
+    if (rate_bytes_per_ns_ == 0 || tokens_ > 0) qp->transmit(budget, now);
+    flush_tx();
+  };
+  // Round-robin over QPs with work, bounded per QP. Index loop: transmit()
+  // may append (e.g. an ACK for another QP). later_ keeps its capacity, so
+  // steady state allocates nothing.
+  later_.clear();
+  size_t keep = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    SoftQp* qp = pending_[i];
+    if (qp->tx_later()) {
+      later_.push_back(qp);  // still flagged as pending
+      continue;
+    }
+    serve(qp);
+    if (qp->has_tx_work()) {
+      pending_[keep++] = qp;
+    } else {
+      qp->in_pending_list_ = false;
+    }
+  }
+  pending_.resize(keep);
+  for (SoftQp* qp : later_) {
+    serve(qp);
+    if (qp->has_tx_work()) {
+      pending_.push_back(qp);
+    } else {
+      qp->in_pending_list_ = false;
+    }
+  }
 }
 
 void SoftDevice::progress_rx(uint64_t now) {
@@ -434,6 +461,9 @@ void SoftDevice::progress_rx(uint64_t now) {
     }
     int n = recvmmsg(fd_, rx_msgs_, kRxBatch, MSG_DONTWAIT, nullptr);
     if (n <= 0) return;
+    if (trace_fn_) {
+      trace_fn_(trace_ctx_, "nic_rx", static_cast<uint32_t>(n), now_ns());
+    }
     for (int i = 0; i < n; ++i) {
       auto* buf = static_cast<uint8_t*>(rx_iov_[i].iov_base);
       uint32_t len = rx_msgs_[i].msg_len;
@@ -589,6 +619,9 @@ void SoftDevice::send_datagram(WireHeader* hdr, const iovec* payload, int niov,
 
 void SoftDevice::flush_tx() {
   int sent = 0;
+  if (trace_fn_ && tx_count_ > 0) {
+    trace_fn_(trace_ctx_, "nic_tx", static_cast<uint32_t>(tx_count_), now_ns());
+  }
   while (sent < tx_count_) {
     int n = sendmmsg(tx_fd_, tx_msgs_ + sent, tx_count_ - sent, MSG_DONTWAIT);
     if (n > 0) {

@@ -212,6 +212,8 @@ class SoftQp final : public QueuePair {
   // device's pending list while it has work.
   uint32_t transmit(uint32_t budget, uint64_t now_ns);
   bool has_tx_work() const;
+  // Transmits after normal QPs: low priority, or nothing but an ACK/NAK.
+  bool tx_later() const;
   void emit_fragment(SqEntry& e, uint64_t now_ns);
   void emit_control(AckSyndrome syn, uint32_t psn, uint32_t about_psn);
   uint32_t serve_reads(uint32_t budget);
@@ -314,6 +316,11 @@ class SoftDevice final : public Device {
   Result<std::unique_ptr<AddressHandle>> create_ah(
       ProtectionDomain* pd, const PortAddress& dest) override;
   void progress() override;
+  void flush() override;
+  void set_trace(TraceFn fn, void* ctx) override {
+    trace_fn_ = fn;
+    trace_ctx_ = ctx;
+  }
   std::string counters_text() const override;
   uint64_t drops() const override;
 
@@ -345,6 +352,9 @@ class SoftDevice final : public Device {
   void raw_send(int fd, const sockaddr_in* dest, const void* data,
                 uint32_t len);
   void progress_rx(uint64_t now_ns);
+  // One transmit round: each QP with work sends up to its budget; QPs with
+  // requests first, low-priority ones and pure ACKs after them.
+  void transmit_pending(uint64_t now_ns);
   void handle_datagram(uint8_t* buf, uint32_t len, uint64_t now_ns);
   // Sends / handles the held packets of direction `dir` that are due (by
   // time, or by count when a packet of that direction passed).
@@ -365,6 +375,7 @@ class SoftDevice final : public Device {
   int sockbuf_bytes_ = 0;
   std::unordered_map<uint32_t, SoftQp*> qps_;
   std::vector<SoftQp*> pending_;  // QPs with transmit work
+  std::vector<SoftQp*> later_;    // this round's low-priority / ACK-only
   std::vector<SoftQp*> rc_qps_;   // QPs with RC timers
   bool in_progress_ = false;
 
@@ -402,6 +413,8 @@ class SoftDevice final : public Device {
   uint32_t held_count_ = 0;
 
   SoftCounters counters_;
+  TraceFn trace_fn_ = nullptr;
+  void* trace_ctx_ = nullptr;
 };
 
 }  // namespace uccl::transport::udp

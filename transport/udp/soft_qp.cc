@@ -303,6 +303,12 @@ bool SoftQp::has_tx_work() const {
          (state_ == QpState::kRts && sq_send_ != sq_tail_);
 }
 
+bool SoftQp::tx_later() const {
+  if (cfg_.low_priority) return true;
+  return state_ != QpState::kError && reads_head_ == reads_tail_ &&
+         !(state_ == QpState::kRts && sq_send_ != sq_tail_);
+}
+
 uint32_t SoftQp::transmit(uint32_t budget, uint64_t now) {
   if (state_ == QpState::kError) {
     flush(now);

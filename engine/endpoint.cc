@@ -110,8 +110,8 @@ UCCL_KNOB(bool, knob_drive_nic, "UCCL_ENGINE_DRIVES_NIC", true,
           "Software NIC: the engine drives it once per loop: receive and "
           "handle everything, then send the loop's posts in one round, "
           "receive descriptors and ACKs after data (the doorbell). 0: every "
-          "CQ poll drives the NIC and sends in post order (the old way, for "
-          "A/B runs).");
+          "CQ poll receives and sends, in post order, as before (for A/B "
+          "runs; the loop still takes commands after receiving).");
 UCCL_KNOB(int64_t, knob_idle_spin, "UCCL_IDLE_SPIN_LOOPS", 20000,
           "Engine: empty loops before it starts sleeping between polls.", 0,
           1LL << 40);
@@ -460,7 +460,8 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
             << di.link_speed_mbps << " Mb/s), " << c.num_engines
             << " engine(s) on cores " << format_cpu_list(cores) << ", "
             << c.paths << " paths, " << (c.rc_mode ? "RC" : "UC") << " mode, "
-            << "chunk " << c.chunk_bytes / 1024 << " KiB, cc " << c.cc;
+            << "chunk " << c.chunk_bytes / 1024 << " KiB, cc " << c.cc
+            << (knob_drive_nic().get() ? "" : ", NIC driven by CQ polls");
   return std::unique_ptr<Endpoint>(new Endpoint(std::move(impl)));
 }
 

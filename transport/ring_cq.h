@@ -1,5 +1,5 @@
 // The completion queue of the software NICs (udp/, null/): a ring of work
-// completions that drives its device on every poll; one thread, no locks.
+// completions; a poll drives its device unless the owner does; no locks.
 #pragma once
 
 #include <algorithm>

@@ -417,9 +417,13 @@ void SoftDevice::transmit_pending(uint64_t now) {
     tokens_ns_ = now;
   }
   const uint32_t budget = static_cast<uint32_t>(knob_softnic_tx_budget().get());
+  // Sends up to the budget; true while the QP keeps work (stays pending).
   auto serve = [&](SoftQp* qp) {
     if (rate_bytes_per_ns_ == 0 || tokens_ > 0) qp->transmit(budget, now);
     flush_tx();
+    if (qp->has_tx_work()) return true;
+    qp->in_pending_list_ = false;
+    return false;
   };
   // Round-robin over QPs with work, bounded per QP. Index loop: transmit()
   // may append (e.g. an ACK for another QP). later_ keeps its capacity, so
@@ -432,21 +436,11 @@ void SoftDevice::transmit_pending(uint64_t now) {
       later_.push_back(qp);  // still flagged as pending
       continue;
     }
-    serve(qp);
-    if (qp->has_tx_work()) {
-      pending_[keep++] = qp;
-    } else {
-      qp->in_pending_list_ = false;
-    }
+    if (serve(qp)) pending_[keep++] = qp;
   }
   pending_.resize(keep);
   for (SoftQp* qp : later_) {
-    serve(qp);
-    if (qp->has_tx_work()) {
-      pending_.push_back(qp);
-    } else {
-      qp->in_pending_list_ = false;
-    }
+    if (serve(qp)) pending_.push_back(qp);
   }
 }
 

@@ -112,6 +112,16 @@ UCCL_KNOB(bool, knob_drive_nic, "UCCL_ENGINE_DRIVES_NIC", true,
           "receive descriptors and ACKs after data (the doorbell). 0: every "
           "CQ poll receives and sends, in post order, as before (for A/B "
           "runs; the loop still takes commands after receiving).");
+UCCL_KNOB(int64_t, knob_eager_bytes, "UCCL_EAGER_BYTES", -1,
+          "Eager sends: a send of at most this many bytes that finds no "
+          "receive posted yet is written at once into one of 16 bounce "
+          "slots the receiver offers per connection (and copied into the "
+          "receive when it is posted) instead of waiting for the receive's "
+          "descriptor. Both sides must enable it. 0: off; -1: 16384 on the "
+          "software NIC, 0 on verbs devices (the receiver copies with the "
+          "CPU, so every receive buffer must be host memory) and with "
+          "cc=credit (whose pull pacer grants credit per posted receive).",
+          -1, 65536);
 UCCL_KNOB(int64_t, knob_idle_spin, "UCCL_IDLE_SPIN_LOOPS", 20000,
           "Engine: empty loops before it starts sleeping between polls.", 0,
           1LL << 40);
@@ -370,6 +380,18 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
   if (c.cc == "credit" && knob_cc_per_path().get()) {
     return InvalidArgument("cc=credit is per flow; unset UCCL_CC_PER_PATH");
   }
+  const bool soft = c.device.rfind("udp", 0) == 0;
+  int64_t eager = c.eager_bytes >= 0 ? c.eager_bytes : knob_eager_bytes().get();
+  if (eager > static_cast<int64_t>(engine::kMaxEagerBytes)) {
+    return InvalidArgument("eager size must be at most " +
+                           std::to_string(engine::kMaxEagerBytes) + " bytes");
+  }
+  if (eager > 0 && c.cc == "credit") {
+    return InvalidArgument(
+        "eager sends do not work with cc=credit (its pull pacer grants "
+        "credit per posted receive); set UCCL_EAGER_BYTES=0");
+  }
+  if (eager < 0) eager = soft && c.cc != "credit" ? 16384 : 0;
 
   transport::DeviceOptions dopt;
   if (!c.fault_tx.empty() || !c.fault_rx.empty() || c.fault_seed) {
@@ -405,7 +427,6 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     ec.cc_name = c.cc;
     ec.cc_params = *ccp;
     ec.cc_per_path = knob_cc_per_path().get();
-    const bool soft = c.device.rfind("udp", 0) == 0;
     ec.rto_min_ns = knob_rto_min_us().get() > 0 ? knob_rto_min_us().get() * 1000
                                                 : (soft ? 5000000 : 1000000);
     ec.rto_max_ns =
@@ -422,6 +443,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     ec.idle_yield_loops = knob_idle_yield().get();
     ec.idle_sleep_ns = knob_idle_sleep_us().get() * 1000;
     ec.drive_nic = knob_drive_nic().get();
+    ec.eager_bytes = static_cast<uint32_t>(eager);
     ec.trace_file =
         c.trace_file.empty() ? knob_trace_file().get() : c.trace_file;
     ec.stats_interval_s = knob_stats_interval().get();
@@ -461,6 +483,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
             << " engine(s) on cores " << format_cpu_list(cores) << ", "
             << c.paths << " paths, " << (c.rc_mode ? "RC" : "UC") << " mode, "
             << "chunk " << c.chunk_bytes / 1024 << " KiB, cc " << c.cc
+            << ", eager " << eager << " B"
             << (knob_drive_nic().get() ? "" : ", NIC driven by CQ polls");
   return std::unique_ptr<Endpoint>(new Endpoint(std::move(impl)));
 }
@@ -1027,8 +1050,9 @@ std::string Endpoint::stats_text() const {
        << " rto " << f.rto_retransmits << " tlp " << f.tlp_retransmits << " ("
        << f.rtos << " RTOs), dup " << f.duplicate_chunks << ", sends "
        << f.sends_matched << " (" << f.sends_waited_for_recv
-       << " waited for a receive), rtt p50 " << f.rtt_p50_ns / 1000.0
-       << " us p99 " << f.rtt_p99_ns / 1000.0 << " us, " << f.cc_state << "\n";
+       << " waited for a receive) eager " << f.sends_eager << ", rtt p50 "
+       << f.rtt_p50_ns / 1000.0 << " us p99 " << f.rtt_p99_ns / 1000.0
+       << " us, " << f.cc_state << "\n";
   }
   return os.str();
 }

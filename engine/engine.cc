@@ -402,7 +402,7 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
   q.recv_cq = rcq_.get();
   q.srq = data_srq_.get();
   q.max_send_wr = kDataSendDepth;
-  q.max_send_sge = 1;
+  q.max_send_sge = 2;  // eager chunks: header + payload
   q.max_recv_sge = 1;
   q.max_inline_data = 0;
   q.own_source_port = true;
@@ -458,6 +458,7 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
     c->tx.rack_rtt_ns.assign(c->qps.size(), 0);
     c->qp_outstanding.assign(c->qps.size(), 0);
   }
+  if (st.ok()) st = setup_eager(c.get());
   if (!st.ok()) {
     s->status = st.with_context("creating connection QPs");
     s->done.store(1, std::memory_order_release);
@@ -472,6 +473,41 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
   s->ud_qkey = kUdQkey;
   conns_[idx] = std::move(c);
   s->done.store(1, std::memory_order_release);
+}
+
+// Eager bounce slots this side offers (registered, a window each where the
+// backend has them; granted with the first receive posted) and the
+// headers it sends into the peer's.
+Status UcclRDMAEngine::setup_eager(Conn* c) {
+  TxFlow& tx = c->tx;
+  UCCL_ASSIGN_OR_RETURN(tx.eager_hdr_mr,
+                        pd_->reg_mr(tx.eager_hdr, sizeof(tx.eager_hdr),
+                                    transport::kAccessLocalWrite));
+  if (cfg_.eager_bytes == 0) return Status();
+  RxFlow& rx = c->rx;
+  rx.eager_slot_bytes = static_cast<uint32_t>(
+      (sizeof(EagerHdr) + cfg_.eager_bytes + 63) / 64 * 64);
+  const size_t total = size_t{kEagerSlots} * rx.eager_slot_bytes;
+  rx.eager_mem.reset(new uint8_t[total]());
+  UCCL_ASSIGN_OR_RETURN(rx.eager_mr,
+                        pd_->reg_mr(rx.eager_mem.get(), total,
+                                    transport::kAccessLocalWrite |
+                                        transport::kAccessRemoteWrite));
+  for (uint32_t k = 0; k < kEagerSlots; ++k) {
+    rx.eager_rkeys[k] = rx.eager_mr->rkey();
+    if (!windows_) continue;
+    UCCL_ASSIGN_OR_RETURN(rx.eager_windows[k], pd_->alloc_mw());
+    UCCL_ASSIGN_OR_RETURN(
+        rx.eager_rkeys[k],
+        rx.eager_windows[k]->bind(
+            *rx.eager_mr,
+            reinterpret_cast<uint64_t>(rx.eager_mem.get()) +
+                k * rx.eager_slot_bytes,
+            rx.eager_slot_bytes,
+            transport::kAccessLocalWrite | transport::kAccessRemoteWrite));
+  }
+  rx.grant_pending = kEagerSlots == 32 ? ~0u : (1u << kEagerSlots) - 1;
+  return Status();
 }
 
 void UcclRDMAEngine::connect_conn(ConnSetup* s) {
@@ -556,6 +592,8 @@ void UcclRDMAEngine::fail_conn(Conn* c, Status why, bool warn) {
     m.done = true;
   }
   tx.msg_head = tx.msg_chunk = tx.msg_tail;
+  tx.owed_n = 0;
+  tx.eager_free = 0;
   for (RxSlot& s : c->rx.slots) {
     if (s.active) {
       RequestAccess::complete(s.req, why);
@@ -735,6 +773,7 @@ void UcclRDMAEngine::on_chunk(const WorkCompletion& wc, uint64_t now) {
                      imm.last,
                      imm.trunc,
                      imm.onesided,
+                     imm.eager,
                      static_cast<uint8_t>(imm.slot),
                      static_cast<uint8_t>(imm.buf),
                      wc.byte_len};
@@ -760,6 +799,7 @@ void UcclRDMAEngine::on_chunk(const WorkCompletion& wc, uint64_t now) {
 
 void UcclRDMAEngine::account_chunk(Conn* c, const RxChunkInfo& info) {
   if (info.onesided) return;
+  if (info.eager) return on_eager(c, info);
   RxFlow& rx = c->rx;
   RxSlot& s = rx.slots[info.slot];
   if (!s.active || info.buf >= s.n || s.bufs[info.buf].done) {
@@ -767,14 +807,24 @@ void UcclRDMAEngine::account_chunk(Conn* c, const RxChunkInfo& info) {
     return;
   }
   RxBuf& b = s.bufs[info.buf];
+  b.claimed = true;
   b.received += info.len;
   if (!info.last) return;
-  b.done = true;
   b.trunc = info.trunc || b.received > b.size;
-  if (windows_ && rx.windows[info.slot][info.buf]) {
-    rx.windows[info.slot][info.buf]->invalidate();  // late copies now miss
-  }
   rx.ack_now = true;
+  finish_buf(c, info.slot, info.buf);
+}
+
+// Buffer `buf` of receive `slot` has its message (or its truncation); the
+// receive completes with its last buffer.
+void UcclRDMAEngine::finish_buf(Conn* c, int slot, int buf) {
+  RxFlow& rx = c->rx;
+  RxSlot& s = rx.slots[slot];
+  s.bufs[buf].done = true;
+  s.bufs[buf].claimed = true;
+  if (windows_ && rx.windows[slot][buf]) {
+    rx.windows[slot][buf]->invalidate();  // late copies now miss
+  }
   if (++s.done < s.n) return;
   Status st;
   for (int i = 0; i < s.n; ++i) {
@@ -791,6 +841,114 @@ void UcclRDMAEngine::account_chunk(Conn* c, const RxChunkInfo& info) {
   c->rec->rx_outstanding.fetch_sub(1, std::memory_order_relaxed);
   trace("recv_done", c->index, rx.rcv_cum, clock_->now_ns());
   RequestAccess::complete(s.req, std::move(st));
+}
+
+// An eager message, in CSN (send) order: the oldest posted receive with an
+// untaken buffer of its tag takes it; with none, it waits in its slot for
+// the next receive posted with that tag (wire.h).
+void UcclRDMAEngine::on_eager(Conn* c, const RxChunkInfo& info) {
+  RxFlow& rx = c->rx;
+  const uint32_t k = info.slot;
+  rx.ack_now = true;
+  EagerHdr h{};
+  const bool granted = rx.eager_mem && k < kEagerSlots && rx.eager[k].granted;
+  if (granted && info.len >= sizeof(EagerHdr)) {
+    std::memcpy(&h, rx.eager_mem.get() + k * rx.eager_slot_bytes, sizeof(h));
+  }
+  if (!granted || info.len < sizeof(EagerHdr) || h.magic != kEagerMagic ||
+      h.len != info.len - sizeof(EagerHdr) || info.len > rx.eager_slot_bytes) {
+    ++protocol_errors_;
+    fail_conn(c, ProtocolError("malformed eager message from peer (slot " +
+                               std::to_string(k) + ", " +
+                               std::to_string(info.len) + " bytes)"));
+    return;
+  }
+  EagerSlotRx& e = rx.eager[k];
+  e = EagerSlotRx{false, true, h.tag, h.len};
+  ++rx.eager_rx;
+  int slot = -1, buf = -1;
+  for (int i = 0; i < kMaxRequestsPerFlow; ++i) {
+    const RxSlot& s = rx.slots[i];
+    if (!s.active || s.is_read ||
+        (slot >= 0 && s.post_seq > rx.slots[slot].post_seq)) {
+      continue;
+    }
+    for (int b = 0; b < s.n; ++b) {
+      if (!s.bufs[b].claimed && s.bufs[b].tag == h.tag) {
+        slot = i;
+        buf = b;
+        break;
+      }
+    }
+  }
+  trace("eager_rx", c->index, k, clock_->now_ns());
+  if (slot < 0) {
+    rx.held[rx.held_n++] = static_cast<uint8_t>(k);
+    ++rx.eager_held;
+    return;
+  }
+  deliver_eager(c, k, slot, buf);
+}
+
+// Copies held eager message `k` into buffer `buf` of receive `slot` (or
+// fails that buffer as truncated) and frees its bounce slot.
+void UcclRDMAEngine::deliver_eager(Conn* c, uint32_t k, int slot, int buf) {
+  RxFlow& rx = c->rx;
+  RxBuf& b = rx.slots[slot].bufs[buf];
+  const EagerSlotRx& e = rx.eager[k];
+  b.claimed = true;
+  b.received = e.len;
+  b.trunc = e.len > b.size;
+  if (!b.trunc && e.len > 0) {
+    std::memcpy(reinterpret_cast<void*>(b.addr),
+                rx.eager_mem.get() + k * rx.eager_slot_bytes + sizeof(EagerHdr),
+                e.len);
+  }
+  free_eager_slot(c, k);
+  finish_buf(c, slot, buf);
+}
+
+// Slot `k` is empty again: a new window (late duplicates of its last use
+// miss) and a grant with the next descriptor.
+void UcclRDMAEngine::free_eager_slot(Conn* c, uint32_t k) {
+  RxFlow& rx = c->rx;
+  rx.eager[k] = EagerSlotRx{};
+  if (rx.eager_windows[k]) {
+    auto key = rx.eager_windows[k]->bind(
+        *rx.eager_mr,
+        reinterpret_cast<uint64_t>(rx.eager_mem.get()) +
+            k * rx.eager_slot_bytes,
+        rx.eager_slot_bytes,
+        transport::kAccessLocalWrite | transport::kAccessRemoteWrite);
+    if (!key.ok()) {  // not granted again: the peer has one slot fewer
+      VLOG(kVlogRequest) << "conn " << c->index << " eager slot " << k << ": "
+                         << key.status();
+      return;
+    }
+    rx.eager_rkeys[k] = *key;
+  }
+  rx.grant_pending |= 1u << k;
+}
+
+// Grants the freed slots (after a descriptor, so a send the peer holds back
+// for lack of a slot takes the posted receive, zero-copy, instead).
+void UcclRDMAEngine::send_grants(Conn* c) {
+  RxFlow& rx = c->rx;
+  while (rx.grant_pending && !c->failed) {
+    CtrlMsg g;
+    std::memset(&g, 0, sizeof(g));
+    g.type = static_cast<uint32_t>(CtrlType::kEagerGrant);
+    while (rx.grant_pending && g.n < kMaxRecvsPerRequest) {
+      const uint32_t k = static_cast<uint32_t>(__builtin_ctz(rx.grant_pending));
+      rx.grant_pending &= rx.grant_pending - 1;
+      rx.eager[k].granted = true;
+      g.bufs[g.n++] = RecvBuf{reinterpret_cast<uint64_t>(rx.eager_mem.get()) +
+                                  k * rx.eager_slot_bytes,
+                              rx.eager_slot_bytes, rx.eager_rkeys[k],
+                              static_cast<int32_t>(k)};
+    }
+    send_ctrl(c, g);
+  }
 }
 
 void UcclRDMAEngine::post_recv_slot(Conn* c, const Command& cmd) {
@@ -815,6 +973,7 @@ void UcclRDMAEngine::post_recv_slot(Conn* c, const Command& cmd) {
   s.n = n;
   s.done = 0;
   s.is_read = is_read;
+  s.post_seq = rx.next_post_seq++;
   CtrlMsg m;
   std::memset(&m, 0, sizeof(m));
   m.type =
@@ -826,7 +985,8 @@ void UcclRDMAEngine::post_recv_slot(Conn* c, const Command& cmd) {
     const uint64_t addr = is_read ? cmd.addr : cmd.bufs[i].addr;
     const uint64_t size = is_read ? cmd.len : cmd.bufs[i].size;
     const transport::MemoryRegion* mr = is_read ? cmd.mr : cmd.bufs[i].mr;
-    s.bufs[i] = RxBuf{addr, size, 0, false, false};
+    const int32_t tag = is_read ? 0 : cmd.bufs[i].tag;
+    s.bufs[i] = RxBuf{addr, size, 0, tag, false, false, false};
     uint32_t rkey = mr ? mr->rkey() : 0;
     if (windows_ && mr && size > 0) {
       auto& w = rx.windows[slot][i];
@@ -840,7 +1000,7 @@ void UcclRDMAEngine::post_recv_slot(Conn* c, const Command& cmd) {
                  : Result<uint32_t>(Internal("no window"));
       if (k.ok()) rkey = *k;
     }
-    m.bufs[i] = RecvBuf{addr, size, rkey, is_read ? 0 : cmd.bufs[i].tag};
+    m.bufs[i] = RecvBuf{addr, size, rkey, tag};
     VLOG(kVlogRequest) << "conn " << c->index << " receive in slot " << slot
                        << " buf " << i << " size " << size << " rkey 0x"
                        << std::hex << rkey << std::dec;
@@ -855,7 +1015,27 @@ void UcclRDMAEngine::post_recv_slot(Conn* c, const Command& cmd) {
     pacer_->add_demand(c->index, demand, !rx.demand_started);
     rx.demand_started = true;
   }
+  // Eager messages that arrived before this receive take their buffers
+  // now, oldest first (it may complete here). The descriptor still goes:
+  // the sender pays its owed sends with it. Freed slots are granted after.
+  if (!is_read && rx.held_n) {
+    uint32_t kept = 0;
+    for (uint32_t h = 0; h < rx.held_n; ++h) {
+      const uint32_t k = rx.held[h];
+      int buf = -1;
+      for (int i = 0; i < n && buf < 0; ++i) {
+        if (!s.bufs[i].claimed && s.bufs[i].tag == rx.eager[k].tag) buf = i;
+      }
+      if (buf < 0) {
+        rx.held[kept++] = static_cast<uint8_t>(k);
+      } else {
+        deliver_eager(c, k, slot, buf);
+      }
+    }
+    rx.held_n = kept;
+  }
   send_ctrl(c, m);
+  send_grants(c);  // after: a waiting send then matches the receive itself
 }
 
 void UcclRDMAEngine::send_ctrl(Conn* c, const CtrlMsg& m) {
@@ -911,7 +1091,25 @@ void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len) {
     d.n = m.n;
     d.used_mask = 0;
     std::copy(m.bufs, m.bufs + m.n, d.bufs);
+    pay_owed(c);
     match_sends(c);
+    return;
+  }
+  if (m.type == static_cast<uint32_t>(CtrlType::kEagerGrant)) {
+    for (uint32_t i = 0; i < m.n; ++i) {
+      const RecvBuf& g = m.bufs[i];
+      const uint32_t k = static_cast<uint32_t>(g.tag);
+      if (g.tag < 0 || k >= kEagerSlots || g.size < sizeof(EagerHdr) ||
+          g.size > kMaxEagerSlotBytes || (tx.eager_free & (1u << k))) {
+        ++protocol_errors_;
+        fail_conn(c, ProtocolError("malformed eager grant from peer"));
+        return;
+      }
+      tx.eager_slots[k] = EagerSlotTx{g.addr, g.rkey};
+      tx.eager_free |= 1u << k;
+      tx.eager_peer_bytes = static_cast<uint32_t>(g.size - sizeof(EagerHdr));
+    }
+    match_sends(c);  // a waiting send may go now
     return;
   }
   if (m.type != static_cast<uint32_t>(CtrlType::kReadReq)) {
@@ -997,6 +1195,13 @@ void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
     out->tlp_retransmits += c->tx.tlp_retx;
     out->sends_matched += c->tx.sends_matched;
     out->sends_waited_for_recv += c->tx.sends_waited;
+    out->sends_eager += c->tx.sends_eager;
+    out->eager_received += c->rx.eager_rx;
+    out->eager_held += c->rx.eager_held;
+    if (cfg_.eager_bytes) {  // slots we would use
+      out->eager_slots_free +=
+          __builtin_popcount(c->tx.eager_free & ~c->tx.eager_busy);
+    }
     out->send_wait_ns += c->tx.send_wait_ns;
     out->rtos += c->tx.rtos;
     out->duplicate_chunks += c->rx.duplicates;

@@ -50,6 +50,11 @@ struct EngineConfig {
   // everything, then transmit the loop's posts in one round, descriptors and
   // ACKs after data) instead of every CQ poll driving it in post order.
   bool drive_nic = true;
+  // Eager sends (wire.h): payload bytes up to which a send that finds no
+  // receive descriptor is written at once into one of the receiver's
+  // bounce slots (kEagerSlots per connection, this size each, which this
+  // side offers its peer). 0: off. At most chunk_bytes - sizeof(EagerHdr).
+  uint32_t eager_bytes = 0;
   std::string trace_file;       // Chrome trace of chunk events, or ""
   double stats_interval_s = 0;  // periodic stats log line, 0 = off
   Clock* clock = nullptr;
@@ -147,6 +152,7 @@ class UcclRDMAEngine {
   void handle(const Command& c);
   void create_conn(ConnSetup* s);
   void connect_conn(ConnSetup* s);
+  Status setup_eager(Conn* c);
   void close_conn(uint32_t idx, Status why);
   void fail_conn(Conn* c, Status why, bool warn = true);
 
@@ -163,6 +169,13 @@ class UcclRDMAEngine {
   // Send side.
   int poll_send_cq(uint64_t now);
   void match_sends(Conn* c);
+  bool send_eager(Conn* c, const PendingSend& p, uint64_t now);
+  void pay_owed(Conn* c);
+  void on_eager(Conn* c, const RxChunkInfo& info);
+  void deliver_eager(Conn* c, uint32_t k, int slot, int buf);
+  void free_eager_slot(Conn* c, uint32_t k);
+  void send_grants(Conn* c);
+  void finish_buf(Conn* c, int slot, int buf);
   int transmit(Conn* c, uint64_t now);
   bool post_chunk(Conn* c, uint32_t csn, uint16_t path, uint64_t now);
   void ack_chunk(Conn* c, uint32_t csn, uint64_t now);

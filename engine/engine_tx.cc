@@ -44,6 +44,37 @@ void enqueue_retx(TxFlow& tx, uint32_t csn) {
   tx.pull_bytes += ch.len;
 }
 
+// The oldest posted receive (descriptor) with a free buffer of `tag`.
+bool find_desc(TxFlow& tx, int32_t tag, Desc** d, uint32_t* b) {
+  for (uint32_t i = tx.desc_head; i != tx.desc_tail; ++i) {
+    Desc& x = tx.descs[i % kDescRing];
+    for (uint32_t k = 0; k < x.n; ++k) {
+      if (!(x.used_mask & (1u << k)) && x.bufs[k].tag == tag) {
+        *d = &x;
+        *b = k;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// A send that found neither a receive nor an eager slot when it was taken.
+void count_wait(TxFlow& tx, const PendingSend& p, uint64_t now) {
+  if (!p.waited) return;
+  ++tx.sends_waited;
+  tx.send_wait_ns += now > p.post_ns ? now - p.post_ns : 0;
+}
+
+// Drops descriptors whose buffers are all taken from the ring's head.
+void retire_descs(TxFlow& tx) {
+  while (tx.desc_head != tx.desc_tail) {
+    Desc& h = tx.descs[tx.desc_head % kDescRing];
+    if (h.used_mask != (1u << h.n) - 1) break;
+    ++tx.desc_head;
+  }
+}
+
 }  // namespace
 
 void UcclRDMAEngine::match_sends(Conn* c) {
@@ -52,20 +83,14 @@ void UcclRDMAEngine::match_sends(Conn* c) {
   while (tx.pend_head != tx.pend_tail) {
     if (tx.msg_tail - tx.msg_head >= kMaxTxMsgs) return;
     PendingSend& p = tx.pending[tx.pend_head % kMaxPendingSends];
-    // The oldest posted receive with a free buffer carrying this tag.
     Desc* d = nullptr;
     uint32_t b = 0;
-    for (uint32_t i = tx.desc_head; i != tx.desc_tail && d == nullptr; ++i) {
-      Desc& x = tx.descs[i % kDescRing];
-      for (uint32_t k = 0; k < x.n; ++k) {
-        if (!(x.used_mask & (1u << k)) && x.bufs[k].tag == p.tag) {
-          d = &x;
-          b = k;
-          break;
-        }
-      }
+    if (!find_desc(tx, p.tag, &d, &b)) {
+      // No receive posted for it yet: write it eagerly, or wait.
+      if (!send_eager(c, p, now)) return;
+      ++tx.pend_head;
+      continue;
     }
-    if (d == nullptr) return;  // wait for the receiver to post
     d->used_mask |= 1u << b;
     TxMsg& m = tx.msg(tx.msg_tail++);
     m = TxMsg{};
@@ -81,17 +106,65 @@ void UcclRDMAEngine::match_sends(Conn* c) {
     m.trunc = p.len > d->bufs[b].size;
     m.post_ns = now;
     ++tx.sends_matched;
-    if (p.waited) {
-      ++tx.sends_waited;
-      tx.send_wait_ns += now > p.post_ns ? now - p.post_ns : 0;
-    }
+    count_wait(tx, p, now);
     ++tx.pend_head;
-    while (tx.desc_head != tx.desc_tail) {
-      Desc& h = tx.descs[tx.desc_head % kDescRing];
-      if (h.used_mask != (1u << h.n) - 1) break;
-      ++tx.desc_head;
+    retire_descs(tx);
+  }
+}
+
+bool UcclRDMAEngine::send_eager(Conn* c, const PendingSend& p, uint64_t now) {
+  TxFlow& tx = c->tx;
+  const uint64_t limit = std::min(cfg_.eager_bytes, tx.eager_peer_bytes);
+  const uint32_t usable = tx.eager_free & ~tx.eager_busy;
+  if (usable == 0 || p.len > limit || tx.owed_n >= kEagerSlots) return false;
+  const uint32_t k = static_cast<uint32_t>(__builtin_ctz(usable));
+  tx.eager_free &= ~(1u << k);
+  tx.eager_busy |= 1u << k;
+  tx.owed[tx.owed_n++] = tx.msg_tail;
+  TxMsg& m = tx.msg(tx.msg_tail++);
+  m = TxMsg{};
+  m.req = p.req;
+  m.eager = true;
+  m.tag = p.tag;
+  m.addr = p.addr;
+  m.len = p.len;
+  m.lkey = p.lkey;
+  m.raddr = tx.eager_slots[k].addr;
+  m.rkey = tx.eager_slots[k].rkey;
+  m.slot = static_cast<uint8_t>(k);
+  m.post_ns = now;
+  tx.eager_hdr[k] =
+      EagerHdr{kEagerMagic, p.tag, static_cast<uint32_t>(p.len), 0};
+  ++tx.sends_eager;
+  count_wait(tx, p, now);
+  trace("eager_tx", c->index, k, now);
+  return true;
+}
+
+// A descriptor arrived: the eager sends owed a buffer take theirs first, in
+// send order (each the first free buffer of its tag), exactly as the
+// receiver matched them (wire.h).
+void UcclRDMAEngine::pay_owed(Conn* c) {
+  TxFlow& tx = c->tx;
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < tx.owed_n; ++i) {
+    TxMsg& m = tx.msg(tx.owed[i]);
+    Desc* d = nullptr;
+    uint32_t b = 0;
+    if (!find_desc(tx, m.tag, &d, &b)) {
+      tx.owed[kept++] = tx.owed[i];
+      continue;
+    }
+    d->used_mask |= 1u << b;
+    m.paid = true;
+    m.rsize = d->bufs[b].size;
+    m.trunc = m.len > m.rsize;  // the receiver fails it too
+    if (m.all_chunked && m.chunks_acked == m.chunks_total && !m.done) {
+      complete_tx_msg(c, m);
     }
   }
+  tx.owed_n = kept;
+  retire_descs(tx);
 }
 
 int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
@@ -182,9 +255,12 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
          tx.msg_chunk != tx.msg_tail) {
     if (tx.outstanding() >= kMaxChunksInFlight) break;
     TxMsg& m = tx.msg(tx.msg_chunk);
-    const uint32_t len = m.trunc ? 0
-                                 : static_cast<uint32_t>(std::min<uint64_t>(
-                                       cfg_.chunk_bytes, m.len - m.next_off));
+    // An eager message is one chunk: its header and the payload.
+    const uint32_t len = m.eager
+                             ? static_cast<uint32_t>(sizeof(EagerHdr) + m.len)
+                         : m.trunc ? 0
+                                   : static_cast<uint32_t>(std::min<uint64_t>(
+                                         cfg_.chunk_bytes, m.len - m.next_off));
     uint32_t path;
     if (!pick_path(len, &path)) break;  // window, credit or pacing says wait
     PathCc& pc = cc_for(tx, path);
@@ -194,7 +270,7 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
     ch.msg = tx.msg_chunk;
     ch.len = len;
     ch.off = m.next_off;
-    ch.last = m.trunc || m.next_off + len >= m.len;
+    ch.last = m.eager || m.trunc || m.next_off + len >= m.len;
     if (!post_chunk(c, csn, static_cast<uint16_t>(path), now)) break;
     ch.in_pipe = true;
     ++tx.snd_nxt;
@@ -232,11 +308,18 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path,
   imm.last = ch.last;
   imm.trunc = m.trunc;
   imm.onesided = m.onesided;
-  Sge sge{m.addr + ch.off, ch.len, m.lkey};
+  imm.eager = m.eager;
+  Sge sge[2] = {{m.addr + ch.off, ch.len, m.lkey}, {}};
   SendWr wr;
   wr.opcode = WrOpcode::kWriteWithImm;
-  wr.sg_list = &sge;
+  wr.sg_list = sge;
   wr.num_sge = ch.len ? 1 : 0;
+  if (m.eager) {  // header, then the payload from the application's buffer
+    sge[0] = Sge{reinterpret_cast<uint64_t>(&tx.eager_hdr[m.slot]),
+                 sizeof(EagerHdr), tx.eager_hdr_mr->lkey()};
+    sge[1] = Sge{m.addr, static_cast<uint32_t>(m.len), m.lkey};
+    wr.num_sge = m.len ? 2 : 1;
+  }
   wr.imm_data = imm.encode();
   wr.remote_addr = m.raddr + ch.off;
   wr.rkey = m.rkey;
@@ -281,7 +364,9 @@ void UcclRDMAEngine::ack_chunk(Conn* c, uint32_t csn, uint64_t now) {
   leave_pipe(tx, ch);
   TxMsg& m = tx.msg(ch.msg);
   ++m.chunks_acked;
-  if (m.all_chunked && m.chunks_acked == m.chunks_total && !m.done) {
+  if (m.eager) tx.eager_busy &= ~(1u << m.slot);
+  if (m.all_chunked && m.chunks_acked == m.chunks_total && !m.done &&
+      (!m.eager || m.paid)) {
     complete_tx_msg(c, m);
   }
   (void)now;

@@ -23,6 +23,12 @@ constexpr uint32_t kMaxPendingSends = 256;  // posted sends not yet matched
 constexpr uint32_t kMaxTxMsgs = 512;        // matched, being transmitted
 constexpr uint32_t kDescRing = 64;          // peer's receive descriptors
 constexpr uint32_t kChunkRing = kMaxChunksInFlight;
+// Eager bounce slots each receiver keeps per connection (wire.h).
+constexpr uint32_t kEagerSlots = 16;
+static_assert(kEagerSlots <= Imm::kSlots, "an eager slot index fits imm.slot");
+static_assert(kEagerSlots <= 32, "slot sets are 32-bit masks");
+constexpr uint32_t kMaxEagerBytes = 64 << 10;  // payload, UCCL_EAGER_BYTES
+constexpr uint32_t kMaxEagerSlotBytes = kMaxEagerBytes + 64;
 constexpr uint32_t kRetxRing = kChunkRing;
 static_assert((kChunkRing & (kChunkRing - 1)) == 0, "power of two");
 static_assert(kDescRing >= static_cast<uint32_t>(kMaxRequestsPerFlow),
@@ -52,7 +58,12 @@ struct Desc {
 };
 
 struct TxMsg {
-  Request* req;   // nullptr: engine-internal (serving a peer's read)
+  Request* req;  // nullptr: engine-internal (serving a peer's read)
+  // Eager: one chunk into bounce slot `slot`; done once acked and paid
+  // (a descriptor's buffer was assigned to it).
+  bool eager;
+  bool paid;
+  int32_t tag;
   uint64_t addr;  // local source
   uint64_t len;
   uint32_t lkey;
@@ -105,8 +116,28 @@ struct PathCc {
   }
 };
 
+// A bounce slot the peer granted us (its kEagerGrant).
+struct EagerSlotTx {
+  uint64_t addr;
+  uint32_t rkey;
+};
+
 struct TxFlow {
   PendingSend pending[kMaxPendingSends];
+  // Eager: the peer's granted slots (bit i: slot i free for us), their
+  // address and key, its payload limit (0: no grant seen), the headers
+  // we send (registered, one per slot) and eager sends owed a buffer, in
+  // send order (TxMsg counters).
+  EagerSlotTx eager_slots[kEagerSlots] = {};
+  uint32_t eager_free = 0;
+  // Slots whose last message is not acknowledged yet: not reused before
+  // (a resend must not carry a newer message's header).
+  uint32_t eager_busy = 0;
+  uint32_t eager_peer_bytes = 0;
+  EagerHdr eager_hdr[kEagerSlots] = {};
+  std::unique_ptr<transport::MemoryRegion> eager_hdr_mr;
+  uint32_t owed[kEagerSlots];
+  uint32_t owed_n = 0;
   uint32_t pend_head = 0, pend_tail = 0;
   Desc descs[kDescRing];
   uint32_t desc_head = 0, desc_tail = 0;
@@ -153,6 +184,7 @@ struct TxFlow {
   // Sends matched with a receive descriptor; those that had to wait for one
   // (receiver-driven: the peer had not posted yet) and the total wait.
   uint64_t sends_matched = 0, sends_waited = 0, send_wait_ns = 0;
+  uint64_t sends_eager = 0;  // sent eagerly (no descriptor yet)
 
   bool has_unacked() const { return snd_una != snd_nxt; }
   uint32_t outstanding() const { return snd_nxt - snd_una; }
@@ -164,6 +196,8 @@ struct RxBuf {
   uint64_t addr;
   uint64_t size;
   uint64_t received;
+  int32_t tag;
+  bool claimed;  // a message (its first chunk, or an eager one) took it
   bool done;
   bool trunc;
 };
@@ -173,13 +207,23 @@ struct RxSlot {
   Request* req = nullptr;
   int n = 0;
   int done = 0;
-  bool is_read = false;  // a read_async waiting for the peer's data
+  bool is_read = false;   // a read_async waiting for the peer's data
+  uint64_t post_seq = 0;  // posting order (eager messages take the oldest)
   RxBuf bufs[kMaxRecvsPerRequest];
+};
+
+// One of our bounce slots: granted to the peer, or holding an eager message
+// that no receive took yet (tag, payload bytes).
+struct EagerSlotRx {
+  bool granted;
+  bool held;
+  int32_t tag;
+  uint32_t len;
 };
 
 struct RxChunkInfo {
   bool valid;
-  bool last, trunc, onesided;
+  bool last, trunc, onesided, eager;
   uint8_t slot, buf;
   uint32_t len;
 };
@@ -191,6 +235,19 @@ struct RxFlow {
                                                   [kMaxRecvsPerRequest];
   uint32_t rcv_cum = 0;  // every CSN below has arrived and been accounted
   RxChunkInfo ring[kChunkRing] = {};
+  uint64_t next_post_seq = 0;
+  // Eager bounce slots (kEagerSlots x slot_bytes, registered; empty when
+  // eager is off), a window per slot, slots freed but not yet granted
+  // again (bit mask), and held messages in CSN order.
+  std::unique_ptr<uint8_t[]> eager_mem;
+  uint32_t eager_slot_bytes = 0;  // header + payload
+  std::unique_ptr<transport::MemoryRegion> eager_mr;
+  std::unique_ptr<transport::MemoryWindow> eager_windows[kEagerSlots];
+  uint32_t eager_rkeys[kEagerSlots] = {};
+  EagerSlotRx eager[kEagerSlots] = {};
+  uint32_t grant_pending = 0;
+  uint8_t held[kEagerSlots];
+  uint32_t held_n = 0;
   // ACK coalescing.
   uint32_t unacked = 0;
   uint64_t first_unacked_ns = 0;
@@ -203,6 +260,8 @@ struct RxFlow {
   bool demand_started = false;  // cc=credit: first demand is speculative
   // Statistics.
   uint64_t rx_bytes = 0, rx_chunks = 0, duplicates = 0, acks_tx = 0;
+  // Eager messages received, and those that arrived before their receive.
+  uint64_t eager_rx = 0, eager_held = 0;
 
   RxChunkInfo& at(uint32_t csn) { return ring[csn & (kChunkRing - 1)]; }
 };

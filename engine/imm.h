@@ -16,6 +16,9 @@ namespace uccl::engine {
 // bit   2      last    last chunk of a message
 // bit   1      trunc   message did not fit: the receive fails (0 bytes)
 // bit   0      oneside one-sided WRITE chunk: acknowledge, no message
+// bits 1..0 both set (no message is both truncated and one-sided): an eager
+// message, one chunk into the receiver's bounce slot `slot` (wire.h,
+// EagerHdr); `buf` is 0 and `last` is set.
 struct Imm {
   static constexpr int kFlowBits = 10, kCsnBits = 11, kSlotBits = 5,
                        kBufBits = 3;
@@ -28,13 +31,16 @@ struct Imm {
   static constexpr uint32_t kSlots = 1u << kSlotBits;
   static constexpr uint32_t kBufs = 1u << kBufBits;
 
+  static constexpr uint32_t kEager = kTrunc | kOneSided;
+
   uint32_t flow = 0, csn = 0, slot = 0, buf = 0;
   bool last = false, trunc = false, onesided = false;
+  bool eager = false;  // encoded as trunc | onesided; excludes both
 
   uint32_t encode() const {
     return (flow << kFlowShift) | ((csn & (kCsnSpace - 1)) << kCsnShift) |
            (slot << kSlotShift) | (buf << kBufShift) | (last ? kLast : 0) |
-           (trunc ? kTrunc : 0) | (onesided ? kOneSided : 0);
+           (eager ? kEager : (trunc ? kTrunc : 0) | (onesided ? kOneSided : 0));
   }
   static Imm decode(uint32_t v) {
     Imm i;
@@ -43,8 +49,9 @@ struct Imm {
     i.slot = (v >> kSlotShift) & (kSlots - 1);
     i.buf = (v >> kBufShift) & (kBufs - 1);
     i.last = v & kLast;
-    i.trunc = v & kTrunc;
-    i.onesided = v & kOneSided;
+    i.eager = (v & kEager) == kEager;
+    i.trunc = !i.eager && (v & kTrunc);
+    i.onesided = !i.eager && (v & kOneSided);
     return i;
   }
 };

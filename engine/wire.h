@@ -1,6 +1,7 @@
 // Engine wire formats, documented here once: the TCP bootstrap messages, the
-// receive descriptors (clear-to-send) on the RC control QP, and the ACK /
-// credit packets on the UD control QP. Little-endian, fixed layouts.
+// receive descriptors (clear-to-send) and eager-slot grants on the RC control
+// QP, the eager message header, and the ACK / credit packets on the UD
+// control QP. Little-endian, fixed layouts.
 #pragma once
 
 #include <cstddef>
@@ -65,6 +66,9 @@ enum class CtrlType : uint32_t {
   kPullReq = 4,   // cc=credit: the sender will resend read_len bytes it
                   // declared lost; the receiver adds them to the flow's
                   // demand so its pull pacer grants credit for them (n = 0).
+  kEagerGrant = 5,  // bufs[i] = a free eager bounce slot of the receiver:
+                    // addr, size (header + payload bytes), rkey (a window
+                    // for this use only), tag = slot index (< kEagerSlots).
 };
 
 struct RecvBuf {
@@ -87,6 +91,37 @@ struct CtrlMsg {
 };
 static_assert(sizeof(CtrlMsg) == 32 + 24 * kMaxRecvsPerRequest,
               "CtrlMsg layout");
+
+// ----------------------------------------------- eager messages
+// A send of at most the peer's eager payload size, taken when no receive
+// descriptor matches it yet, is written at once as one chunk (imm: eager,
+// slot = bounce slot) into a bounce slot the receiver granted (kEagerGrant,
+// sent before the descriptor of a receive it posts). The chunk is
+// EagerHdr then the payload, so byte_len = sizeof(EagerHdr) + len.
+//
+// Both sides match in the same order without further messages. Per tag,
+// the k-th send takes the k-th buffer of that tag in receive-posting order:
+//  - receiver: an eager message (handled in CSN order, i.e. send order)
+//    takes the oldest posted receive with a buffer of its tag that no
+//    earlier message took; with none, it is held in its slot and the next
+//    receive posted with that tag takes it (held messages in CSN order);
+//  - sender: an eager send "owes" a buffer; each arriving descriptor first
+//    pays the owed sends (oldest first, the first free buffer of each one's
+//    tag), then matches waiting sends as before.
+// An eager send completes once its chunk is acknowledged and its buffer
+// paid (so a truncation is reported on both sides, as for other sends).
+// The receiver copies the payload out, rebinds the slot's window (late
+// duplicates of the old use miss) and grants the slot again.
+constexpr uint32_t kEagerMagic = 0x55434345;  // "UCCE"
+
+struct EagerHdr {
+  uint32_t magic;
+  int32_t tag;
+  uint32_t len;  // payload bytes after this header
+  uint32_t pad;
+};
+static_assert(sizeof(EagerHdr) == 16, "EagerHdr layout");
+static_assert(offsetof(EagerHdr, len) == 8, "EagerHdr layout");
 
 // ----------------------------------------------- UD control packets
 // One UD QP per engine carries ACKs (and credit grants) for all its flows.

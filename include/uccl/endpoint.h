@@ -42,6 +42,8 @@ struct EndpointConfig {
   double link_gbps = 0;       // line rate CC assumes; 0 = UCCL_LINK_GBPS
                               // or the device's speed
   std::string trace_file;     // Chrome trace; "" = UCCL_TRACE_FILE
+  int64_t eager_bytes = -1;   // eager sends up to this size; -1 =
+                              // UCCL_EAGER_BYTES (engine/wire.h)
 
   // Builds a config from UCCL_* knobs; fields set above override them.
   static EndpointConfig from_knobs();
@@ -114,9 +116,15 @@ struct FlowStats {
   uint64_t fast_retransmits = 0, rto_retransmits = 0, rtos = 0;
   uint64_t tlp_retransmits = 0;  // tail loss probes (RFC 8985) sent
   // Receiver-driven matching: sends matched with a posted receive, how many
-  // of them found none posted when they were taken (waited for the peer's
-  // receive descriptor), and their total wait, ns.
+  // sends (these or eager ones) found neither a posted receive nor a free
+  // eager slot when they were taken (waited for the peer's receive
+  // descriptor or slot grant), and their total wait, ns.
   uint64_t sends_matched = 0, sends_waited_for_recv = 0, send_wait_ns = 0;
+  // Eager sends (small, written into the receiver's bounce slots before it
+  // posted a receive: UCCL_EAGER_BYTES); eager messages received, and those
+  // of them that found no receive posted (held until one was).
+  uint64_t sends_eager = 0, eager_received = 0, eager_held = 0;
+  uint64_t eager_slots_free = 0;  // the peer's slots we may send into now
   uint64_t duplicate_chunks = 0;
   uint64_t acks_sent = 0, acks_received = 0;
   uint64_t rtt_p50_ns = 0, rtt_p99_ns = 0, rtt_max_ns = 0;

@@ -1249,7 +1249,8 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
             << (f.sends_waited_for_recv
                     ? f.send_wait_ns / 1000.0 / f.sends_waited_for_recv
                     : 0.0)
-            << " us rtt p50/p99 " << f.rtt_p50_ns / 1000 << "/"
+            << " us eager " << f.sends_eager << " held " << f.eager_held
+            << " rtt p50/p99 " << f.rtt_p50_ns / 1000 << "/"
             << f.rtt_p99_ns / 1000 << " us nic drops "
             << dev_->drops() - last_stats_drops_ << " " << f.cc_state;
   last_stats_drops_ = dev_->drops();

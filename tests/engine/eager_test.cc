@@ -7,6 +7,8 @@
 #include <random>
 #include <thread>
 
+#include "engine/imm.h"
+#include "engine/wire.h"
 #include "tests/engine/engine_test_util.h"
 #include "util/clock.h"
 
@@ -47,6 +49,31 @@ void wait_slots(Endpoint* ep, ConnId c, uint64_t n) {
 void warm_up(Pair* p) {
   exchange(p, 0, {1}, 1);
   wait_slots(p->client.get(), p->c_conns[0], 16);
+}
+
+// The eager flag shares the trunc and one-sided bits (no message is both):
+// each of the four combinations decodes to exactly what was encoded.
+TEST(EagerTest, ImmediateEncodesEagerApartFromTruncAndOneSided) {
+  for (int kind = 0; kind < 4; ++kind) {
+    engine::Imm a;
+    a.flow = 1023;
+    a.csn = 2047;
+    a.slot = 15;
+    a.buf = 0;
+    a.last = true;
+    a.trunc = kind == 1;
+    a.onesided = kind == 2;
+    a.eager = kind == 3;
+    const engine::Imm b = engine::Imm::decode(a.encode());
+    EXPECT_EQ(b.flow, 1023u);
+    EXPECT_EQ(b.csn, 2047u);
+    EXPECT_EQ(b.slot, 15u);
+    EXPECT_TRUE(b.last);
+    EXPECT_EQ(b.trunc, kind == 1) << kind;
+    EXPECT_EQ(b.onesided, kind == 2) << kind;
+    EXPECT_EQ(b.eager, kind == 3) << kind;
+  }
+  static_assert(engine::kEagerSlots <= engine::Imm::kSlots, "slot fits");
 }
 
 TEST(EagerTest, SendsBeforeTheReceiveAreEagerAndExact) {

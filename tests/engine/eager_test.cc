@@ -73,7 +73,6 @@ TEST(EagerTest, ImmediateEncodesEagerApartFromTruncAndOneSided) {
     EXPECT_EQ(b.onesided, kind == 2) << kind;
     EXPECT_EQ(b.eager, kind == 3) << kind;
   }
-  static_assert(engine::kEagerSlots <= engine::Imm::kSlots, "slot fits");
 }
 
 TEST(EagerTest, SendsBeforeTheReceiveAreEagerAndExact) {

@@ -930,23 +930,30 @@ void UcclRDMAEngine::free_eager_slot(Conn* c, uint32_t k) {
   rx.grant_pending |= 1u << k;
 }
 
-// Grants the freed slots (after a descriptor, so a send the peer holds back
-// for lack of a slot takes the posted receive, zero-copy, instead).
-void UcclRDMAEngine::send_grants(Conn* c) {
+// Writes grants of freed slots into bufs[first..kMaxRecvsPerRequest) of a
+// control message; returns how many.
+uint32_t UcclRDMAEngine::add_grants(Conn* c, CtrlMsg* m, uint32_t first) {
   RxFlow& rx = c->rx;
-  while (rx.grant_pending && !c->failed) {
+  uint32_t g = 0;
+  while (rx.grant_pending && first + g < kMaxRecvsPerRequest) {
+    const uint32_t k = static_cast<uint32_t>(__builtin_ctz(rx.grant_pending));
+    rx.grant_pending &= rx.grant_pending - 1;
+    rx.eager[k].granted = true;
+    m->bufs[first + g++] = RecvBuf{
+        reinterpret_cast<uint64_t>(rx.eager_mem.get()) +
+            k * rx.eager_slot_bytes,
+        rx.eager_slot_bytes, rx.eager_rkeys[k], static_cast<int32_t>(k)};
+  }
+  return g;
+}
+
+// Grants what the descriptor just sent had no room for.
+void UcclRDMAEngine::send_grants(Conn* c) {
+  while (c->rx.grant_pending && !c->failed) {
     CtrlMsg g;
     std::memset(&g, 0, sizeof(g));
     g.type = static_cast<uint32_t>(CtrlType::kEagerGrant);
-    while (rx.grant_pending && g.n < kMaxRecvsPerRequest) {
-      const uint32_t k = static_cast<uint32_t>(__builtin_ctz(rx.grant_pending));
-      rx.grant_pending &= rx.grant_pending - 1;
-      rx.eager[k].granted = true;
-      g.bufs[g.n++] = RecvBuf{reinterpret_cast<uint64_t>(rx.eager_mem.get()) +
-                                  k * rx.eager_slot_bytes,
-                              rx.eager_slot_bytes, rx.eager_rkeys[k],
-                              static_cast<int32_t>(k)};
-    }
+    g.n = add_grants(c, &g, 0);
     send_ctrl(c, g);
   }
 }
@@ -1034,15 +1041,19 @@ void UcclRDMAEngine::post_recv_slot(Conn* c, const Command& cmd) {
     }
     rx.held_n = kept;
   }
+  // Freed slots ride in the descriptor's spare entries (the peer applies
+  // them after the descriptor, so a send it holds back for lack of a slot
+  // takes this receive, zero-copy, instead).
+  if (!is_read) m.region = add_grants(c, &m, m.n);
   send_ctrl(c, m);
-  send_grants(c);  // after: a waiting send then matches the receive itself
+  send_grants(c);
 }
 
 void UcclRDMAEngine::send_ctrl(Conn* c, const CtrlMsg& m) {
-  Sge sge{
-      reinterpret_cast<uint64_t>(&m),
-      static_cast<uint32_t>(offsetof(CtrlMsg, bufs) + m.n * sizeof(RecvBuf)),
-      0};
+  Sge sge{reinterpret_cast<uint64_t>(&m),
+          static_cast<uint32_t>(offsetof(CtrlMsg, bufs) +
+                                ctrl_entries(m) * sizeof(RecvBuf)),
+          0};
   SendWr wr;
   wr.opcode = WrOpcode::kSend;
   wr.sg_list = &sge;
@@ -1074,7 +1085,8 @@ void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len) {
     return;
   }
   if (m.n < 1 || m.n > kMaxRecvsPerRequest || m.slot >= Imm::kSlots ||
-      len < offsetof(CtrlMsg, bufs) + m.n * sizeof(RecvBuf)) {
+      ctrl_entries(m) > kMaxRecvsPerRequest ||
+      len < offsetof(CtrlMsg, bufs) + ctrl_entries(m) * sizeof(RecvBuf)) {
     ++protocol_errors_;
     fail_conn(c, ProtocolError("malformed control message from peer"));
     return;
@@ -1093,23 +1105,11 @@ void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len) {
     std::copy(m.bufs, m.bufs + m.n, d.bufs);
     pay_owed(c);
     match_sends(c);
+    if (m.region) take_grants(c, m.bufs + m.n, m.region);
     return;
   }
   if (m.type == static_cast<uint32_t>(CtrlType::kEagerGrant)) {
-    for (uint32_t i = 0; i < m.n; ++i) {
-      const RecvBuf& g = m.bufs[i];
-      const uint32_t k = static_cast<uint32_t>(g.tag);
-      if (g.tag < 0 || k >= kEagerSlots || g.size < sizeof(EagerHdr) ||
-          g.size > kMaxEagerSlotBytes || (tx.eager_free & (1u << k))) {
-        ++protocol_errors_;
-        fail_conn(c, ProtocolError("malformed eager grant from peer"));
-        return;
-      }
-      tx.eager_slots[k] = EagerSlotTx{g.addr, g.rkey};
-      tx.eager_free |= 1u << k;
-      tx.eager_peer_bytes = static_cast<uint32_t>(g.size - sizeof(EagerHdr));
-    }
-    match_sends(c);  // a waiting send may go now
+    take_grants(c, m.bufs, m.n);
     return;
   }
   if (m.type != static_cast<uint32_t>(CtrlType::kReadReq)) {
@@ -1136,6 +1136,24 @@ void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len) {
   } else {
     t.trunc = true;  // refuse: the reader's request fails
   }
+}
+
+// The peer's grants of its bounce slots (wire.h, kEagerGrant).
+void UcclRDMAEngine::take_grants(Conn* c, const RecvBuf* g, uint32_t n) {
+  TxFlow& tx = c->tx;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t k = static_cast<uint32_t>(g[i].tag);
+    if (g[i].tag < 0 || k >= kEagerSlots || g[i].size < sizeof(EagerHdr) ||
+        g[i].size > kMaxEagerSlotBytes || (tx.eager_free & (1u << k))) {
+      ++protocol_errors_;
+      fail_conn(c, ProtocolError("malformed eager grant from peer"));
+      return;
+    }
+    tx.eager_slots[k] = EagerSlotTx{g[i].addr, g[i].rkey};
+    tx.eager_free |= 1u << k;
+    tx.eager_peer_bytes = static_cast<uint32_t>(g[i].size - sizeof(EagerHdr));
+  }
+  match_sends(c);  // a waiting send may go now
 }
 
 void UcclRDMAEngine::maybe_send_ack(Conn* c, uint64_t now, bool force) {

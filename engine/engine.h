@@ -175,6 +175,8 @@ class UcclRDMAEngine {
   void deliver_eager(Conn* c, uint32_t k, int slot, int buf);
   void free_eager_slot(Conn* c, uint32_t k);
   void send_grants(Conn* c);
+  uint32_t add_grants(Conn* c, CtrlMsg* m, uint32_t first);
+  void take_grants(Conn* c, const RecvBuf* g, uint32_t n);
   void finish_buf(Conn* c, int slot, int buf);
   int transmit(Conn* c, uint64_t now);
   bool post_chunk(Conn* c, uint32_t csn, uint16_t path, uint64_t now);

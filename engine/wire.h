@@ -80,10 +80,13 @@ struct RecvBuf {
 static_assert(sizeof(RecvBuf) == 24, "RecvBuf layout");
 
 struct CtrlMsg {
-  uint32_t type;    // CtrlType
-  uint32_t slot;    // receiver slot (< kMaxRequestsPerFlow)
-  uint32_t n;       // buffers (1..kMaxRecvsPerRequest)
-  uint32_t region;  // kReadReq: advertised region id on the message's receiver
+  uint32_t type;  // CtrlType
+  uint32_t slot;  // receiver slot (< kMaxRequestsPerFlow)
+  uint32_t n;     // buffers (1..kMaxRecvsPerRequest)
+  // kReadReq: advertised region id on the message's receiver. kRecvDesc:
+  // eager-slot grants in bufs[n..n+region) (as kEagerGrant's entries,
+  // applied after the descriptor); n + region <= kMaxRecvsPerRequest.
+  uint32_t region;
   // kReadReq: source on the sender side of this message's receiver.
   uint64_t read_addr;
   uint64_t read_len;
@@ -92,11 +95,19 @@ struct CtrlMsg {
 static_assert(sizeof(CtrlMsg) == 32 + 24 * kMaxRecvsPerRequest,
               "CtrlMsg layout");
 
+// Entries of bufs[] a control message carries (its length on the wire is
+// offsetof(CtrlMsg, bufs) + 24 x this).
+inline uint32_t ctrl_entries(const CtrlMsg& m) {
+  return m.n +
+         (m.type == static_cast<uint32_t>(CtrlType::kRecvDesc) ? m.region : 0);
+}
+
 // ----------------------------------------------- eager messages
 // A send of at most the peer's eager payload size, taken when no receive
 // descriptor matches it yet, is written at once as one chunk (imm: eager,
-// slot = bounce slot) into a bounce slot the receiver granted (kEagerGrant,
-// sent before the descriptor of a receive it posts). The chunk is
+// slot = bounce slot) into a bounce slot the receiver granted (in the spare
+// entries of the next receive descriptor it sends, or kEagerGrant for the
+// rest). The chunk is
 // EagerHdr then the payload, so byte_len = sizeof(EagerHdr) + len.
 //
 // Both sides match in the same order without further messages. Per tag,

@@ -794,7 +794,13 @@ void UcclRDMAEngine::on_chunk(const WorkCompletion& wc, uint64_t now) {
     ++rx.rcv_cum;
     account_chunk(c, done);
   }
-  maybe_send_ack(c, now, false);
+  // A hole, or ack_every chunks: ACK now. A completed message's ACK waits
+  // for the loop's pass over the connections, so every message completed
+  // in one receive batch shares one ACK (each is a loopback datagram of
+  // ~1.5 us on the engine's thread).
+  if (rx.ack_now || rx.unacked >= cfg_.ack_every) {
+    maybe_send_ack(c, now, false);
+  }
 }
 
 void UcclRDMAEngine::account_chunk(Conn* c, const RxChunkInfo& info) {
@@ -811,7 +817,7 @@ void UcclRDMAEngine::account_chunk(Conn* c, const RxChunkInfo& info) {
   b.received += info.len;
   if (!info.last) return;
   b.trunc = info.trunc || b.received > b.size;
-  rx.ack_now = true;
+  rx.ack_due = true;
   finish_buf(c, info.slot, info.buf);
 }
 
@@ -849,7 +855,7 @@ void UcclRDMAEngine::finish_buf(Conn* c, int slot, int buf) {
 void UcclRDMAEngine::on_eager(Conn* c, const RxChunkInfo& info) {
   RxFlow& rx = c->rx;
   const uint32_t k = info.slot;
-  rx.ack_now = true;
+  rx.ack_due = true;
   EagerHdr h{};
   const bool granted = rx.eager_mem && k < kEagerSlots && rx.eager[k].granted;
   if (granted && info.len >= sizeof(EagerHdr)) {
@@ -1160,8 +1166,9 @@ void UcclRDMAEngine::maybe_send_ack(Conn* c, uint64_t now, bool force) {
   RxFlow& rx = c->rx;
   if (!c->established || c->failed) return;
   const bool new_credit = rx.credit_granted != rx.credit_acked;
-  if (rx.unacked == 0 && !rx.ack_now && !new_credit && !force) return;
-  if (!force && !rx.ack_now && !new_credit && rx.unacked < cfg_.ack_every &&
+  const bool due = rx.ack_now || rx.ack_due;
+  if (rx.unacked == 0 && !due && !new_credit && !force) return;
+  if (!force && !due && !new_credit && rx.unacked < cfg_.ack_every &&
       now - rx.first_unacked_ns < cfg_.ack_delay_ns) {
     return;
   }
@@ -1196,6 +1203,7 @@ void UcclRDMAEngine::maybe_send_ack(Conn* c, uint64_t now, bool force) {
                    << " trigger " << a.trigger_csn;
   rx.unacked = 0;
   rx.ack_now = false;
+  rx.ack_due = false;
   rx.credit_acked = rx.credit_granted;
   ++rx.acks_tx;
 }

@@ -253,7 +253,8 @@ struct RxFlow {
   uint64_t first_unacked_ns = 0;
   uint32_t trigger_csn = 0;
   uint64_t trigger_arrival_ns = 0;
-  bool ack_now = false;
+  bool ack_now = false;  // a hole (ACK at once) or a duplicate (this loop)
+  bool ack_due = false;  // a message completed: ACK in this loop
   // cc=credit: granted so far (cumulative) and the value last sent in an ACK.
   uint64_t credit_granted = 0;
   uint64_t credit_acked = 0;

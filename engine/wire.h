@@ -136,7 +136,8 @@ static_assert(offsetof(EagerHdr, len) == 8, "EagerHdr layout");
 
 // ----------------------------------------------- UD control packets
 // One UD QP per engine carries ACKs (and credit grants) for all its flows.
-// Coalescing (receiver): an ACK goes out when a message completes, when a
+// Coalescing (receiver): an ACK goes out when a message completes (one per
+// connection per engine loop, for every message completed in it), when a
 // chunk arrives out of order (so holes are seen at once), after every
 // ack_every chunks, or when ack_delay_us passed since the first unacked
 // chunk. A lost ACK is covered by the next (cumulative + SACK) or the RTO.

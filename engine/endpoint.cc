@@ -112,16 +112,18 @@ UCCL_KNOB(bool, knob_drive_nic, "UCCL_ENGINE_DRIVES_NIC", true,
           "receive descriptors and ACKs after data (the doorbell). 0: every "
           "CQ poll receives and sends, in post order, as before (for A/B "
           "runs; the loop still takes commands after receiving).");
-UCCL_KNOB(int64_t, knob_eager_bytes, "UCCL_EAGER_BYTES", -1,
-          "Eager sends: a send of at most this many bytes that finds no "
-          "receive posted yet is written at once into one of 16 bounce "
-          "slots the receiver offers per connection (and copied into the "
-          "receive when it is posted) instead of waiting for the receive's "
-          "descriptor. Both sides must enable it. 0: off; -1: 16384 on the "
-          "software NIC, 0 on verbs devices (the receiver copies with the "
-          "CPU, so every receive buffer must be host memory) and with "
-          "cc=credit (whose pull pacer grants credit per posted receive).",
-          -1, 65536);
+UCCL_KNOB(
+    int64_t, knob_eager_bytes, "UCCL_EAGER_BYTES", -1,
+    "Eager sends: a send of at most this many bytes that finds no "
+    "receive posted yet is written at once into one of 16 bounce "
+    "slots the receiver offers per connection (and copied into the "
+    "receive when it is posted) instead of waiting for the receive's "
+    "descriptor. Both sides must enable it. Memory: 16 slots of this + 16 "
+    "bytes (rounded up to 64) per connection. 0: off; -1: 16384 on the "
+    "software NIC, 0 on verbs devices (the receiver copies with the "
+    "CPU, so every receive buffer must be host memory) and with "
+    "cc=credit (whose pull pacer grants credit per posted receive).",
+    -1, 65536);
 UCCL_KNOB(int64_t, knob_idle_spin, "UCCL_IDLE_SPIN_LOOPS", 20000,
           "Engine: empty loops before it starts sleeping between polls.", 0,
           1LL << 40);

@@ -488,7 +488,9 @@ Status UcclRDMAEngine::setup_eager(Conn* c) {
   rx.eager_slot_bytes = static_cast<uint32_t>(
       (sizeof(EagerHdr) + cfg_.eager_bytes + 63) / 64 * 64);
   const size_t total = size_t{kEagerSlots} * rx.eager_slot_bytes;
-  rx.eager_mem.reset(new uint8_t[total]());
+  // Not zeroed: pages a peer never writes stay untouched (a slot is read
+  // only after its chunk arrived).
+  rx.eager_mem.reset(new uint8_t[total]);
   UCCL_ASSIGN_OR_RETURN(rx.eager_mr,
                         pd_->reg_mr(rx.eager_mem.get(), total,
                                     transport::kAccessLocalWrite |

@@ -4,14 +4,15 @@
 #   0. crc_bench: the receiving NIC's CRC-then-place work per implementation
 #      vs memcpy alone
 #   1. nic_bench: software NIC RC writes vs raw UDP on two cores
-#   2. engine_bench: engine CPU cost per chunk, null NIC vs software NIC
+#   2. engine_bench: engine CPU cost per chunk, null NIC vs software NIC;
+#      late_recv_bench: a late receive's completion, eager vs rendezvous
 #   3. engine goodput under 1% injected loss vs lossless (transport_test tpt)
 #   4. tools/bench_transport.sh: loopback tpt/lat vs TCP/UDP, netns CC runs
 # Each run is bounded in time; the whole script takes about 3 minutes.
 set -uo pipefail
 BUILD=${1:-build}
 BIN="$BUILD/bin"
-for b in crc_bench nic_bench engine_bench transport_test socket_bench; do
+for b in crc_bench nic_bench engine_bench late_recv_bench transport_test socket_bench; do
   [ -x "$BIN/$b" ] || { echo "run_benchmarks: $BIN/$b not built" >&2; exit 2; }
 done
 
@@ -28,6 +29,11 @@ echo
 echo "## Engine CPU cost per chunk (engine_bench: null NIC, software NIC as baseline)"
 echo
 timeout 60 "$BIN/engine_bench" --duration_s=3 2>&1 | grep -v "^[IWE][0-9]"
+echo
+
+echo "## A late receive (late_recv_bench: eager sends, rendezvous as baseline)"
+echo
+timeout 60 "$BIN/late_recv_bench" --iters=1000 2>&1 | grep -v "^[IWE][0-9]"
 echo
 
 # goodput <extra flags...>: received Gb/s of a 4 s tpt run (1 engine, 1 MiB).

@@ -119,7 +119,8 @@ UCCL_KNOB(
     "slots the receiver offers per connection (and copied into the "
     "receive when it is posted) instead of waiting for the receive's "
     "descriptor. Both sides must enable it. Memory: 16 slots of this + 16 "
-    "bytes (rounded up to 64) per connection. 0: off; -1: 16384 on the "
+    "bytes (rounded up to 64) per connection. At most a chunk less 16 "
+    "bytes (larger values are lowered to that). 0: off; -1: 16384 on the "
     "software NIC, 0 on verbs devices (the receiver copies with the "
     "CPU, so every receive buffer must be host memory) and with "
     "cc=credit (whose pull pacer grants credit per posted receive).",
@@ -394,6 +395,8 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
         "credit per posted receive); set UCCL_EAGER_BYTES=0");
   }
   if (eager < 0) eager = soft && c.cc != "credit" ? 16384 : 0;
+  // An eager message is one chunk: header and payload.
+  eager = std::min<int64_t>(eager, c.chunk_bytes - sizeof(engine::EagerHdr));
 
   transport::DeviceOptions dopt;
   if (!c.fault_tx.empty() || !c.fault_rx.empty() || c.fault_seed) {

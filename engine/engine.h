@@ -53,7 +53,8 @@ struct EngineConfig {
   // Eager sends (wire.h): payload bytes up to which a send that finds no
   // receive descriptor is written at once into one of the receiver's
   // bounce slots (kEagerSlots per connection, this size each, which this
-  // side offers its peer). 0: off. At most chunk_bytes - sizeof(EagerHdr).
+  // side offers its peer). 0: off. At most chunk_bytes - sizeof(EagerHdr) (one
+  // chunk).
   uint32_t eager_bytes = 0;
   std::string trace_file;       // Chrome trace of chunk events, or ""
   double stats_interval_s = 0;  // periodic stats log line, 0 = off

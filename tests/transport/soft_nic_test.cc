@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <thread>
 #include <tuple>
 
 #include "tests/transport/nic_test_util.h"
@@ -327,6 +328,45 @@ TEST(OwnerDrivenTest, PollsTransmitNothingAndFlushSendsInPostOrder) {
 
 TEST(OwnerDrivenTest, LowPriorityQpSendsAfterNormalOnes) {
   EXPECT_EQ(arrival_order(true), (std::vector<int>{1, 0}));
+}
+
+// A received packet the fault injector holds back (delay line) is handled
+// when the device progresses, never from inside a transmit. Before the fix
+// (6854a71) a transmit released every due held packet, so an RC ACK could
+// be handled inside a QP's transmit and retire the WR being resent.
+TEST(OwnerDrivenTest, HeldReceivedPacketWaitsForProgressNotTransmit) {
+  DeviceOptions bo = Side::no_faults();
+  bo.faults.rx = *FaultSpec::parse("delay=1:2000");  // every packet, 2 ms
+  bo.faults.seed = 3;
+  auto a = Side::make(QpType::kUC, 4096);
+  auto b = Side::make(QpType::kUC, 4096, bo);
+  ASSERT_TRUE(a && b);
+  b->dev->set_owner_driven(true);
+  connect_pair(a.get(), b.get());
+  ASSERT_TRUE(b->post_recv(1, 0, 256).ok());
+  ASSERT_TRUE(a->post_recv(2, 0, 256).ok());
+  ASSERT_TRUE(a->post_send(WrOpcode::kSend, 1, 0, 100).ok());
+  // B takes A's packet into its delay line (A's polls transmit it).
+  const uint64_t deadline = monotonic_ns() + 10'000'000'000ull;
+  while (counter(*b->dev, "rx_packets") < 1) {
+    ASSERT_LT(monotonic_ns(), deadline) << "A's packet never reached B";
+    a->poll();
+    b->dev->progress();
+  }
+  b->poll();
+  ASSERT_TRUE(b->recv_wcs.empty()) << "delivered before its 2 ms delay";
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));  // now due
+  // B transmits: its due received packet must stay held.
+  ASSERT_TRUE(b->post_send(WrOpcode::kSend, 7, 0, 50).ok());
+  b->dev->flush();
+  b->poll();
+  EXPECT_TRUE(b->recv_wcs.empty()) << "a held packet was handled by flush()";
+  EXPECT_EQ(b->send_wcs.size(), 1u);  // the send itself went
+  b->dev->progress();                 // here it is handled
+  b->poll();
+  ASSERT_EQ(b->recv_wcs.size(), 1u);
+  EXPECT_EQ(b->recv_wcs[0].wr_id, 1u);
+  EXPECT_EQ(b->recv_wcs[0].byte_len, 100u);
 }
 
 // ------------------------------------------------------------ reliability

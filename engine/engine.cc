@@ -622,6 +622,8 @@ void UcclRDMAEngine::close_conn(uint32_t idx, Status why) {
   for (uint32_t q : conns_[idx]->qp_outstanding) {
     nic_queued_ -= std::min(nic_queued_, q);
   }
+  closed_tx_bytes_ += c->tx.tx_bytes;
+  closed_rx_bytes_ += c->rx.rx_bytes;
   conns_[idx].reset();
   VLOG(kVlogLifecycle) << "engine " << cfg_.index << ": connection " << idx
                        << " closed";
@@ -1267,6 +1269,9 @@ void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
 void UcclRDMAEngine::log_stats(uint64_t now) {
   FlowStats f;
   fill_stats(UINT32_MAX, &f);
+  // Totals include closed connections, so a close never makes them shrink.
+  f.tx_bytes += closed_tx_bytes_;
+  f.rx_bytes += closed_rx_bytes_;
   double secs = cfg_.stats_interval_s;
   LOG(INFO) << "engine " << cfg_.index << ": conns " << live_.size() << " tx "
             << (f.tx_bytes - last_stats_tx_) * 8 / secs / 1e9 << " Gb/s rx "

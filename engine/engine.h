@@ -239,6 +239,7 @@ class UcclRDMAEngine {
   uint64_t loops_ = 0, idle_loops_ = 0, commands_ = 0;
   uint64_t protocol_errors_ = 0;
   uint64_t last_stats_tx_ = 0, last_stats_rx_ = 0;
+  uint64_t closed_tx_bytes_ = 0, closed_rx_bytes_ = 0;  // of closed conns
 
   // Chrome trace ring (allocated only when tracing).
   struct TraceEvent {

@@ -107,8 +107,8 @@ inline uint32_t ctrl_entries(const CtrlMsg& m) {
 // descriptor matches it yet, is written at once as one chunk (imm: eager,
 // slot = bounce slot) into a bounce slot the receiver granted (in the spare
 // entries of the next receive descriptor it sends, or kEagerGrant for the
-// rest). The chunk is
-// EagerHdr then the payload, so byte_len = sizeof(EagerHdr) + len.
+// rest). The chunk is EagerHdr then the payload, so byte_len =
+// sizeof(EagerHdr) + len.
 //
 // Both sides match in the same order without further messages. Per tag,
 // the k-th send takes the k-th buffer of that tag in receive-posting order:

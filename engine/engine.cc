@@ -271,6 +271,7 @@ void UcclRDMAEngine::run() {
       Conn* c = conns_[live_[(rr_start_ + k) % nlive]].get();
       work += transmit(c, now);
       maybe_send_ack(c, now, false);
+      flush_ctrl(c);
     }
     if (cfg_.drive_nic) dev_->flush();  // the loop's posts, data first
     ++loops_;
@@ -711,12 +712,9 @@ int UcclRDMAEngine::poll_recv_cq(uint64_t now) {
     const QpnEntry* e = qpn_get(w.qp_num);
     if (w.status == WcStatus::kSuccess && e && e->ctrl) {
       Conn* c = conns_[e->conn].get();
-      if (c && c->established && !c->failed) {
-        CtrlMsg m;
-        std::memset(&m, 0, sizeof(m));
-        std::memcpy(&m, ctrl_bufs_.data() + w.wr_id * kCtrlBufBytes,
-                    std::min<uint32_t>(w.byte_len, sizeof(m)));
-        on_ctrl_msg(c, m, w.byte_len);
+      if (c && c->established && !c->failed && w.wr_id < kCtrlBufs) {
+        on_ctrl_batch(c, ctrl_bufs_.data() + w.wr_id * kCtrlBufBytes,
+                      std::min<uint32_t>(w.byte_len, kCtrlBufBytes));
       }
     } else if (w.status != WcStatus::kSuccess && e && e->ctrl &&
                w.status != WcStatus::kWrFlushError) {
@@ -1059,11 +1057,23 @@ void UcclRDMAEngine::post_recv_slot(Conn* c, const Command& cmd) {
   send_grants(c);
 }
 
+// Control messages of one loop leave together: appended here, sent as one
+// SEND by flush_ctrl() in the loop's pass over the connections (wire.h).
 void UcclRDMAEngine::send_ctrl(Conn* c, const CtrlMsg& m) {
-  Sge sge{reinterpret_cast<uint64_t>(&m),
-          static_cast<uint32_t>(offsetof(CtrlMsg, bufs) +
-                                ctrl_entries(m) * sizeof(RecvBuf)),
-          0};
+  const uint32_t len = static_cast<uint32_t>(offsetof(CtrlMsg, bufs) +
+                                             ctrl_entries(m) * sizeof(RecvBuf));
+  if (c->ctrl_out_len + len > kCtrlBufBytes) flush_ctrl(c);
+  std::memcpy(c->ctrl_out + c->ctrl_out_len, &m, len);
+  c->ctrl_out_len += len;
+  trace("ctrl_tx", c->index, m.slot, clock_->now_ns());
+}
+
+void UcclRDMAEngine::flush_ctrl(Conn* c) {
+  if (c->ctrl_out_len == 0) return;
+  const uint32_t len = c->ctrl_out_len;
+  c->ctrl_out_len = 0;
+  if (c->failed) return;
+  Sge sge{reinterpret_cast<uint64_t>(c->ctrl_out), len, 0};
   SendWr wr;
   wr.opcode = WrOpcode::kSend;
   wr.sg_list = &sge;
@@ -1074,8 +1084,30 @@ void UcclRDMAEngine::send_ctrl(Conn* c, const CtrlMsg& m) {
                         wr.signaled ? c->ctrl_unsignaled : 0, 0);
   if (wr.signaled) c->ctrl_unsignaled = 0;
   Status st = c->ctrl->post_send(&wr, nullptr);
-  if (!st.ok()) fail_conn(c, st.with_context("posting a receive descriptor"));
-  trace("ctrl_tx", c->index, m.slot, clock_->now_ns());
+  if (!st.ok()) fail_conn(c, st.with_context("posting control messages"));
+}
+
+// One control SEND: one or more messages back to back (wire.h).
+void UcclRDMAEngine::on_ctrl_batch(Conn* c, const uint8_t* p, uint32_t len) {
+  uint32_t off = 0;
+  while (off < len && !c->failed) {
+    CtrlMsg m;
+    std::memset(&m, 0, sizeof(m));
+    const uint32_t have = len - off;
+    std::memcpy(&m, p + off, std::min<uint32_t>(have, sizeof(m)));
+    const uint32_t entries = ctrl_entries(m);
+    const uint32_t need = static_cast<uint32_t>(offsetof(CtrlMsg, bufs)) +
+                          std::min<uint32_t>(entries, kMaxRecvsPerRequest) *
+                              static_cast<uint32_t>(sizeof(RecvBuf));
+    if (have < offsetof(CtrlMsg, bufs) || entries > kMaxRecvsPerRequest ||
+        have < need) {
+      ++protocol_errors_;
+      fail_conn(c, ProtocolError("malformed control message from peer"));
+      return;
+    }
+    on_ctrl_msg(c, m, need);
+    off += need;
+  }
 }
 
 void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len) {

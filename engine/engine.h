@@ -166,6 +166,8 @@ class UcclRDMAEngine {
   void post_recv_slot(Conn* c, const Command& cmd);
   void maybe_send_ack(Conn* c, uint64_t now, bool force);
   void send_ctrl(Conn* c, const CtrlMsg& m);
+  void flush_ctrl(Conn* c);
+  void on_ctrl_batch(Conn* c, const uint8_t* p, uint32_t len);
 
   // Send side.
   int poll_send_cq(uint64_t now);

@@ -68,6 +68,9 @@ struct UcclRDMAEngine::Conn {
   std::vector<uint32_t> qp_outstanding;  // WRs not yet retired
   std::unique_ptr<transport::QueuePair> ctrl;  // RC: receive descriptors
   uint32_t ctrl_unsignaled = 0;
+  // Control messages of this loop, sent together by flush_ctrl().
+  uint8_t ctrl_out[kCtrlBufBytes];
+  uint32_t ctrl_out_len = 0;
   std::unique_ptr<transport::AddressHandle> peer_ah;  // peer engine's UD QP
   uint32_t peer_ud_qpn = 0, peer_ud_qkey = 0;
   uint32_t peer_flow = 0, peer_engine = 0;

@@ -21,7 +21,7 @@ namespace uccl::engine {
 // The TCP connection then stays open as the liveness channel: EOF or an
 // error on it fails the connection's requests (peer died or closed).
 constexpr uint32_t kBootMagic = 0x55434342;  // "UCCB"
-constexpr uint16_t kBootVersion = 2;
+constexpr uint16_t kBootVersion = 3;         // 3: batched control messages
 constexpr uint8_t kBootReady = 0xA5;
 // Sent on the TCP connection when a side closes gracefully: the peer fails
 // its pending requests quietly instead of reporting a crashed peer.
@@ -56,7 +56,10 @@ struct BootQps {
 static_assert(sizeof(BootQps) == 16 + 24 + 8 + 40, "BootQps layout");
 
 // ----------------------------------------------- control QP messages (RC)
-// SENDs on the connection's RC control QP; reliable and in order.
+// SENDs on the connection's RC control QP; reliable and in order. One SEND
+// carries the messages an engine loop produced for the connection, back to
+// back, each offsetof(CtrlMsg, bufs) + 24 x ctrl_entries() bytes, at most
+// 256 bytes in all (the receiver's buffer size).
 enum class CtrlType : uint32_t {
   kRecvDesc = 1,  // receiver posted a (grouped) receive: send into it
   kReadReq = 2,   // send [addr, addr+len) of my region into your slot

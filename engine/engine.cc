@@ -426,9 +426,16 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
     cq.own_source_port = false;
     cq.low_priority = cfg_.drive_nic;  // descriptors after the loop's data
     // Descriptors and ACK requests must outlive any overload of the path
-    // (the engine's own liveness check finds dead peers): 16 ms doubling
-    // over 7 retries on the software NIC is about 4 s.
-    cq.rc.timeout = 12;
+    // (the engine's own liveness check finds dead peers): about 3 s of
+    // retries. A lost descriptor that nothing follows on the QP (no
+    // sequence NAK) waits one timeout, and the sender's data waits with
+    // it, so the software NIC starts at 1 ms (its timeout doubles per
+    // retry up to 64x: 50 retries are about 3 s; a spurious retry costs a
+    // duplicate the peer drops). Verbs: 16.7 ms x 7 retries (IB's
+    // retry_cnt has 3 bits, and NICs do not double).
+    const bool soft = dev_->info().backend == "udp";
+    cq.rc.timeout = soft ? 8 : 12;
+    cq.rc.retry_cnt = soft ? 50 : 7;
     auto qp = dev_->create_qp(cq);
     if (qp.ok()) {
       s->ctrl = (*qp)->local_info();

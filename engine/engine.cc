@@ -507,14 +507,7 @@ Status UcclRDMAEngine::setup_eager(Conn* c) {
     rx.eager_rkeys[k] = rx.eager_mr->rkey();
     if (!windows_) continue;
     UCCL_ASSIGN_OR_RETURN(rx.eager_windows[k], pd_->alloc_mw());
-    UCCL_ASSIGN_OR_RETURN(
-        rx.eager_rkeys[k],
-        rx.eager_windows[k]->bind(
-            *rx.eager_mr,
-            reinterpret_cast<uint64_t>(rx.eager_mem.get()) +
-                k * rx.eager_slot_bytes,
-            rx.eager_slot_bytes,
-            transport::kAccessLocalWrite | transport::kAccessRemoteWrite));
+    UCCL_ASSIGN_OR_RETURN(rx.eager_rkeys[k], bind_eager_slot(rx, k));
   }
   rx.grant_pending = kEagerSlots == 32 ? ~0u : (1u << kEagerSlots) - 1;
   return Status();
@@ -868,7 +861,7 @@ void UcclRDMAEngine::on_eager(Conn* c, const RxChunkInfo& info) {
   EagerHdr h{};
   const bool granted = rx.eager_mem && k < kEagerSlots && rx.eager[k].granted;
   if (granted && info.len >= sizeof(EagerHdr)) {
-    std::memcpy(&h, rx.eager_mem.get() + k * rx.eager_slot_bytes, sizeof(h));
+    std::memcpy(&h, rx.eager_slot(k), sizeof(h));
   }
   if (!granted || info.len < sizeof(EagerHdr) || h.magic != kEagerMagic ||
       h.len != info.len - sizeof(EagerHdr) || info.len > rx.eager_slot_bytes) {
@@ -888,12 +881,10 @@ void UcclRDMAEngine::on_eager(Conn* c, const RxChunkInfo& info) {
         (slot >= 0 && s.post_seq > rx.slots[slot].post_seq)) {
       continue;
     }
-    for (int b = 0; b < s.n; ++b) {
-      if (!s.bufs[b].claimed && s.bufs[b].tag == h.tag) {
-        slot = i;
-        buf = b;
-        break;
-      }
+    const int b = s.free_buf(h.tag);
+    if (b >= 0) {
+      slot = i;
+      buf = b;
     }
   }
   trace("eager_rx", c->index, k, clock_->now_ns());
@@ -916,11 +907,18 @@ void UcclRDMAEngine::deliver_eager(Conn* c, uint32_t k, int slot, int buf) {
   b.trunc = e.len > b.size;
   if (!b.trunc && e.len > 0) {
     std::memcpy(reinterpret_cast<void*>(b.addr),
-                rx.eager_mem.get() + k * rx.eager_slot_bytes + sizeof(EagerHdr),
-                e.len);
+                rx.eager_slot(k) + sizeof(EagerHdr), e.len);
   }
   free_eager_slot(c, k);
   finish_buf(c, slot, buf);
+}
+
+// A new window over bounce slot `k` (its key is the slot's rkey for one use).
+Result<uint32_t> UcclRDMAEngine::bind_eager_slot(RxFlow& rx, uint32_t k) {
+  return rx.eager_windows[k]->bind(
+      *rx.eager_mr, reinterpret_cast<uint64_t>(rx.eager_slot(k)),
+      rx.eager_slot_bytes,
+      transport::kAccessLocalWrite | transport::kAccessRemoteWrite);
 }
 
 // Slot `k` is empty again: a new window (late duplicates of its last use
@@ -929,12 +927,7 @@ void UcclRDMAEngine::free_eager_slot(Conn* c, uint32_t k) {
   RxFlow& rx = c->rx;
   rx.eager[k] = EagerSlotRx{};
   if (rx.eager_windows[k]) {
-    auto key = rx.eager_windows[k]->bind(
-        *rx.eager_mr,
-        reinterpret_cast<uint64_t>(rx.eager_mem.get()) +
-            k * rx.eager_slot_bytes,
-        rx.eager_slot_bytes,
-        transport::kAccessLocalWrite | transport::kAccessRemoteWrite);
+    auto key = bind_eager_slot(rx, k);
     if (!key.ok()) {  // not granted again: the peer has one slot fewer
       VLOG(kVlogRequest) << "conn " << c->index << " eager slot " << k << ": "
                          << key.status();
@@ -954,10 +947,9 @@ uint32_t UcclRDMAEngine::add_grants(Conn* c, CtrlMsg* m, uint32_t first) {
     const uint32_t k = static_cast<uint32_t>(__builtin_ctz(rx.grant_pending));
     rx.grant_pending &= rx.grant_pending - 1;
     rx.eager[k].granted = true;
-    m->bufs[first + g++] = RecvBuf{
-        reinterpret_cast<uint64_t>(rx.eager_mem.get()) +
-            k * rx.eager_slot_bytes,
-        rx.eager_slot_bytes, rx.eager_rkeys[k], static_cast<int32_t>(k)};
+    m->bufs[first + g++] = RecvBuf{reinterpret_cast<uint64_t>(rx.eager_slot(k)),
+                                   rx.eager_slot_bytes, rx.eager_rkeys[k],
+                                   static_cast<int32_t>(k)};
   }
   return g;
 }
@@ -1044,10 +1036,7 @@ void UcclRDMAEngine::post_recv_slot(Conn* c, const Command& cmd) {
     uint32_t kept = 0;
     for (uint32_t h = 0; h < rx.held_n; ++h) {
       const uint32_t k = rx.held[h];
-      int buf = -1;
-      for (int i = 0; i < n && buf < 0; ++i) {
-        if (!s.bufs[i].claimed && s.bufs[i].tag == rx.eager[k].tag) buf = i;
-      }
+      const int buf = s.free_buf(rx.eager[k].tag);
       if (buf < 0) {
         rx.held[kept++] = static_cast<uint8_t>(k);
       } else {
@@ -1102,29 +1091,26 @@ void UcclRDMAEngine::on_ctrl_batch(Conn* c, const uint8_t* p, uint32_t len) {
     std::memset(&m, 0, sizeof(m));
     const uint32_t have = len - off;
     std::memcpy(&m, p + off, std::min<uint32_t>(have, sizeof(m)));
-    const uint32_t entries = ctrl_entries(m);
-    const uint32_t need = static_cast<uint32_t>(offsetof(CtrlMsg, bufs)) +
-                          std::min<uint32_t>(entries, kMaxRecvsPerRequest) *
-                              static_cast<uint32_t>(sizeof(RecvBuf));
+    const uint64_t entries = ctrl_entries(m);
+    const uint64_t need = offsetof(CtrlMsg, bufs) + entries * sizeof(RecvBuf);
     if (have < offsetof(CtrlMsg, bufs) || entries > kMaxRecvsPerRequest ||
         have < need) {
       ++protocol_errors_;
       fail_conn(c, ProtocolError("malformed control message from peer"));
       return;
     }
-    on_ctrl_msg(c, m, need);
-    off += need;
+    on_ctrl_msg(c, m);
+    off += static_cast<uint32_t>(need);
   }
 }
 
-void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len) {
-  if (m.type == static_cast<uint32_t>(CtrlType::kAckReq) &&
-      len >= offsetof(CtrlMsg, bufs)) {
+// One record of a batch, its length already checked by on_ctrl_batch().
+void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m) {
+  if (m.type == static_cast<uint32_t>(CtrlType::kAckReq)) {
     maybe_send_ack(c, clock_->now_ns(), true);
     return;
   }
-  if (m.type == static_cast<uint32_t>(CtrlType::kPullReq) &&
-      len >= offsetof(CtrlMsg, bufs)) {
+  if (m.type == static_cast<uint32_t>(CtrlType::kPullReq)) {
     // Bounded by what could be in flight, so a peer cannot inflate the
     // demand (and take every other flow's share of the pull pacer).
     const uint64_t cap = uint64_t{kMaxChunksInFlight} * cfg_.chunk_bytes * 2;
@@ -1133,9 +1119,7 @@ void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len) {
     }
     return;
   }
-  if (m.n < 1 || m.n > kMaxRecvsPerRequest || m.slot >= Imm::kSlots ||
-      ctrl_entries(m) > kMaxRecvsPerRequest ||
-      len < offsetof(CtrlMsg, bufs) + ctrl_entries(m) * sizeof(RecvBuf)) {
+  if (m.n < 1 || m.n > kMaxRecvsPerRequest || m.slot >= Imm::kSlots) {
     ++protocol_errors_;
     fail_conn(c, ProtocolError("malformed control message from peer"));
     return;

@@ -161,7 +161,7 @@ class UcclRDMAEngine {
   int poll_recv_cq(uint64_t now);
   void on_chunk(const transport::WorkCompletion& wc, uint64_t now);
   void account_chunk(Conn* c, const RxChunkInfo& info);
-  void on_ctrl_msg(Conn* c, const CtrlMsg& m, uint32_t len);
+  void on_ctrl_msg(Conn* c, const CtrlMsg& m);
   void on_ack(const AckPacket& a, uint64_t now);
   void post_recv_slot(Conn* c, const Command& cmd);
   void maybe_send_ack(Conn* c, uint64_t now, bool force);
@@ -177,6 +177,7 @@ class UcclRDMAEngine {
   void on_eager(Conn* c, const RxChunkInfo& info);
   void deliver_eager(Conn* c, uint32_t k, int slot, int buf);
   void free_eager_slot(Conn* c, uint32_t k);
+  Result<uint32_t> bind_eager_slot(RxFlow& rx, uint32_t k);
   void send_grants(Conn* c);
   uint32_t add_grants(Conn* c, CtrlMsg* m, uint32_t first);
   void take_grants(Conn* c, const RecvBuf* g, uint32_t n);

@@ -210,6 +210,14 @@ struct RxSlot {
   bool is_read = false;   // a read_async waiting for the peer's data
   uint64_t post_seq = 0;  // posting order (eager messages take the oldest)
   RxBuf bufs[kMaxRecvsPerRequest];
+
+  // The first buffer of `tag` no message took yet, or -1.
+  int free_buf(int32_t tag) const {
+    for (int b = 0; b < n; ++b) {
+      if (!bufs[b].claimed && bufs[b].tag == tag) return b;
+    }
+    return -1;
+  }
 };
 
 // One of our bounce slots: granted to the peer, or holding an eager message
@@ -265,6 +273,9 @@ struct RxFlow {
   uint64_t eager_rx = 0, eager_held = 0;
 
   RxChunkInfo& at(uint32_t csn) { return ring[csn & (kChunkRing - 1)]; }
+  uint8_t* eager_slot(uint32_t k) const {
+    return eager_mem.get() + size_t{k} * eager_slot_bytes;
+  }
 };
 
 }  // namespace uccl::engine

@@ -99,9 +99,10 @@ static_assert(sizeof(CtrlMsg) == 32 + 24 * kMaxRecvsPerRequest,
               "CtrlMsg layout");
 
 // Entries of bufs[] a control message carries (its length on the wire is
-// offsetof(CtrlMsg, bufs) + 24 x this).
-inline uint32_t ctrl_entries(const CtrlMsg& m) {
-  return m.n +
+// offsetof(CtrlMsg, bufs) + 24 x this). 64-bit: a peer's n + region must
+// not wrap past the kMaxRecvsPerRequest check.
+inline uint64_t ctrl_entries(const CtrlMsg& m) {
+  return uint64_t{m.n} +
          (m.type == static_cast<uint32_t>(CtrlType::kRecvDesc) ? m.region : 0);
 }
 

@@ -75,6 +75,21 @@ TEST(EagerTest, ImmediateEncodesEagerApartFromTruncAndOneSided) {
   }
 }
 
+// A descriptor's entry count (buffers + grants) comes from the peer: a huge
+// grant count must not wrap below the limit the receiver checks.
+TEST(EagerTest, ControlEntryCountDoesNotWrap) {
+  engine::CtrlMsg m{};
+  m.type = static_cast<uint32_t>(engine::CtrlType::kRecvDesc);
+  m.n = 1;
+  m.region = 7;
+  EXPECT_EQ(engine::ctrl_entries(m), 8u);
+  m.region = 0xffffffffu;
+  EXPECT_GT(engine::ctrl_entries(m),
+            static_cast<uint64_t>(kMaxRecvsPerRequest));
+  m.type = static_cast<uint32_t>(engine::CtrlType::kReadReq);  // region: id
+  EXPECT_EQ(engine::ctrl_entries(m), 1u);
+}
+
 TEST(EagerTest, SendsBeforeTheReceiveAreEagerAndExact) {
   auto p = Pair::make(eager_config());
   ASSERT_TRUE(p);

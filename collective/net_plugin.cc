@@ -72,6 +72,13 @@ UCCL_KNOB(bool, knob_small_whole, "UCCL_NCCL_SMALL_WHOLE", true,
           "first part shows it was striped. Off: every message is cut into "
           "K parts (empty past its end), all posted at once. Must be the "
           "same on every rank.");
+UCCL_KNOB(bool, knob_spread, "UCCL_NCCL_SPREAD", true,
+          "NCCL plugin: give each comm's connection 0, which carries its "
+          "small messages whole, an engine of its own where there are "
+          "enough: comms take turns (send and receive comms alike) and "
+          "connection i goes on the i-th engine after it. Off: every "
+          "connection goes to the least-loaded engine, which puts "
+          "connection 0 of every comm on one engine.");
 UCCL_KNOB(int64_t, knob_max_bytes, "UCCL_NCCL_MAX_BYTES", int64_t{1} << 30,
           "NCCL plugin: largest message NCCL may post (maxP2pBytes, "
           "maxCollBytes); larger operations are split by NCCL.",
@@ -111,6 +118,7 @@ struct PluginDevice {
   uint64_t guid = 0;
   std::unique_ptr<Endpoint> ep;
   uint16_t port = 0;
+  uint32_t next_lane = 0;  // engine of the next comm's connection 0; mu_
   char name_c[64] = {};
   char pci_c[256] = {};
 };
@@ -136,6 +144,7 @@ struct PluginListen {
   Endpoint* ep = nullptr;
   uint64_t tag = 0;
   std::vector<ConnId> conns;  // by index; 0 = not accepted yet
+  bool placed = false;        // its tags have engine placements
 };
 
 struct ConnectStage {
@@ -272,6 +281,7 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
   max_bytes_ = static_cast<uint64_t>(knob_max_bytes().get());
   stripe_bytes_ = static_cast<size_t>(knob_stripe_kb().get()) * 1024;
   small_whole_ = knob_small_whole().get();
+  spread_ = knob_spread().get();
   std::random_device rd;
   next_tag_.store((static_cast<uint64_t>(rd()) << 20) & ((1ull << 56) - 1));
   std::string list;
@@ -341,6 +351,25 @@ uccl::Result<Endpoint*> NetPlugin::endpoint(PluginDevice* d) {
   return d->ep.get();
 }
 
+int NetPlugin::lane_base(PluginDevice* d) {
+  // Called with mu_ held.
+  const int n = static_cast<int>(knob_engines().get());
+  return static_cast<int>(d->next_lane++ % static_cast<uint32_t>(n));
+}
+
+int NetPlugin::engine_after(int base, int i) const {
+  return (base + i) % static_cast<int>(knob_engines().get());
+}
+
+void NetPlugin::log_comm(const PluginComm* c) {
+  auto e = c->ep->engine_of(c->conns[0]);
+  log(kLogInfo, __FILE__, __LINE__,
+      std::string(c->is_send ? "send comm to " : "recv comm from ") +
+          c->ep->peer_ip(c->conns[0]) + ": " + std::to_string(c->conns.size()) +
+          " connections, connection 0 on engine " +
+          (e.ok() ? std::to_string(*e) : std::string("?")));
+}
+
 Endpoint* NetPlugin::endpoint_for_testing(int dev) {
   std::lock_guard<std::mutex> lock(mu_);
   if (dev < 0 || dev >= static_cast<int>(devs_.size())) return nullptr;
@@ -359,6 +388,19 @@ NcclResult NetPlugin::listen(int dev, void* handle, void** listen_comm) {
   l->ep = *ep;
   l->tag = next_tag_.fetch_add(1) & ((1ull << 56) - 1);
   l->conns.assign(conns_per_comm_, 0);
+  if (spread_) {
+    const int base = lane_base(d);
+    for (int i = 0; i < conns_per_comm_; ++i) {
+      Status st =
+          l->ep->place_accepts((l->tag << 8) | i, engine_after(base, i));
+      if (!st.ok()) {
+        for (int j = 0; j < i; ++j) l->ep->place_accepts((l->tag << 8) | j, -1);
+        delete l;
+        return fail("listen", st);
+      }
+    }
+    l->placed = true;
+  }
   std::memset(handle, 0, kHandleMaxSize);
   ConnectHandle h{};
   h.magic = kHandleMagic;
@@ -401,8 +443,10 @@ NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
     st->dev = d;
     st->ep = *ep;
     const std::string ip = transport::udp::ipv4_to_string(h->ipv4_be);
+    const int base = spread_ ? lane_base(d) : -1;
     for (int i = 0; i < h->nconns; ++i) {
-      auto p = st->ep->connect_start(ip, h->port, (h->tag << 8) | i);
+      auto p = st->ep->connect_start(ip, h->port, (h->tag << 8) | i,
+                                     spread_ ? engine_after(base, i) : -1);
       if (!p.ok()) return fail("connect", p.status());
       st->pending.push_back(*p);
     }
@@ -434,6 +478,7 @@ NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
   }
   if (ready < static_cast<int>(st->conns.size())) return kSuccess;  // later
   *send_comm = make_comm(st->dev, st->ep, true, st->conns, max_recvs_);
+  log_comm(static_cast<PluginComm*>(*send_comm));
   h->stage_magic = 0;
   h->stage = nullptr;
   delete st;
@@ -460,6 +505,7 @@ NcclResult NetPlugin::accept(void* listen_comm, void** recv_comm) {
   }
   if (ready < static_cast<int>(l->conns.size())) return kSuccess;  // later
   *recv_comm = make_comm(l->dev, l->ep, false, l->conns, max_recvs_);
+  log_comm(static_cast<PluginComm*>(*recv_comm));
   l->conns.assign(l->conns.size(), 0);  // handed over
   return kSuccess;
 }
@@ -767,8 +813,9 @@ NcclResult NetPlugin::close_comm(void* comm) {
 NcclResult NetPlugin::close_listen(void* listen_comm) {
   if (listen_comm == nullptr) return kSuccess;
   auto* l = static_cast<PluginListen*>(listen_comm);
-  for (ConnId x : l->conns) {
-    if (x) l->ep->close(x);
+  for (size_t i = 0; i < l->conns.size(); ++i) {
+    if (l->conns[i]) l->ep->close(l->conns[i]);
+    if (l->placed) l->ep->place_accepts((l->tag << 8) | i, -1);
   }
   delete l;
   return kSuccess;

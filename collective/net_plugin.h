@@ -104,6 +104,11 @@ class NetPlugin {
   // learn whether the sender striped (part 0 full: post parts 1..K-1) or
   // sent the message whole. False on an error (logged).
   bool expand_receives(PluginComm* c, Status* err);
+  // Engine placement (UCCL_NCCL_SPREAD): the engine of a new comm's
+  // connection 0, taking turns per device (mu_ held), and of connection i.
+  int lane_base(PluginDevice* d);
+  void log_comm(const PluginComm* c);  // where its connections run
+  int engine_after(int base, int i) const;
   ncclabi::NcclResult fail(const char* what, const Status& st,
                            ncclabi::NcclResult code = ncclabi::kSystemError);
 
@@ -115,6 +120,7 @@ class NetPlugin {
   int conns_per_comm_ = 1;
   size_t stripe_bytes_ = 0;
   bool small_whole_ = true;
+  bool spread_ = true;  // UCCL_NCCL_SPREAD
   int max_recvs_ = 1;
   uint64_t max_bytes_ = 0;
   std::atomic<uint64_t> next_tag_{1};

@@ -278,6 +278,8 @@ struct Endpoint::Impl {
   // Connections per engine, counted when a handshake picks the engine, so
   // connections set up together land on different engines.
   std::unique_ptr<std::atomic<int>[]> engine_load;
+  // Placements asked for with place_accepts(): handshake tag -> engine.
+  std::map<uint64_t, int> accept_engine;
 
   engine::HandshakeParams hs_params() const {
     engine::HandshakeParams p;
@@ -290,9 +292,14 @@ struct Endpoint::Impl {
     return p;
   }
 
-  // The engine with the fewest connections (ties: round robin).
-  UcclRDMAEngine* pick_engine() {
+  // `want` when it names an engine, else the one with the fewest
+  // connections (ties: round robin).
+  UcclRDMAEngine* pick_engine(int want) {
     const uint32_t n = static_cast<uint32_t>(engines.size());
+    if (want >= 0 && static_cast<uint32_t>(want) < n) {
+      engine_load[want].fetch_add(1);
+      return engines[want].get();
+    }
     const uint32_t start = rr.fetch_add(1);
     uint32_t best = start % n;
     for (uint32_t k = 1; k < n; ++k) {
@@ -302,8 +309,15 @@ struct Endpoint::Impl {
     engine_load[best].fetch_add(1);
     return engines[best].get();
   }
-  Handshake::EnginePicker picker() {
-    return [this](uint64_t) { return pick_engine(); };
+  // A connecting handshake goes where its caller asked (`want`); an
+  // accepted one where place_accepts() put its tag. Handshakes run under
+  // `mu`, so the lookup needs no lock of its own.
+  Handshake::EnginePicker picker(int want) {
+    return [this, want](uint64_t tag) {
+      if (want >= 0) return pick_engine(want);
+      auto it = accept_engine.find(tag);
+      return pick_engine(it == accept_engine.end() ? -1 : it->second);
+    };
   }
   // A handshake that picked an engine and then failed gives the slot back.
   void unpick(const Handshake* h) {
@@ -550,7 +564,12 @@ Result<uint16_t> Endpoint::listen(uint16_t port) {
 }
 
 Result<uint64_t> Endpoint::connect_start(const std::string& ip, uint16_t port,
-                                         uint64_t tag) {
+                                         uint64_t tag, int engine) {
+  if (engine < -1 || engine >= static_cast<int>(impl_->engines.size())) {
+    return InvalidArgument(
+        "connect: engine " + std::to_string(engine) + " (this endpoint has " +
+        std::to_string(impl_->engines.size()) + " engines; -1 picks one)");
+  }
   sockaddr_in a;
   std::memset(&a, 0, sizeof(a));
   a.sin_family = AF_INET;
@@ -575,7 +594,7 @@ Result<uint64_t> Endpoint::connect_start(const std::string& ip, uint16_t port,
   hp.tag = tag;
   impl_->connects[id] = std::make_unique<Handshake>(
       Handshake::Role::kConnect, fd, ip + ":" + std::to_string(port),
-      impl_->picker(), hp);
+      impl_->picker(engine < 0 ? -1 : engine), hp);
   return id;
 }
 
@@ -618,6 +637,36 @@ Result<ConnId> Endpoint::connect(const std::string& ip, uint16_t port,
   }
 }
 
+Status Endpoint::place_accepts(uint64_t tag, int engine) {
+  if (engine < -1 || engine >= static_cast<int>(impl_->engines.size())) {
+    return InvalidArgument("place_accepts: engine " + std::to_string(engine) +
+                           " (this endpoint has " +
+                           std::to_string(impl_->engines.size()) +
+                           " engines; -1 forgets the placement)");
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (engine < 0) {
+    impl_->accept_engine.erase(tag);
+    return Status::OK();
+  }
+  if (impl_->accept_engine.size() >= kMaxAcceptPlacements &&
+      impl_->accept_engine.count(tag) == 0) {
+    return ResourceExhausted(
+        "place_accepts: " + std::to_string(kMaxAcceptPlacements) +
+        " placements already; forget some first");
+  }
+  impl_->accept_engine[tag] = engine;
+  return Status::OK();
+}
+
+Result<int> Endpoint::engine_of(ConnId c) const {
+  uint32_t e, i;
+  if (impl_->lookup(c, &e, &i) == nullptr) {
+    return InvalidArgument("engine_of: unknown connection");
+  }
+  return static_cast<int>(e);
+}
+
 Result<ConnId> Endpoint::accept_poll() { return accept_impl(false, 0); }
 
 Result<ConnId> Endpoint::accept_poll(uint64_t tag) {
@@ -640,7 +689,7 @@ Result<ConnId> Endpoint::accept_impl(bool by_tag, uint64_t tag) {
     impl_->accepts.push_back(std::make_unique<Handshake>(
         Handshake::Role::kAccept, fd,
         std::string(ip) + ":" + std::to_string(ntohs(a.sin_port)),
-        impl_->picker(), impl_->hs_params()));
+        impl_->picker(-1), impl_->hs_params()));
   }
   // Advance every handshake; finished ones wait in `ready` for their tag.
   for (size_t i = 0; i < impl_->accepts.size();) {

@@ -1308,8 +1308,12 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
             << " us eager " << f.sends_eager << " held " << f.eager_held
             << " rtt p50/p99 " << f.rtt_p50_ns / 1000 << "/"
             << f.rtt_p99_ns / 1000 << " us nic drops "
-            << dev_->drops() - last_stats_drops_ << " " << f.cc_state;
+            << dev_->drops() - last_stats_drops_ << " loops "
+            << loops_ - last_stats_loops_ << " idle "
+            << idle_loops_ - last_stats_idle_ << " " << f.cc_state;
   last_stats_drops_ = dev_->drops();
+  last_stats_loops_ = loops_;
+  last_stats_idle_ = idle_loops_;
   last_stats_tx_ = f.tx_bytes;
   last_stats_rx_ = f.rx_bytes;
   (void)now;

@@ -96,7 +96,7 @@ case "$PART" in
       net=${NET:-UCCL}
       case "$cfg" in *NCCL_NET=Socket*) net=Socket ;; esac
       env UCCL_STATS_INTERVAL_S=1 $cfg timeout 200 "$PY" tools/nccl_test.py \
-        bench --net "$net" --plugin "$C/libnccl-net-uccl.so" --iters "${ITERS:-20}" \
+        bench --net "$net" --plugin "$C/libnccl-net-uccl.so" --iters "${ITERS:-20}" --reps "${REPS:-1}" \
         --sizes "${SIZES:-4,65536,1048576,16777216,67108864,268435456}" 2>&1 |
         grep -E "^\| [0-9]+ \|"
       # The engines' periodic health lines (throughput, retransmits, drops).

@@ -120,28 +120,36 @@ def check_worker(rank, world, port, out):
         json.dump(results, f)
 
 
-def bench_worker(rank, world, port, out, sizes, max_iters):
+def bench_worker(rank, world, port, out, sizes, max_iters, reps=1):
+    # reps > 1: the sweep runs reps times in turn and each size reports the
+    # median of its reps (one process's noise, e.g. a slow first pass).
     torch, dist = init(rank, world, port)
     dev = torch.device("cuda", rank)
-    rows = []
+    times = {}
     buf = torch.empty(max(sizes) // 4, device=dev)
-    for size in sizes:
-        n = max(size // 4, 1)
-        x = buf[:n]
-        x.fill_(1.0)
-        iters = max(5, min(max_iters, int(2e9 // max(size, 1))))
-        for _ in range(3):
-            dist.all_reduce(x)
-        torch.cuda.synchronize()
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            dist.all_reduce(x)
-        torch.cuda.synchronize()
-        dt = (time.perf_counter() - t0) / iters
+    for _ in range(reps):
+        for size in sizes:
+            n = max(size // 4, 1)
+            x = buf[:n]
+            x.fill_(1.0)
+            iters = max(5, min(max_iters, int(2e9 // max(size, 1))))
+            for _ in range(3):
+                dist.all_reduce(x)
+            torch.cuda.synchronize()
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                dist.all_reduce(x)
+            torch.cuda.synchronize()
+            times.setdefault(n, []).append((time.perf_counter() - t0) / iters)
+    rows = []
+    for n in sorted(times):
+        ts = sorted(times[n])
+        dt = ts[len(ts) // 2]
         algbw = n * 4 / dt / 1e9
         rows.append({"bytes": n * 4, "time_us": dt * 1e6, "algbw": algbw,
-                     "busbw": algbw * 2 * (world - 1) / world})
+                     "busbw": algbw * 2 * (world - 1) / world,
+                     "reps_us": [t * 1e6 for t in times[n]]})
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
@@ -230,7 +238,8 @@ def run_bench(a, world, tmp, net, threads=0, socks=0, label=None,
     env = net_env(net, a.plugin, threads, socks, log)
     if channels:
         env["NCCL_MIN_NCHANNELS"] = str(channels)
-    spawn(bench_worker, world, (free_port(), out, BENCH_SIZES, a.iters), env)
+    spawn(bench_worker, world,
+          (free_port(), out, BENCH_SIZES, a.iters, a.reps), env)
     with open(out) as f:
         rows = json.load(f)
     text = nccl_log(log.replace("%h", "*").replace("%p", "*"))
@@ -247,6 +256,10 @@ def run_bench(a, world, tmp, net, threads=0, socks=0, label=None,
     for r in rows:
         print("| %d | %.1f | %.2f | %.2f |" % (r["bytes"], r["time_us"],
                                                r["algbw"], r["busbw"]))
+    for r in rows:
+        if len(r.get("reps_us", [])) > 1:
+            print("reps %d B (us): %s" % (r["bytes"], " ".join(
+                "%.1f" % t for t in r["reps_us"])))
     print()
     return rows, via
 
@@ -260,6 +273,9 @@ def main():
     ap.add_argument("--socket-threads", type=int, default=0)
     ap.add_argument("--socks", type=int, default=0)
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--reps", type=int, default=1,
+                    help="bench: sweeps per process; each size reports the "
+                         "median of its sweeps")
     ap.add_argument("--sizes", default="",
                     help="bench: comma-separated byte counts (default 4 B "
                          "to 256 MiB, x4)")

@@ -160,8 +160,18 @@ class Endpoint {
   // `tag` travels in the handshake: accept_poll(tag) hands the connection
   // only to an acceptor of that tag, so several logical listeners (NCCL's
   // listen comms) share one port.
+  // Placement: a connection runs on one engine thread. By default it gets
+  // the engine with the fewest connections; `engine` (0..num_engines-1)
+  // puts it on that one instead, and place_accepts() does the same for
+  // connections accepted with a given tag (-1 forgets it; at most
+  // kMaxAcceptPlacements tags). Spreading latency-critical connections over
+  // engines is the caller's business (the NCCL plugin does, per comm).
   Result<uint64_t> connect_start(const std::string& ip, uint16_t port,
-                                 uint64_t tag = 0);
+                                 uint64_t tag = 0, int engine = -1);
+  static constexpr size_t kMaxAcceptPlacements = 4096;
+  Status place_accepts(uint64_t tag, int engine);
+  // The engine a connection runs on.
+  Result<int> engine_of(ConnId c) const;
   Result<ConnId> connect_poll(uint64_t pending);
   Result<ConnId> accept_poll();  // any tag; kUnavailable until one finished
   Result<ConnId> accept_poll(uint64_t tag);

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -48,8 +49,23 @@ int g_failures = 0;
   } while (0)
 
 std::atomic<int> g_warnings{0};
+// The engines of new comms' connection 0, from the plugin's INFO lines.
+std::mutex g_lanes_mu;
+std::vector<int> g_lanes;
+void note_lane(const char* fmt, va_list ap) {
+  char msg[512];
+  std::vsnprintf(msg, sizeof(msg), fmt, ap);
+  const char* p = std::strstr(msg, "connection 0 on engine ");
+  if (p == nullptr) return;
+  std::lock_guard<std::mutex> lock(g_lanes_mu);
+  g_lanes.push_back(std::atoi(p + std::strlen("connection 0 on engine ")));
+}
 void logger(int level, unsigned long, const char* file, int line,
             const char* fmt, ...) {
+  va_list lane_ap;
+  va_start(lane_ap, fmt);
+  note_lane(fmt, lane_ap);
+  va_end(lane_ap);
   if (level > kLogWarn && std::getenv("CONFORMANCE_VERBOSE") == nullptr) {
     return;
   }
@@ -478,6 +494,61 @@ void scenario_truncation(Api& a) {
   a.close_listen(lc);
 }
 
+// Two comm pairs in one process (4 comms, run with 4 engines): each comm's
+// connection 0, which carries its small messages, has an engine of its own
+// (UCCL_NCCL_SPREAD), and both pairs still carry data, byte-checked.
+void scenario_placement(Api& a) {
+  void *sc[2], *rc[2], *lc[2];
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(connect_pair(a, 0, &sc[i], &rc[i], &lc[i]), "connect/accept %d", i);
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_lanes_mu);
+    REQUIRE(g_lanes.size() == 4, "%zu comms logged their engines",
+            g_lanes.size());
+    for (int i = 0; i < 4; ++i) {
+      for (int j = 0; j < i; ++j) {
+        CHECK_THAT(g_lanes[i] != g_lanes[j],
+                   "comms %d and %d both have connection 0 on engine %d", j, i,
+                   g_lanes[i]);
+      }
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    std::vector<uint8_t> sbuf(3000), rbuf(4096, 0);
+    for (size_t k = 0; k < sbuf.size(); ++k) sbuf[k] = uint8_t(k * 7 + i);
+    void *smh, *rmh;
+    REQUIRE(
+        a.reg_mr(sc[i], sbuf.data(), sbuf.size(), kPtrHost, &smh) == kSuccess,
+        "regMr");
+    REQUIRE(
+        a.reg_mr(rc[i], rbuf.data(), rbuf.size(), kPtrHost, &rmh) == kSuccess,
+        "regMr");
+    void *sr = nullptr, *rr = nullptr;
+    void* d = rbuf.data();
+    size_t sz = rbuf.size();
+    int tag = 0;
+    REQUIRE(a.irecv(rc[i], 1, &d, &sz, &tag, &rmh, &rr) == kSuccess && rr,
+            "irecv");
+    REQUIRE(
+        a.isend(sc[i], sbuf.data(), sbuf.size(), 0, smh, &sr) == kSuccess && sr,
+        "isend");
+    int got = -1;
+    CHECK_THAT(wait_req(a, sr, nullptr) == kSuccess, "send %d", i);
+    CHECK_THAT(wait_req(a, rr, &got) == kSuccess, "receive %d", i);
+    CHECK_THAT(got == static_cast<int>(sbuf.size()), "received %d bytes", got);
+    CHECK_THAT(std::memcmp(rbuf.data(), sbuf.data(), sbuf.size()) == 0,
+               "pair %d: bytes differ", i);
+    a.dereg_mr(sc[i], smh);
+    a.dereg_mr(rc[i], rmh);
+  }
+  for (int i = 0; i < 2; ++i) {
+    a.close_send(sc[i]);
+    a.close_recv(rc[i]);
+    a.close_listen(lc[i]);
+  }
+}
+
 // maxRecvs > 1 (UCCL_NCCL_MAX_RECVS=8): grouped receives, tags pick buffers.
 void scenario_grouped(Api& a) {
   PropertiesV11 p;
@@ -747,6 +818,8 @@ int run_scenario(const std::string& plugin, const std::string& name,
     scenario_grouped(a);
   else if (name == "close")
     scenario_close(a);
+  else if (name == "placement")
+    scenario_placement(a);
   else if (name == "twoproc")
     scenario_twoproc(a, self);
   else if (name == "twoproc_sender")
@@ -799,6 +872,7 @@ int main(int argc, char** argv) {
     runs.push_back({s, 11, {}});
   }
   runs.push_back({"grouped", 11, {"UCCL_NCCL_MAX_RECVS=8"}});
+  runs.push_back({"placement", 11, {"UCCL_NCCL_ENGINES=4"}});
   runs.push_back({"grouped", 8, {"UCCL_NCCL_MAX_RECVS=8"}});
   runs.push_back(
       {"data", 11, {"UCCL_FAULT_TX=drop=0.01", "UCCL_FAULT_SEED=7"}});

@@ -363,6 +363,77 @@ TEST(EndpointTest, SendsThatWaitForTheReceiverAreCounted) {
   EXPECT_TRUE(matched_at_once);
 }
 
+// Connections go where their caller places them: connect_start's engine on
+// the connecting side, place_accepts' tag placement on the accepting side;
+// unplaced ones still spread by load. Placed connections carry data.
+TEST(EndpointTest, ConnectionsGoToTheEnginesAskedFor) {
+  auto s = Endpoint::create(test_config(4, 1));
+  auto c = Endpoint::create(test_config(4, 1));
+  ASSERT_TRUE(s.ok() && c.ok());
+  auto port = (*s)->listen(0);
+  ASSERT_TRUE(port.ok());
+  // Connecting engines 3, 3, 1; accepting engines by tag 2, (none), 2.
+  const int want_c[3] = {3, 3, 1};
+  const int want_s[3] = {2, -1, 2};
+  for (uint64_t tag = 0; tag < 3; ++tag) {
+    if (want_s[tag] >= 0) {
+      ASSERT_TRUE((*s)->place_accepts(100 + tag, want_s[tag]).ok());
+    }
+  }
+  ASSERT_TRUE((*s)->place_accepts(100, 2).ok());  // again: still fine
+  Pair p;
+  for (uint64_t tag = 0; tag < 3; ++tag) {
+    auto pend = (*c)->connect_start("127.0.0.1", *port, 100 + tag, want_c[tag]);
+    ASSERT_TRUE(pend.ok()) << pend.status();
+    Result<ConnId> cc = Status(StatusCode::kUnavailable, "");
+    Result<ConnId> sc = Status(StatusCode::kUnavailable, "");
+    const uint64_t until = monotonic_ns() + 20000000000ull;
+    while ((!cc.ok() || !sc.ok()) && monotonic_ns() < until) {
+      if (!cc.ok()) {
+        cc = (*c)->connect_poll(*pend);
+        ASSERT_TRUE(cc.ok() || cc.status().code() == StatusCode::kUnavailable)
+            << cc.status();
+      }
+      if (!sc.ok()) {
+        sc = (*s)->accept_poll(100 + tag);
+        ASSERT_TRUE(sc.ok() || sc.status().code() == StatusCode::kUnavailable)
+            << sc.status();
+      }
+    }
+    ASSERT_TRUE(cc.ok() && sc.ok());
+    EXPECT_EQ(*(*c)->engine_of(*cc), want_c[tag]) << "tag " << tag;
+    if (want_s[tag] >= 0) {
+      EXPECT_EQ(*(*s)->engine_of(*sc), want_s[tag]) << "tag " << tag;
+    } else {  // by load: engines 0, 1, 3 have none
+      EXPECT_NE(*(*s)->engine_of(*sc), 2) << "tag " << tag;
+    }
+    p.c_conns.push_back(*cc);
+    p.s_conns.push_back(*sc);
+  }
+  p.client = std::move(*c);
+  p.server = std::move(*s);
+  for (size_t i = 0; i < 3; ++i) exchange(&p, i, {0, 5000, 200000}, 10 * i);
+
+  // Bad placements and unknown connections are errors, not aborts.
+  EXPECT_EQ(p.client->connect_start("127.0.0.1", *port, 0, 4).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.client->connect_start("127.0.0.1", *port, 0, -2).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.server->place_accepts(1, 4).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.server->engine_of(0).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(p.server->place_accepts(100, -1).ok());  // forget
+  EXPECT_TRUE(p.server->place_accepts(102, -1).ok());
+  EXPECT_TRUE(p.server->place_accepts(999, -1).ok());  // never placed
+  // The placement table is bounded.
+  for (uint64_t t = 0; t < Endpoint::kMaxAcceptPlacements; ++t) {
+    ASSERT_TRUE(p.server->place_accepts(1000 + t, 0).ok()) << t;
+  }
+  EXPECT_EQ(p.server->place_accepts(7, 0).code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_TRUE(p.server->place_accepts(1000, 1).ok());  // a known tag: fine
+}
+
 TEST(EndpointTest, BadConfigurationIsRefused) {
   EndpointConfig c = test_config();
   c.device = "udp:nosuchif9";

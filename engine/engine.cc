@@ -1299,9 +1299,10 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
   LOG(INFO) << "engine " << cfg_.index << ": conns " << live_.size() << " tx "
             << (f.tx_bytes - last_stats_tx_) * 8 / secs / 1e9 << " Gb/s rx "
             << (f.rx_bytes - last_stats_rx_) * 8 / secs / 1e9
-            << " Gb/s retx fast/rto " << f.fast_retransmits << "/"
-            << f.rto_retransmits << " sends " << f.sends_matched
-            << " waited-for-recv " << f.sends_waited_for_recv << " avg "
+            << " Gb/s retx fast/rto/tlp " << f.fast_retransmits << "/"
+            << f.rto_retransmits << "/" << f.tlp_retransmits << " sends "
+            << f.sends_matched << " waited-for-recv " << f.sends_waited_for_recv
+            << " avg "
             << (f.sends_waited_for_recv
                     ? f.send_wait_ns / 1000.0 / f.sends_waited_for_recv
                     : 0.0)

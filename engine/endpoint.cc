@@ -397,6 +397,9 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
   if (c.cc == "credit" && knob_cc_per_path().get()) {
     return InvalidArgument("cc=credit is per flow; unset UCCL_CC_PER_PATH");
   }
+  if (c.idle_sleep_us > 1000000) {
+    return InvalidArgument("idle sleep must be at most 1000000 us");
+  }
   const bool soft = c.device.rfind("udp", 0) == 0;
   int64_t eager = c.eager_bytes >= 0 ? c.eager_bytes : knob_eager_bytes().get();
   if (eager > static_cast<int64_t>(engine::kMaxEagerBytes)) {
@@ -460,7 +463,10 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     ec.ack_delay_ns = knob_ack_delay_us().get() * 1000;
     ec.idle_spin_loops = knob_idle_spin().get();
     ec.idle_yield_loops = knob_idle_yield().get();
-    ec.idle_sleep_ns = knob_idle_sleep_us().get() * 1000;
+    ec.idle_sleep_ns = static_cast<uint64_t>(c.idle_sleep_us >= 0
+                                                 ? c.idle_sleep_us
+                                                 : knob_idle_sleep_us().get()) *
+                       1000;
     ec.drive_nic = knob_drive_nic().get();
     ec.eager_bytes = static_cast<uint32_t>(eager);
     ec.trace_file =

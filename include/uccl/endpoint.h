@@ -37,13 +37,15 @@ struct EndpointConfig {
   std::string cc_params;          // "" = UCCL_CC_PARAMS
   // Software NIC fault injection for this endpoint ("" = UCCL_FAULT_*).
   std::string fault_tx, fault_rx;
-  uint64_t fault_seed = 0;    // 0 = UCCL_FAULT_SEED
-  double nic_rate_gbps = -1;  // software NIC line-rate limit; <0 = knob
-  double link_gbps = 0;       // line rate CC assumes; 0 = UCCL_LINK_GBPS
-                              // or the device's speed
-  std::string trace_file;     // Chrome trace; "" = UCCL_TRACE_FILE
-  int64_t eager_bytes = -1;   // eager sends up to this size; -1 =
-                              // UCCL_EAGER_BYTES (engine/wire.h)
+  uint64_t fault_seed = 0;     // 0 = UCCL_FAULT_SEED
+  double nic_rate_gbps = -1;   // software NIC line-rate limit; <0 = knob
+  double link_gbps = 0;        // line rate CC assumes; 0 = UCCL_LINK_GBPS
+                               // or the device's speed
+  std::string trace_file;      // Chrome trace; "" = UCCL_TRACE_FILE
+  int64_t eager_bytes = -1;    // eager sends up to this size; -1 =
+                               // UCCL_EAGER_BYTES (engine/wire.h)
+  int64_t idle_sleep_us = -1;  // an idle engine's sleep per empty loop, us
+                               // (0: never sleeps); -1 = UCCL_IDLE_SLEEP_US
 
   // Builds a config from UCCL_* knobs; fields set above override them.
   static EndpointConfig from_knobs();

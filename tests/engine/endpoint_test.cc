@@ -451,6 +451,29 @@ TEST(EndpointTest, BadConfigurationIsRefused) {
   c = test_config();
   c.chunk_bytes = 100;
   EXPECT_FALSE(Endpoint::create(c).ok());
+  c = test_config();
+  c.idle_sleep_us = 2000000;
+  EXPECT_EQ(Endpoint::create(c).status().code(), StatusCode::kInvalidArgument);
+}
+
+// idle_sleep_us: an idle engine spins its 20000 loops (UCCL_IDLE_SPIN_LOOPS)
+// and then sleeps per empty loop; one told never to sleep keeps polling.
+// (Reading the stats is a command, which wakes the engine: hence the 20000.)
+TEST(EndpointTest, IdleSleepIsConfigurable) {
+  for (int64_t sleep_us : {int64_t{200000}, int64_t{0}}) {
+    EndpointConfig c = test_config(1, 1);
+    c.idle_sleep_us = sleep_us;
+    auto ep = Endpoint::create(c);
+    ASSERT_TRUE(ep.ok()) << ep.status();
+    const uint64_t a = (*ep)->engine_stats()[0].loops;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    const uint64_t b = (*ep)->engine_stats()[0].loops;
+    if (sleep_us > 0) {
+      EXPECT_LE(b - a, 20020u) << "an engine sleeping 200 ms per empty loop";
+    } else {
+      EXPECT_GE(b - a, 40000u) << "an engine that never sleeps";
+    }
+  }
 }
 
 TEST(EndpointTest, RcModeWorksAndMismatchIsRefused) {

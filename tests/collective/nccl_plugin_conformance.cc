@@ -614,9 +614,10 @@ void scenario_close(Api& a) {
   for (int order = 0; order < 2; ++order) {
     void *sc, *rc, *lc;
     REQUIRE(connect_pair(a, 0, &sc, &rc, &lc), "connect/accept");
-    std::vector<uint8_t> buf(1 << 20);
+    // Separate buffers: the two sides run on different engine threads.
+    std::vector<uint8_t> sbuf(1 << 20), buf(1 << 20);
     void *smh, *rmh;
-    REQUIRE(a.reg_mr(sc, buf.data(), buf.size(), kPtrHost, &smh) == kSuccess,
+    REQUIRE(a.reg_mr(sc, sbuf.data(), sbuf.size(), kPtrHost, &smh) == kSuccess,
             "regMr");
     REQUIRE(a.reg_mr(rc, buf.data(), buf.size(), kPtrHost, &rmh) == kSuccess,
             "regMr");
@@ -627,7 +628,7 @@ void scenario_close(Api& a) {
     int tag = 0;
     REQUIRE(a.irecv(rc, 1, &d, &sz, &tag, &rmh, &rr) == kSuccess && rr,
             "irecv");
-    REQUIRE(a.isend(sc, buf.data(), 4096, 0, smh, &sr) == kSuccess && sr,
+    REQUIRE(a.isend(sc, sbuf.data(), 4096, 0, smh, &sr) == kSuccess && sr,
             "isend");
     CHECK_THAT(wait_req(a, rr, nullptr) == kSuccess, "recv");
     CHECK_THAT(wait_req(a, sr, nullptr) == kSuccess, "send");
@@ -641,7 +642,7 @@ void scenario_close(Api& a) {
       CHECK_THAT(a.dereg_mr(sc, smh) == kSuccess, "deregMr");
       CHECK_THAT(a.close_send(sc) == kSuccess, "closeSend after the peer left");
     } else {
-      REQUIRE(a.isend(sc, buf.data(), 4096, 0, smh, &pending) == kSuccess,
+      REQUIRE(a.isend(sc, sbuf.data(), 4096, 0, smh, &pending) == kSuccess,
               "isend");
       CHECK_THAT(a.dereg_mr(sc, smh) == kSuccess, "deregMr");
       CHECK_THAT(a.close_send(sc) == kSuccess, "closeSend with a send pending");

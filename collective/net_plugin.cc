@@ -342,9 +342,9 @@ uccl::Result<Endpoint*> NetPlugin::endpoint(PluginDevice* d) {
   cfg.num_engines = static_cast<int>(knob_engines().get());
   // Engines never sleep here unless UCCL_IDLE_SLEEP_US says so: with the
   // 20 us idle sleep, NCCL runs of small messages fell, about one process
-  // pair in three, into a steady ~100 us per hop (all_reduce 216-400 us
-  // instead of ~20 us up to 64 KiB); with no sleep, none of 10 did
-  // (BENCHMARKS.md, session 7). Idle engines still yield their cores.
+  // pair in four (7 of 26), into a steady ~100 us per hop (all_reduce
+  // 216-600 us instead of ~20 us up to 4 KiB); with no sleep, none of 19
+  // did (BENCHMARKS.md, session 7). Idle engines still yield their cores.
   if (std::getenv("UCCL_IDLE_SLEEP_US") == nullptr) cfg.idle_sleep_us = 0;
   auto ep = Endpoint::create(cfg);
   if (!ep.ok()) return ep.status().with_context("device " + d->name);

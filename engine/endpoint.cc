@@ -600,7 +600,7 @@ Result<uint64_t> Endpoint::connect_start(const std::string& ip, uint16_t port,
   hp.tag = tag;
   impl_->connects[id] = std::make_unique<Handshake>(
       Handshake::Role::kConnect, fd, ip + ":" + std::to_string(port),
-      impl_->picker(engine < 0 ? -1 : engine), hp);
+      impl_->picker(engine), hp);
   return id;
 }
 

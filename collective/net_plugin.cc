@@ -22,7 +22,6 @@
 
 #include <cstdarg>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -345,7 +344,7 @@ uccl::Result<Endpoint*> NetPlugin::endpoint(PluginDevice* d) {
   // pair in four (7 of 26), into a steady ~100 us per hop (all_reduce
   // 216-600 us instead of ~20 us up to 4 KiB); with no sleep, none of 19
   // did (BENCHMARKS.md, session 7). Idle engines still yield their cores.
-  if (std::getenv("UCCL_IDLE_SLEEP_US") == nullptr) cfg.idle_sleep_us = 0;
+  if (cfg.idle_sleep_us < 0) cfg.idle_sleep_us = 0;
   auto ep = Endpoint::create(cfg);
   if (!ep.ok()) return ep.status().with_context("device " + d->name);
   auto port = (*ep)->listen(0);

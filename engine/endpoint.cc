@@ -172,6 +172,10 @@ EndpointConfig EndpointConfig::from_knobs() {
   c.rc_mode = knob_rc_mode().get() ? 1 : 0;
   c.cc = knob_cc().get();
   c.cc_params = knob_cc_params().get();
+  // Only when set, so a caller can tell "not asked for" (-1) apart.
+  if (knob_idle_sleep_us().info().from_env) {
+    c.idle_sleep_us = knob_idle_sleep_us().get();
+  }
   return c;
 }
 

@@ -46,6 +46,7 @@ struct EndpointConfig {
                                // UCCL_EAGER_BYTES (engine/wire.h)
   int64_t idle_sleep_us = -1;  // an idle engine's sleep per empty loop, us
                                // (0: never sleeps); -1 = UCCL_IDLE_SLEEP_US
+                               // (from_knobs() fills it only when set)
 
   // Builds a config from UCCL_* knobs; fields set above override them.
   static EndpointConfig from_knobs();

@@ -18,11 +18,12 @@ namespace uccl::nccl {
 
 // Knobs (defined in net_plugin.cc, listed by `uccl_devinfo --knobs`):
 //   UCCL_NCCL_DEVICES    comma list of devices to expose ("" = automatic)
-//   UCCL_NCCL_ENGINES    engine threads per device (default 4)
+//   UCCL_NCCL_ENGINES    engine threads per device (default 8)
 //   UCCL_NCCL_CONNS      UCCL connections per NCCL comm (0 = engines)
 //   UCCL_NCCL_MAX_RECVS  grouped receives offered to NCCL (default 1)
 //   UCCL_NCCL_MAX_BYTES  largest message NCCL may hand us (default 1 GiB)
-//   UCCL_NCCL_STRIPE_KB  bytes of a message per connection (default 256)
+//   UCCL_NCCL_STRIPE_KB  bytes of a message per connection (default 128)
+//   UCCL_NCCL_SPEED_MBPS, UCCL_NCCL_SMALL_WHOLE, UCCL_NCCL_SPREAD: see there
 
 struct PluginDevice;
 struct PluginComm;

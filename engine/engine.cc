@@ -5,11 +5,13 @@
 
 #include <linux/futex.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iomanip>
@@ -235,6 +237,10 @@ void UcclRDMAEngine::qpn_erase(uint32_t qpn) {
 // ----------------------------------------------------------- the loop
 
 void UcclRDMAEngine::run() {
+  // Named for top -H, perf and ps -L: "uccl-eng-<index>" (15 chars at most).
+  char name[16];
+  std::snprintf(name, sizeof(name), "uccl-eng-%d", cfg_.index);
+  pthread_setname_np(pthread_self(), name);
   if (cfg_.core >= 0) {
     Status st = pin_current_thread(cfg_.core);
     if (!st.ok()) LOG(WARNING) << "engine " << cfg_.index << ": " << st;

@@ -6,15 +6,20 @@
   python3 tools/nccl_test.py check --plugin /abs/libnccl-net-uccl.so
   python3 tools/nccl_test.py bench --net UCCL --plugin /abs/libnccl-net-uccl.so
   python3 tools/nccl_test.py bench --net Socket [--socket-threads 4 --socks 4]
+  python3 tools/nccl_test.py bench --net P2P
   python3 tools/nccl_test.py suite --plugin /abs/libnccl-net-uccl.so
 
 check: all_reduce, all_gather, reduce_scatter, all_to_all and send/recv from
 4 B to 256 MiB, every element compared with its expected value, and the NCCL
 log must say the traffic went "via NET/UCCL". bench: all_reduce bus bandwidth
-per size (busbw = algbw * 2(n-1)/n). suite: check, then bench for UCCL,
-Socket (defaults) and Socket (4 threads x 4 sockets) in one run, and the
-ratio table. Every run forces NCCL off NVLink and shared memory
-(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) so the bytes cross the network layer.
+per size (busbw = algbw * 2(n-1)/n), and the host's time per call ("host":
+issuing only; well below "time" means the GPU/network side is the bound;
+close to it means the host is, or the launch queue filled up). --net P2P
+gives the loop's floor without a network (NVLink), for reading small sizes.
+suite: check, then bench for UCCL, Socket (defaults) and Socket (4 threads x
+4 sockets) in one run, and the ratio table. Every run but --net P2P forces
+NCCL off NVLink and shared memory (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) so
+the bytes cross the network layer.
 """
 import argparse
 import glob
@@ -39,6 +44,9 @@ def net_env(net, plugin, socket_threads, socks, log_path):
         "NCCL_DEBUG_SUBSYS": "INIT,NET",
         "NCCL_DEBUG_FILE": log_path,
     }
+    if net == "P2P":  # NCCL's own GPU paths (NVLink): the loop's floor
+        env.update({"NCCL_P2P_DISABLE": "0", "NCCL_SHM_DISABLE": "0"})
+        del env["NCCL_NET"]
     if net == "UCCL":
         env["NCCL_NET_PLUGIN"] = plugin
         env["NCCL_NET_PLUGIN_REF_COUNT"] = "1"
@@ -126,6 +134,7 @@ def bench_worker(rank, world, port, out, sizes, max_iters, reps=1):
     torch, dist = init(rank, world, port)
     dev = torch.device("cuda", rank)
     times = {}
+    host = {}  # time the host spent issuing the calls (before synchronize)
     buf = torch.empty(max(sizes) // 4, device=dev)
     for _ in range(reps):
         for size in sizes:
@@ -140,14 +149,18 @@ def bench_worker(rank, world, port, out, sizes, max_iters, reps=1):
             t0 = time.perf_counter()
             for _ in range(iters):
                 dist.all_reduce(x)
+            t1 = time.perf_counter()
             torch.cuda.synchronize()
             times.setdefault(n, []).append((time.perf_counter() - t0) / iters)
+            host.setdefault(n, []).append((t1 - t0) / iters)
     rows = []
     for n in sorted(times):
         ts = sorted(times[n])
         dt = ts[len(ts) // 2]
         algbw = n * 4 / dt / 1e9
+        hs = sorted(host[n])
         rows.append({"bytes": n * 4, "time_us": dt * 1e6, "algbw": algbw,
+                     "host_us": hs[len(hs) // 2] * 1e6,
                      "busbw": algbw * 2 * (world - 1) / world,
                      "reps_us": [t * 1e6 for t in times[n]]})
     dist.barrier()
@@ -243,19 +256,22 @@ def run_bench(a, world, tmp, net, threads=0, socks=0, label=None,
     with open(out) as f:
         rows = json.load(f)
     text = nccl_log(log.replace("%h", "*").replace("%p", "*"))
-    via = ("via NET/%s" % net) in text
+    via = ("via NET/%s" % net) in text or net == "P2P"
     label = label or net
     chans = sorted({int(m) for m in __import__("re").findall(
         r"Channel (\d+)/\d+ : \d+\[\d+\] -> \d+\[\d+\] \[send\] via NET",
         text)})
-    print("### all_reduce, %s (%s, %d NET channels)\n" % (
-        label, "via NET/%s seen" % net if via else "NET path NOT seen",
-        len(chans)))
-    print("| size (B) | time (us) | algbw (GB/s) | busbw (GB/s) |")
-    print("|---:|---:|---:|---:|")
+    seen = ("NVLink/shared memory, no network" if net == "P2P" else
+            "via NET/%s seen" % net if via else "NET path NOT seen")
+    print("### all_reduce, %s (%s, %d NET channels)\n" % (label, seen,
+                                                         len(chans)))
+    # host: the host's time per all_reduce call (issuing only). Where it is
+    # close to the time, the loop is bound by the host, not the network.
+    print("| size (B) | time (us) | algbw (GB/s) | busbw (GB/s) | host (us) |")
+    print("|---:|---:|---:|---:|---:|")
     for r in rows:
-        print("| %d | %.1f | %.2f | %.2f |" % (r["bytes"], r["time_us"],
-                                               r["algbw"], r["busbw"]))
+        print("| %d | %.1f | %.2f | %.2f | %.1f |" % (
+            r["bytes"], r["time_us"], r["algbw"], r["busbw"], r["host_us"]))
     for r in rows:
         if len(r.get("reps_us", [])) > 1:
             print("reps %d B (us): %s" % (r["bytes"], " ".join(
@@ -269,7 +285,10 @@ def main():
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("mode", choices=["check", "bench", "suite"])
     ap.add_argument("--plugin", default="", help="absolute path of the .so")
-    ap.add_argument("--net", default="UCCL", help="bench: UCCL or Socket")
+    ap.add_argument("--net", default="UCCL",
+                    help="bench: UCCL, Socket, or P2P (NCCL over NVLink/shared "
+                         "memory, no network: the floor the host's calls and "
+                         "kernel launches set for small sizes)")
     ap.add_argument("--socket-threads", type=int, default=0)
     ap.add_argument("--socks", type=int, default=0)
     ap.add_argument("--iters", type=int, default=50)
@@ -318,8 +337,11 @@ def main():
         s48, via_s48 = run_bench(a, world, tmp, "Socket", 4, 4,
                                  "Socket 4x4, NCCL_MIN_NCHANNELS=8",
                                  channels=8)
+        # No network at all: what the loop itself costs at small sizes.
+        p2p, _ = run_bench(a, world, tmp, "P2P", label="P2P (NVLink, no "
+                           "network: the loop's floor)")
         summary = {"UCCL": u, "Socket": s1, "Socket_4x4": s4,
-                   "UCCL_8ch": u8, "Socket_4x4_8ch": s48}
+                   "UCCL_8ch": u8, "Socket_4x4_8ch": s48, "P2P": p2p}
         print("### Summary: all_reduce busbw (GB/s), same run\n")
         print("| size (B) | UCCL | Socket | Socket 4x4 | UCCL / best Socket "
               "| UCCL 8ch | Socket 4x4 8ch | ratio 8ch |")
@@ -330,12 +352,14 @@ def main():
                 x["bytes"], x["busbw"], y["busbw"], z["busbw"],
                 x["busbw"] / best if best > 0 else 0, x8["busbw"],
                 z8["busbw"], x8["busbw"] / z8["busbw"] if z8["busbw"] else 0))
-        print("\n| size (B) | UCCL us | Socket us | Socket 4x4 us |")
-        print("|---:|---:|---:|---:|")
-        for x, y, z in zip(u, s1, s4):
+        print("\n| size (B) | UCCL us | Socket us | Socket 4x4 us "
+              "| P2P floor us |")
+        print("|---:|---:|---:|---:|---:|")
+        for x, y, z, f in zip(u, s1, s4, p2p):
             if x["bytes"] <= 65536:
-                print("| %d | %.1f | %.1f | %.1f |" % (
-                    x["bytes"], x["time_us"], y["time_us"], z["time_us"]))
+                print("| %d | %.1f | %.1f | %.1f | %.1f |" % (
+                    x["bytes"], x["time_us"], y["time_us"], z["time_us"],
+                    f["time_us"]))
         big = [(x, max(y["busbw"], z["busbw"])) for x, y, z in zip(u, s1, s4)
                if x["bytes"] == 256 * MiB][0]
         small_ok = all(x["time_us"] <= min(y["time_us"], z["time_us"]) * 1.0

@@ -1,9 +1,13 @@
 // Endpoint end to end in one process over the software NIC on loopback:
 // 1 and 64 flows, sizes 0 B .. 1 GiB and random, grouped/tagged receives,
 // one-sided write/read, truncation, API misuse, stale ids, statistics.
+#include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <random>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "tests/engine/engine_test_util.h"
@@ -474,6 +478,35 @@ TEST(EndpointTest, IdleSleepIsConfigurable) {
       EXPECT_GE(b - a, 40000u) << "an engine that never sleeps";
     }
   }
+}
+
+// Engine threads carry their names ("uccl-eng-<index>") for top -H, ps -L
+// and perf; a thread names itself as it starts, so wait for it (bounded).
+TEST(EndpointTest, EngineThreadsAreNamed) {
+  auto ep = Endpoint::create(test_config(2, 1));
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  auto names = [] {
+    std::multiset<std::string> out;
+    DIR* d = opendir("/proc/self/task");
+    if (d == nullptr) return out;
+    while (dirent* e = readdir(d)) {
+      std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/comm");
+      std::string s;
+      if (std::getline(f, s)) out.insert(s);
+    }
+    closedir(d);
+    return out;
+  };
+  std::multiset<std::string> seen;
+  for (int i = 0; i < 500; ++i) {  // at most 5 s
+    seen = names();
+    if (seen.count("uccl-eng-0") && seen.count("uccl-eng-1")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(seen.count("uccl-eng-0"), 1u);
+  EXPECT_EQ(seen.count("uccl-eng-1"), 1u);
+  (*ep).reset();
+  EXPECT_EQ(names().count("uccl-eng-0"), 0u) << "stopped with the endpoint";
 }
 
 TEST(EndpointTest, RcModeWorksAndMismatchIsRefused) {

@@ -265,8 +265,9 @@ def run_bench(a, world, tmp, net, threads=0, socks=0, label=None,
             "via NET/%s seen" % net if via else "NET path NOT seen")
     print("### all_reduce, %s (%s, %d NET channels)\n" % (label, seen,
                                                          len(chans)))
-    # host: the host's time per all_reduce call (issuing only). Where it is
-    # close to the time, the loop is bound by the host, not the network.
+    # host: the host's time per all_reduce call (issuing only). Well below
+    # the time: the GPU/network side bounds the loop. Close to it: the host
+    # does, or the launch queue filled up and the host waited (see P2P).
     print("| size (B) | time (us) | algbw (GB/s) | busbw (GB/s) | host (us) |")
     print("|---:|---:|---:|---:|---:|")
     for r in rows:

@@ -317,6 +317,7 @@ void UcclRDMAEngine::handle(const Command& cmd) {
     if (q->conn < 0) {
       q->engine.loops = loops_;
       q->engine.idle_loops = idle_loops_;
+      q->engine.idle_sleep_ns = cfg_.idle_sleep_ns;
       q->engine.commands = commands_;
       fill_stats(UINT32_MAX, &q->engine.total);
     } else {

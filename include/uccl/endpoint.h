@@ -138,6 +138,8 @@ struct FlowStats {
 
 struct EngineStats {
   uint64_t loops = 0, idle_loops = 0;
+  uint64_t idle_sleep_ns =
+      0;  // the engine's sleep per long-idle loop (0: never)
   uint64_t commands = 0;
   FlowStats total;
 };

@@ -138,8 +138,8 @@ struct FlowStats {
 
 struct EngineStats {
   uint64_t loops = 0, idle_loops = 0;
-  uint64_t idle_sleep_ns =
-      0;  // the engine's sleep per long-idle loop (0: never)
+  // The engine's sleep per empty loop once long idle (0: never sleeps).
+  uint64_t idle_sleep_ns = 0;
   uint64_t commands = 0;
   FlowStats total;
 };

@@ -357,14 +357,11 @@ uccl::Result<Endpoint*> NetPlugin::endpoint(PluginDevice* d) {
   return d->ep.get();
 }
 
-int NetPlugin::lane_base(PluginDevice* d) {
-  // Called with mu_ held.
-  const int n = static_cast<int>(knob_engines().get());
-  return static_cast<int>(d->next_lane++ % static_cast<uint32_t>(n));
-}
+uint32_t NetPlugin::next_lane(PluginDevice* d) { return d->next_lane++; }
 
-int NetPlugin::engine_after(int base, int i) const {
-  return (base + i) % static_cast<int>(knob_engines().get());
+int NetPlugin::lane_engine(const PluginDevice* d, uint32_t lane, int i) {
+  const auto n = static_cast<uint32_t>(d->ep->config().num_engines);
+  return static_cast<int>((lane + static_cast<uint32_t>(i)) % n);
 }
 
 void NetPlugin::log_comm(const PluginComm* c) {
@@ -395,10 +392,10 @@ NcclResult NetPlugin::listen(int dev, void* handle, void** listen_comm) {
   l->tag = next_tag_.fetch_add(1) & ((1ull << 56) - 1);
   l->conns.assign(conns_per_comm_, 0);
   if (spread_) {
-    const int base = lane_base(d);
+    const uint32_t lane = next_lane(d);
     for (int i = 0; i < conns_per_comm_; ++i) {
       Status st =
-          l->ep->place_accepts((l->tag << 8) | i, engine_after(base, i));
+          l->ep->place_accepts((l->tag << 8) | i, lane_engine(d, lane, i));
       if (!st.ok()) {
         for (int j = 0; j < i; ++j) l->ep->place_accepts((l->tag << 8) | j, -1);
         delete l;
@@ -449,10 +446,10 @@ NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
     st->dev = d;
     st->ep = *ep;
     const std::string ip = transport::udp::ipv4_to_string(h->ipv4_be);
-    const int base = spread_ ? lane_base(d) : -1;
+    const uint32_t lane = spread_ ? next_lane(d) : 0;
     for (int i = 0; i < h->nconns; ++i) {
       auto p = st->ep->connect_start(ip, h->port, (h->tag << 8) | i,
-                                     spread_ ? engine_after(base, i) : -1);
+                                     spread_ ? lane_engine(d, lane, i) : -1);
       if (!p.ok()) return fail("connect", p.status());
       st->pending.push_back(*p);
     }

@@ -105,11 +105,12 @@ class NetPlugin {
   // learn whether the sender striped (part 0 full: post parts 1..K-1) or
   // sent the message whole. False on an error (logged).
   bool expand_receives(PluginComm* c, Status* err);
-  // Engine placement (UCCL_NCCL_SPREAD): the engine of a new comm's
-  // connection 0, taking turns per device (mu_ held), and of connection i.
-  int lane_base(PluginDevice* d);
+  // Engine placement (UCCL_NCCL_SPREAD): a new comm's lane, taking turns
+  // per device (mu_ held); its connection i runs on engine (lane + i) mod
+  // the device endpoint's engine count.
+  static uint32_t next_lane(PluginDevice* d);
+  static int lane_engine(const PluginDevice* d, uint32_t lane, int i);
   void log_comm(const PluginComm* c);  // where its connections run
-  int engine_after(int base, int i) const;
   ncclabi::NcclResult fail(const char* what, const Status& st,
                            ncclabi::NcclResult code = ncclabi::kSystemError);
 

@@ -1104,6 +1104,19 @@ std::vector<EngineStats> Endpoint::engine_stats() const {
   return out;
 }
 
+Status Endpoint::damage_next_eager_header(int engine, uint32_t fault) {
+  if (engine < 0 || engine >= static_cast<int>(impl_->engines.size())) {
+    return InvalidArgument("no such engine");
+  }
+  if (fault > static_cast<uint32_t>(
+                  UcclRDMAEngine::EagerHeaderFault::kLenShortOfChunk)) {
+    return InvalidArgument("no such eager header fault");
+  }
+  impl_->engines[engine]->damage_next_eager_header(
+      static_cast<UcclRDMAEngine::EagerHeaderFault>(fault));
+  return Status::OK();
+}
+
 std::string Endpoint::stats_text() const {
   std::ostringstream os;
   auto all = engine_stats();
@@ -1116,7 +1129,8 @@ std::string Endpoint::stats_text() const {
        << f.sends_matched << " (" << f.sends_waited_for_recv
        << " waited for a receive) eager " << f.sends_eager << ", rtt p50 "
        << f.rtt_p50_ns / 1000.0 << " us p99 " << f.rtt_p99_ns / 1000.0
-       << " us, " << f.cc_state << "\n";
+       << " us, protocol errors " << all[i].protocol_errors << ", "
+       << f.cc_state << "\n";
   }
   return os.str();
 }

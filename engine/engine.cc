@@ -319,6 +319,7 @@ void UcclRDMAEngine::handle(const Command& cmd) {
       q->engine.idle_loops = idle_loops_;
       q->engine.idle_sleep_ns = cfg_.idle_sleep_ns;
       q->engine.commands = commands_;
+      q->engine.protocol_errors = protocol_errors_;
       fill_stats(UINT32_MAX, &q->engine.total);
     } else {
       Conn* c = q->conn < static_cast<int64_t>(conns_.size())
@@ -1318,7 +1319,8 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
             << f.rtt_p99_ns / 1000 << " us nic drops "
             << dev_->drops() - last_stats_drops_ << " loops "
             << loops_ - last_stats_loops_ << " idle "
-            << idle_loops_ - last_stats_idle_ << " " << f.cc_state;
+            << idle_loops_ - last_stats_idle_ << " protocol errors "
+            << protocol_errors_ << " " << f.cc_state;
   last_stats_drops_ = dev_->drops();
   last_stats_loops_ = loops_;
   last_stats_idle_ = idle_loops_;

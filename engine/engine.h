@@ -145,6 +145,20 @@ class UcclRDMAEngine {
   bool windows_supported() const { return windows_; }
   std::string device_counters();
 
+  // Test hook: the next eager header this engine writes is damaged the way
+  // `f` says, as a buggy or hostile peer would write it (the receiver must
+  // refuse it: tests/engine/hostile_peer_test.cc). Any thread; one relaxed
+  // load per eager send when unset.
+  enum class EagerHeaderFault : uint32_t {
+    kNone = 0,
+    kBadMagic = 1,
+    kLenPastChunk = 2,     // claims one byte more than the chunk carries
+    kLenShortOfChunk = 3,  // claims one byte less
+  };
+  void damage_next_eager_header(EagerHeaderFault f) {
+    eager_fault_.store(static_cast<uint32_t>(f), std::memory_order_release);
+  }
+
  private:
   struct Conn;
   UcclRDMAEngine() = default;
@@ -156,6 +170,7 @@ class UcclRDMAEngine {
   Status setup_eager(Conn* c);
   void close_conn(uint32_t idx, Status why);
   void fail_conn(Conn* c, Status why, bool warn = true);
+  void damage_eager_header(EagerHdr* h);
 
   // Receive side.
   int poll_recv_cq(uint64_t now);
@@ -242,6 +257,7 @@ class UcclRDMAEngine {
   // Statistics (engine thread only; read through kQuery commands).
   uint64_t loops_ = 0, idle_loops_ = 0, commands_ = 0;
   uint64_t protocol_errors_ = 0;
+  std::atomic<uint32_t> eager_fault_{0};  // EagerHeaderFault, test hook
   uint64_t last_stats_tx_ = 0, last_stats_rx_ = 0;
   uint64_t closed_tx_bytes_ = 0, closed_rx_bytes_ = 0;  // of closed conns
 

@@ -135,10 +135,31 @@ bool UcclRDMAEngine::send_eager(Conn* c, const PendingSend& p, uint64_t now) {
   m.post_ns = now;
   tx.eager_hdr[k] =
       EagerHdr{kEagerMagic, p.tag, static_cast<uint32_t>(p.len), 0};
+  if (__builtin_expect(eager_fault_.load(std::memory_order_relaxed) != 0, 0)) {
+    damage_eager_header(&tx.eager_hdr[k]);
+  }
   ++tx.sends_eager;
   count_wait(tx, p, now);
   trace("eager_tx", c->index, k, now);
   return true;
+}
+
+// Test hook (damage_next_eager_header): spoils one header, then disarms.
+void UcclRDMAEngine::damage_eager_header(EagerHdr* h) {
+  switch (static_cast<EagerHeaderFault>(
+      eager_fault_.exchange(0, std::memory_order_acquire))) {
+    case EagerHeaderFault::kBadMagic:
+      h->magic ^= 1;
+      break;
+    case EagerHeaderFault::kLenPastChunk:
+      h->len += 1;
+      break;
+    case EagerHeaderFault::kLenShortOfChunk:
+      h->len -= 1;  // from 0 it wraps: malformed all the same
+      break;
+    case EagerHeaderFault::kNone:
+      break;
+  }
 }
 
 // A descriptor arrived: the eager sends owed a buffer take theirs first, in

@@ -17,6 +17,9 @@ namespace uccl {
 namespace engine {
 class RequestAccess;
 }
+namespace testing {
+class EndpointTestAccess;  // tests/engine/engine_test_util.h
+}
 
 // Limits implied by the wire formats (engine/imm.h checks them).
 constexpr int kMaxRecvsPerRequest = 8;   // grouped receives (NCCL maxRecvs)
@@ -141,6 +144,9 @@ struct EngineStats {
   // The engine's sleep per empty loop once long idle (0: never sleeps).
   uint64_t idle_sleep_ns = 0;
   uint64_t commands = 0;
+  // Packets from peers that broke the protocol (malformed descriptors,
+  // grants or eager headers); each failed its connection.
+  uint64_t protocol_errors = 0;
   FlowStats total;
 };
 
@@ -239,8 +245,12 @@ class Endpoint {
   std::string pci_path() const;
 
  private:
+  friend class testing::EndpointTestAccess;
   struct Impl;
   explicit Endpoint(std::unique_ptr<Impl> impl);
+  // Test hook: engine `engine` damages its next eager header as `fault`
+  // (UcclRDMAEngine::EagerHeaderFault) says.
+  Status damage_next_eager_header(int engine, uint32_t fault);
   Result<ConnId> accept_impl(bool by_tag, uint64_t tag);
   std::unique_ptr<Impl> impl_;
 };

@@ -58,6 +58,16 @@ struct Pair {
   }
 };
 
+// The Endpoint's test hooks (friend of Endpoint).
+class EndpointTestAccess {
+ public:
+  // See UcclRDMAEngine::EagerHeaderFault (engine/engine.h).
+  static Status damage_next_eager_header(Endpoint* ep, int engine,
+                                         uint32_t fault) {
+    return ep->damage_next_eager_header(engine, fault);
+  }
+};
+
 // A registered host buffer.
 struct Buf {
   std::vector<uint8_t> data;

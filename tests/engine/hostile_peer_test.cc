@@ -1,0 +1,131 @@
+// A peer that writes malformed eager headers (engine/wire.h) over the
+// software NIC: the receiver refuses them, fails only that connection with
+// a clear error, counts it, and keeps serving the others.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "engine/engine.h"
+#include "tests/engine/engine_test_util.h"
+#include "util/clock.h"
+
+namespace uccl::testing {
+namespace {
+
+using Fault = engine::UcclRDMAEngine::EagerHeaderFault;
+
+uint64_t protocol_errors(Endpoint* ep) {
+  uint64_t n = 0;
+  for (const EngineStats& s : ep->engine_stats()) n += s.protocol_errors;
+  return n;
+}
+
+FlowStats stats(Endpoint* ep, ConnId c) {
+  auto s = ep->conn_stats(c);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : FlowStats{};
+}
+
+TEST(HostilePeerTest, HookRefusesBadArguments) {
+  auto p = Pair::make(test_config(1));
+  ASSERT_TRUE(p);
+  EXPECT_EQ(EndpointTestAccess::damage_next_eager_header(p->client.get(), 1, 1)
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(EndpointTestAccess::damage_next_eager_header(p->client.get(), 0, 99)
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+class MalformedEagerTest : public ::testing::TestWithParam<Fault> {};
+
+// Connection 0 gets one damaged eager message while the receiver has a
+// receive of another tag posted on it (so the send goes eager, and the
+// receive shows what the application sees). Connection 1, on the same
+// engines, must not notice.
+TEST_P(MalformedEagerTest, FailsOnlyItsConnectionAndIsCounted) {
+  EndpointConfig cfg = test_config(1, 2);
+  cfg.eager_bytes = 16384;
+  auto p = Pair::make(cfg, 2);
+  ASSERT_TRUE(p);
+  Endpoint* client = p->client.get();
+  Endpoint* server = p->server.get();
+  // Both connections work, and connection 0's sender holds eager slots.
+  exchange(p.get(), 0, {1, 100}, 10);
+  exchange(p.get(), 1, {1, 100}, 20);
+  const uint64_t deadline = monotonic_ns() + 20000000000ull;
+  while (stats(client, p->c_conns[0]).eager_slots_free == 0) {
+    ASSERT_LT(monotonic_ns(), deadline) << "eager slots never granted";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(protocol_errors(server), 0u);
+  const uint64_t eager0 = stats(client, p->c_conns[0]).sends_eager;
+
+  Buf sb(client, 4096), rb(server, 4096);
+  std::memset(rb.ptr(), 0xee, rb.data.size());
+  fill_pattern(sb.ptr(), 1000, 7);
+  Request other_tag;  // tag 5; the damaged send carries tag 0
+  void* data = rb.ptr();
+  size_t size = 4096;
+  int tag = 5;
+  MrHandle* mh = rb.mh;
+  ASSERT_TRUE(
+      server->recv_async(p->s_conns[0], 1, &data, &size, &tag, &mh, &other_tag)
+          .ok());
+  ASSERT_TRUE(EndpointTestAccess::damage_next_eager_header(
+                  client, 0, static_cast<uint32_t>(GetParam()))
+                  .ok());
+  Request sr;
+  ASSERT_TRUE(
+      client->send_async(p->c_conns[0], sb.ptr(), 1000, sb.mh, &sr, 0).ok());
+
+  // The receiver refuses it: its receive fails with a protocol error, the
+  // bytes never reach the application's buffer, and the error is counted.
+  Status rs = server->wait(&other_tag, 20000);
+  EXPECT_EQ(rs.code(), StatusCode::kProtocolError) << rs;
+  EXPECT_NE(rs.message().find("malformed eager message"), std::string::npos)
+      << rs;
+  for (size_t i = 0; i < rb.data.size(); ++i) {
+    ASSERT_EQ(rb.data[i], 0xee) << "byte " << i << " was written";
+  }
+  EXPECT_EQ(protocol_errors(server), 1u);
+  EXPECT_EQ(protocol_errors(client), 0u);
+  EXPECT_EQ(stats(client, p->c_conns[0]).sends_eager, eager0 + 1)
+      << "the damaged send did not go eager";
+  // The sender learns it through the liveness channel, within a timeout.
+  Status ss = client->wait(&sr, 20000);
+  EXPECT_FALSE(ss.ok());
+  EXPECT_NE(ss.code(), StatusCode::kTimedOut) << ss;
+  // Further use of the failed connection is refused, not hung.
+  Request again;
+  EXPECT_EQ(
+      server->recv_async(p->s_conns[0], rb.ptr(), 4096, rb.mh, &again).code(),
+      StatusCode::kRemoteError);
+
+  // The other connection, on the same engines, carries on byte for byte,
+  // eager and rendezvous alike.
+  exchange(p.get(), 1, {0, 1, 1000, 16384, 70000}, 30);
+  EXPECT_EQ(protocol_errors(server), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, MalformedEagerTest,
+                         ::testing::Values(Fault::kBadMagic,
+                                           Fault::kLenPastChunk,
+                                           Fault::kLenShortOfChunk),
+                         [](const ::testing::TestParamInfo<Fault>& i) {
+                           switch (i.param) {
+                             case Fault::kBadMagic:
+                               return "BadMagic";
+                             case Fault::kLenPastChunk:
+                               return "LenPastChunk";
+                             case Fault::kLenShortOfChunk:
+                               return "LenShortOfChunk";
+                             default:
+                               return "None";
+                           }
+                         });
+
+}  // namespace
+}  // namespace uccl::testing

@@ -62,6 +62,7 @@ TEST_P(MalformedEagerTest, FailsOnlyItsConnectionAndIsCounted) {
   }
   ASSERT_EQ(protocol_errors(server), 0u);
   const uint64_t eager0 = stats(client, p->c_conns[0]).sends_eager;
+  const uint64_t taken0 = stats(server, p->s_conns[0]).eager_received;
 
   Buf sb(client, 4096), rb(server, 4096);
   std::memset(rb.ptr(), 0xee, rb.data.size());
@@ -81,8 +82,9 @@ TEST_P(MalformedEagerTest, FailsOnlyItsConnectionAndIsCounted) {
   ASSERT_TRUE(
       client->send_async(p->c_conns[0], sb.ptr(), 1000, sb.mh, &sr, 0).ok());
 
-  // The receiver refuses it: its receive fails with a protocol error, the
-  // bytes never reach the application's buffer, and the error is counted.
+  // The receiver refuses it before taking it (no receive can ever match
+  // it): the posted receive fails with a protocol error, its buffer is
+  // untouched, and the error is counted.
   Status rs = server->wait(&other_tag, 20000);
   EXPECT_EQ(rs.code(), StatusCode::kProtocolError) << rs;
   EXPECT_NE(rs.message().find("malformed eager message"), std::string::npos)
@@ -90,6 +92,7 @@ TEST_P(MalformedEagerTest, FailsOnlyItsConnectionAndIsCounted) {
   for (size_t i = 0; i < rb.data.size(); ++i) {
     ASSERT_EQ(rb.data[i], 0xee) << "byte " << i << " was written";
   }
+  EXPECT_EQ(stats(server, p->s_conns[0]).eager_received, taken0);
   EXPECT_EQ(protocol_errors(server), 1u);
   EXPECT_EQ(protocol_errors(client), 0u);
   EXPECT_EQ(stats(client, p->c_conns[0]).sends_eager, eager0 + 1)
@@ -98,7 +101,8 @@ TEST_P(MalformedEagerTest, FailsOnlyItsConnectionAndIsCounted) {
   Status ss = client->wait(&sr, 20000);
   EXPECT_FALSE(ss.ok());
   EXPECT_NE(ss.code(), StatusCode::kTimedOut) << ss;
-  // Further use of the failed connection is refused, not hung.
+  // Further use of the failed connection (a receive of the damaged
+  // message's tag, 0) is refused, not hung.
   Request again;
   EXPECT_EQ(
       server->recv_async(p->s_conns[0], rb.ptr(), 4096, rb.mh, &again).code(),

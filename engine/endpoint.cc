@@ -1104,16 +1104,15 @@ std::vector<EngineStats> Endpoint::engine_stats() const {
   return out;
 }
 
-Status Endpoint::damage_next_eager_header(int engine, uint32_t fault) {
+Status Endpoint::inject_wire_fault(int engine, uint32_t fault) {
   if (engine < 0 || engine >= static_cast<int>(impl_->engines.size())) {
     return InvalidArgument("no such engine");
   }
-  if (fault > static_cast<uint32_t>(
-                  UcclRDMAEngine::EagerHeaderFault::kLenShortOfChunk)) {
-    return InvalidArgument("no such eager header fault");
+  if (fault > static_cast<uint32_t>(UcclRDMAEngine::WireFault::kLast)) {
+    return InvalidArgument("no such wire fault");
   }
-  impl_->engines[engine]->damage_next_eager_header(
-      static_cast<UcclRDMAEngine::EagerHeaderFault>(fault));
+  impl_->engines[engine]->inject_wire_fault(
+      static_cast<UcclRDMAEngine::WireFault>(fault));
   return Status::OK();
 }
 

@@ -1067,9 +1067,44 @@ void UcclRDMAEngine::send_ctrl(Conn* c, const CtrlMsg& m) {
   const uint32_t len = static_cast<uint32_t>(offsetof(CtrlMsg, bufs) +
                                              ctrl_entries(m) * sizeof(RecvBuf));
   if (c->ctrl_out_len + len > kCtrlBufBytes) flush_ctrl(c);
-  std::memcpy(c->ctrl_out + c->ctrl_out_len, &m, len);
+  const CtrlMsg* out = &m;
+  CtrlMsg damaged;
+  if (__builtin_expect(wire_fault_.load(std::memory_order_relaxed) != 0, 0) &&
+      m.type == static_cast<uint32_t>(CtrlType::kRecvDesc)) {
+    damaged = m;
+    damage_descriptor(&damaged);
+    out = &damaged;
+  }
+  std::memcpy(c->ctrl_out + c->ctrl_out_len, out, len);
   c->ctrl_out_len += len;
   trace("ctrl_tx", c->index, m.slot, clock_->now_ns());
+}
+
+// Test hook (inject_wire_fault): spoils a copy of one outgoing descriptor
+// (its length on the wire stays that of the original), then disarms.
+void UcclRDMAEngine::damage_descriptor(CtrlMsg* m) {
+  uint32_t f = wire_fault_.load(std::memory_order_acquire);
+  if (f < static_cast<uint32_t>(WireFault::kDescNoBuffers) ||
+      f > static_cast<uint32_t>(WireFault::kDescUnknownType) ||
+      !wire_fault_.compare_exchange_strong(f, 0)) {
+    return;  // an eager fault, or taken meanwhile
+  }
+  switch (static_cast<WireFault>(f)) {
+    case WireFault::kDescNoBuffers:
+      m->n = 0;
+      break;
+    case WireFault::kDescEntriesWrap:
+      m->region = UINT32_MAX;  // n + region: 2^32 or more, not a small count
+      break;
+    case WireFault::kDescBadSlot:
+      m->slot = Imm::kSlots;
+      break;
+    case WireFault::kDescUnknownType:
+      m->type = 99;
+      break;
+    default:
+      break;
+  }
 }
 
 void UcclRDMAEngine::flush_ctrl(Conn* c) {
@@ -1135,6 +1170,7 @@ void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m) {
   TxFlow& tx = c->tx;
   if (m.type == static_cast<uint32_t>(CtrlType::kRecvDesc)) {
     if (tx.desc_tail - tx.desc_head >= kDescRing) {
+      ++protocol_errors_;
       fail_conn(c, ProtocolError("peer posted more receives than allowed"));
       return;
     }
@@ -1154,7 +1190,11 @@ void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m) {
     return;
   }
   if (m.type != static_cast<uint32_t>(CtrlType::kReadReq)) {
+    // Both sides run the same protocol version (the handshake checks it),
+    // so a type we do not know is a broken peer, not a newer one.
     ++protocol_errors_;
+    fail_conn(c, ProtocolError("unknown control message type " +
+                               std::to_string(m.type) + " from peer"));
     return;
   }
   // Serve a read: send our region's bytes into the peer's slot.

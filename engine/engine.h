@@ -145,18 +145,24 @@ class UcclRDMAEngine {
   bool windows_supported() const { return windows_; }
   std::string device_counters();
 
-  // Test hook: the next eager header this engine writes is damaged the way
-  // `f` says, as a buggy or hostile peer would write it (the receiver must
-  // refuse it: tests/engine/hostile_peer_test.cc). Any thread; one relaxed
-  // load per eager send when unset.
-  enum class EagerHeaderFault : uint32_t {
+  // Test hook: the next eager header (kEager*) or receive descriptor
+  // (kDesc*) this engine writes is damaged the way `f` says, as a buggy or
+  // hostile peer would write it; the receiver must refuse it
+  // (tests/engine/hostile_peer_test.cc). Any thread; when unset, one
+  // relaxed load per eager send and per descriptor.
+  enum class WireFault : uint32_t {
     kNone = 0,
-    kBadMagic = 1,
-    kLenPastChunk = 2,     // claims one byte more than the chunk carries
-    kLenShortOfChunk = 3,  // claims one byte less
+    kEagerBadMagic = 1,
+    kEagerLenPastChunk = 2,     // claims one byte more than the chunk carries
+    kEagerLenShortOfChunk = 3,  // claims one byte less
+    kDescNoBuffers = 4,         // n = 0
+    kDescEntriesWrap = 5,       // n + region wraps 32 bits
+    kDescBadSlot = 6,           // slot outside the peer's slot space
+    kDescUnknownType = 7,       // a type this protocol version lacks
+    kLast = kDescUnknownType,
   };
-  void damage_next_eager_header(EagerHeaderFault f) {
-    eager_fault_.store(static_cast<uint32_t>(f), std::memory_order_release);
+  void inject_wire_fault(WireFault f) {
+    wire_fault_.store(static_cast<uint32_t>(f), std::memory_order_release);
   }
 
  private:
@@ -170,7 +176,9 @@ class UcclRDMAEngine {
   Status setup_eager(Conn* c);
   void close_conn(uint32_t idx, Status why);
   void fail_conn(Conn* c, Status why, bool warn = true);
+  // Test hook: applies an armed WireFault of the right kind, then disarms.
   void damage_eager_header(EagerHdr* h);
+  void damage_descriptor(CtrlMsg* m);
 
   // Receive side.
   int poll_recv_cq(uint64_t now);
@@ -257,7 +265,7 @@ class UcclRDMAEngine {
   // Statistics (engine thread only; read through kQuery commands).
   uint64_t loops_ = 0, idle_loops_ = 0, commands_ = 0;
   uint64_t protocol_errors_ = 0;
-  std::atomic<uint32_t> eager_fault_{0};  // EagerHeaderFault, test hook
+  std::atomic<uint32_t> wire_fault_{0};  // WireFault, test hook
   uint64_t last_stats_tx_ = 0, last_stats_rx_ = 0;
   uint64_t closed_tx_bytes_ = 0, closed_rx_bytes_ = 0;  // of closed conns
 

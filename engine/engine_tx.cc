@@ -135,7 +135,7 @@ bool UcclRDMAEngine::send_eager(Conn* c, const PendingSend& p, uint64_t now) {
   m.post_ns = now;
   tx.eager_hdr[k] =
       EagerHdr{kEagerMagic, p.tag, static_cast<uint32_t>(p.len), 0};
-  if (__builtin_expect(eager_fault_.load(std::memory_order_relaxed) != 0, 0)) {
+  if (__builtin_expect(wire_fault_.load(std::memory_order_relaxed) != 0, 0)) {
     damage_eager_header(&tx.eager_hdr[k]);
   }
   ++tx.sends_eager;
@@ -144,20 +144,25 @@ bool UcclRDMAEngine::send_eager(Conn* c, const PendingSend& p, uint64_t now) {
   return true;
 }
 
-// Test hook (damage_next_eager_header): spoils one header, then disarms.
+// Test hook (inject_wire_fault): spoils one eager header, then disarms.
 void UcclRDMAEngine::damage_eager_header(EagerHdr* h) {
-  switch (static_cast<EagerHeaderFault>(
-      eager_fault_.exchange(0, std::memory_order_acquire))) {
-    case EagerHeaderFault::kBadMagic:
+  uint32_t f = wire_fault_.load(std::memory_order_acquire);
+  if (f < static_cast<uint32_t>(WireFault::kEagerBadMagic) ||
+      f > static_cast<uint32_t>(WireFault::kEagerLenShortOfChunk) ||
+      !wire_fault_.compare_exchange_strong(f, 0)) {
+    return;  // a descriptor fault, or taken meanwhile
+  }
+  switch (static_cast<WireFault>(f)) {
+    case WireFault::kEagerBadMagic:
       h->magic ^= 1;
       break;
-    case EagerHeaderFault::kLenPastChunk:
+    case WireFault::kEagerLenPastChunk:
       h->len += 1;
       break;
-    case EagerHeaderFault::kLenShortOfChunk:
+    case WireFault::kEagerLenShortOfChunk:
       h->len -= 1;  // from 0 it wraps: malformed all the same
       break;
-    case EagerHeaderFault::kNone:
+    default:
       break;
   }
 }

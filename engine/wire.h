@@ -59,7 +59,9 @@ static_assert(sizeof(BootQps) == 16 + 24 + 8 + 40, "BootQps layout");
 // SENDs on the connection's RC control QP; reliable and in order. One SEND
 // carries the messages an engine loop produced for the connection, back to
 // back, each offsetof(CtrlMsg, bufs) + 24 x ctrl_entries() bytes, at most
-// 256 bytes in all (the receiver's buffer size).
+// 256 bytes in all (the receiver's buffer size). Both sides run one protocol
+// version (the handshake checks it), so a malformed message or an unknown
+// type fails the connection (PROTOCOL_ERROR, counted).
 enum class CtrlType : uint32_t {
   kRecvDesc = 1,  // receiver posted a (grouped) receive: send into it
   kReadReq = 2,   // send [addr, addr+len) of my region into your slot

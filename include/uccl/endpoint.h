@@ -248,9 +248,9 @@ class Endpoint {
   friend class testing::EndpointTestAccess;
   struct Impl;
   explicit Endpoint(std::unique_ptr<Impl> impl);
-  // Test hook: engine `engine` damages its next eager header as `fault`
-  // (UcclRDMAEngine::EagerHeaderFault) says.
-  Status damage_next_eager_header(int engine, uint32_t fault);
+  // Test hook: engine `engine` damages the next eager header or receive
+  // descriptor it writes as `fault` (UcclRDMAEngine::WireFault) says.
+  Status inject_wire_fault(int engine, uint32_t fault);
   Result<ConnId> accept_impl(bool by_tag, uint64_t tag);
   std::unique_ptr<Impl> impl_;
 };

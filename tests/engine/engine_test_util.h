@@ -61,10 +61,9 @@ struct Pair {
 // The Endpoint's test hooks (friend of Endpoint).
 class EndpointTestAccess {
  public:
-  // See UcclRDMAEngine::EagerHeaderFault (engine/engine.h).
-  static Status damage_next_eager_header(Endpoint* ep, int engine,
-                                         uint32_t fault) {
-    return ep->damage_next_eager_header(engine, fault);
+  // See UcclRDMAEngine::WireFault (engine/engine.h).
+  static Status inject_wire_fault(Endpoint* ep, int engine, uint32_t fault) {
+    return ep->inject_wire_fault(engine, fault);
   }
 };
 

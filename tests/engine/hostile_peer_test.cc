@@ -1,10 +1,12 @@
-// A peer that writes malformed eager headers (engine/wire.h) over the
-// software NIC: the receiver refuses them, fails only that connection with
-// a clear error, counts it, and keeps serving the others.
+// A peer that writes malformed eager headers or receive descriptors
+// (engine/wire.h) over the software NIC: the other side refuses them, fails
+// only that connection with a clear error, counts it, and keeps serving the
+// others.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "engine/engine.h"
@@ -14,7 +16,7 @@
 namespace uccl::testing {
 namespace {
 
-using Fault = engine::UcclRDMAEngine::EagerHeaderFault;
+using Fault = engine::UcclRDMAEngine::WireFault;
 
 uint64_t protocol_errors(Endpoint* ep) {
   uint64_t n = 0;
@@ -31,12 +33,11 @@ FlowStats stats(Endpoint* ep, ConnId c) {
 TEST(HostilePeerTest, HookRefusesBadArguments) {
   auto p = Pair::make(test_config(1));
   ASSERT_TRUE(p);
-  EXPECT_EQ(EndpointTestAccess::damage_next_eager_header(p->client.get(), 1, 1)
-                .code(),
+  EXPECT_EQ(EndpointTestAccess::inject_wire_fault(p->client.get(), 1, 1).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(EndpointTestAccess::damage_next_eager_header(p->client.get(), 0, 99)
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      EndpointTestAccess::inject_wire_fault(p->client.get(), 0, 99).code(),
+      StatusCode::kInvalidArgument);
 }
 
 class MalformedEagerTest : public ::testing::TestWithParam<Fault> {};
@@ -75,7 +76,7 @@ TEST_P(MalformedEagerTest, FailsOnlyItsConnectionAndIsCounted) {
   ASSERT_TRUE(
       server->recv_async(p->s_conns[0], 1, &data, &size, &tag, &mh, &other_tag)
           .ok());
-  ASSERT_TRUE(EndpointTestAccess::damage_next_eager_header(
+  ASSERT_TRUE(EndpointTestAccess::inject_wire_fault(
                   client, 0, static_cast<uint32_t>(GetParam()))
                   .ok());
   Request sr;
@@ -114,22 +115,94 @@ TEST_P(MalformedEagerTest, FailsOnlyItsConnectionAndIsCounted) {
   EXPECT_EQ(protocol_errors(server), 1u);
 }
 
+const char* fault_name(Fault f) {
+  switch (f) {
+    case Fault::kEagerBadMagic:
+      return "EagerBadMagic";
+    case Fault::kEagerLenPastChunk:
+      return "EagerLenPastChunk";
+    case Fault::kEagerLenShortOfChunk:
+      return "EagerLenShortOfChunk";
+    case Fault::kDescNoBuffers:
+      return "DescNoBuffers";
+    case Fault::kDescEntriesWrap:
+      return "DescEntriesWrap";
+    case Fault::kDescBadSlot:
+      return "DescBadSlot";
+    case Fault::kDescUnknownType:
+      return "DescUnknownType";
+    default:
+      return "None";
+  }
+}
+
+std::string param_name(const ::testing::TestParamInfo<Fault>& i) {
+  return fault_name(i.param);
+}
+
 INSTANTIATE_TEST_SUITE_P(Faults, MalformedEagerTest,
-                         ::testing::Values(Fault::kBadMagic,
-                                           Fault::kLenPastChunk,
-                                           Fault::kLenShortOfChunk),
-                         [](const ::testing::TestParamInfo<Fault>& i) {
-                           switch (i.param) {
-                             case Fault::kBadMagic:
-                               return "BadMagic";
-                             case Fault::kLenPastChunk:
-                               return "LenPastChunk";
-                             case Fault::kLenShortOfChunk:
-                               return "LenShortOfChunk";
-                             default:
-                               return "None";
-                           }
-                         });
+                         ::testing::Values(Fault::kEagerBadMagic,
+                                           Fault::kEagerLenPastChunk,
+                                           Fault::kEagerLenShortOfChunk),
+                         param_name);
+
+class MalformedDescriptorTest : public ::testing::TestWithParam<Fault> {};
+
+// The receiver's descriptor for connection 0 is damaged. Eager sends are
+// off, so the sender's send is waiting for exactly that descriptor; the
+// sender must refuse it, fail the connection (its send with the protocol
+// error, the receiver's receive through liveness), count it once, and leave
+// connection 1 working.
+TEST_P(MalformedDescriptorTest, FailsOnlyItsConnectionAndIsCounted) {
+  EndpointConfig cfg = test_config(1, 2);
+  cfg.eager_bytes = 0;
+  auto p = Pair::make(cfg, 2);
+  ASSERT_TRUE(p);
+  Endpoint* client = p->client.get();
+  Endpoint* server = p->server.get();
+  exchange(p.get(), 0, {1, 100}, 10);
+  exchange(p.get(), 1, {1, 100}, 20);
+  ASSERT_EQ(protocol_errors(client), 0u);
+
+  Buf sb(client, 4096), rb(server, 4096);
+  std::memset(rb.ptr(), 0xee, rb.data.size());
+  fill_pattern(sb.ptr(), 1000, 7);
+  Request sr;
+  ASSERT_TRUE(
+      client->send_async(p->c_conns[0], sb.ptr(), 1000, sb.mh, &sr).ok());
+  ASSERT_TRUE(EndpointTestAccess::inject_wire_fault(
+                  server, 0, static_cast<uint32_t>(GetParam()))
+                  .ok());
+  Request rr;
+  ASSERT_TRUE(
+      server->recv_async(p->s_conns[0], rb.ptr(), 4096, rb.mh, &rr).ok());
+
+  // The sender refuses the descriptor: nothing is sent into it.
+  Status ss = client->wait(&sr, 20000);
+  EXPECT_EQ(ss.code(), StatusCode::kProtocolError) << ss;
+  EXPECT_EQ(protocol_errors(client), 1u);
+  EXPECT_EQ(protocol_errors(server), 0u);
+  Status rs = server->wait(&rr, 20000);
+  EXPECT_FALSE(rs.ok());
+  EXPECT_NE(rs.code(), StatusCode::kTimedOut) << rs;
+  for (size_t i = 0; i < rb.data.size(); ++i) {
+    ASSERT_EQ(rb.data[i], 0xee) << "byte " << i << " was written";
+  }
+  Request again;
+  EXPECT_EQ(
+      client->send_async(p->c_conns[0], sb.ptr(), 10, sb.mh, &again).code(),
+      StatusCode::kRemoteError);
+
+  exchange(p.get(), 1, {0, 1, 1000, 70000}, 30);
+  EXPECT_EQ(protocol_errors(client), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, MalformedDescriptorTest,
+                         ::testing::Values(Fault::kDescNoBuffers,
+                                           Fault::kDescEntriesWrap,
+                                           Fault::kDescBadSlot,
+                                           Fault::kDescUnknownType),
+                         param_name);
 
 }  // namespace
 }  // namespace uccl::testing

@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
   std::printf("| memcpy alone (baseline) | | %.1f | 1.00 |\n", copy);
   for (uccl::Crc32cImpl impl :
        {uccl::Crc32cImpl::kVpclmul, uccl::Crc32cImpl::kVpclmul256,
-        uccl::Crc32cImpl::kSse42, uccl::Crc32cImpl::kPortable}) {
+        uccl::Crc32cImpl::kPclmul, uccl::Crc32cImpl::kSse42,
+        uccl::Crc32cImpl::kPortable}) {
     if (!uccl::crc32c_supported(impl)) {
       std::printf("| %s | not on this CPU | | |\n",
                   uccl::crc32c_impl_name(impl));

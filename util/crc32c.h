@@ -1,5 +1,5 @@
 // CRC32C (Castagnoli), the software NIC's per-datagram integrity check (like
-// RoCE's ICRC): VPCLMULQDQ folding, SSE4.2 crc32 lanes or portable tables.
+// RoCE's ICRC): (V)PCLMULQDQ folding, SSE4.2 crc32 lanes or portable tables.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +16,7 @@ uint32_t crc32c(uint32_t crc, const void* data, size_t len);
 enum class Crc32cImpl {
   kVpclmul,     // AVX-512 VPCLMULQDQ folding (buffers >= 256 B; shorter: sse42)
   kVpclmul256,  // the same with 256-bit registers (AVX2 + VPCLMULQDQ)
+  kPclmul,      // 128-bit PCLMULQDQ folding interleaved with crc32 lanes
   kSse42,       // three interleaved crc32 instruction lanes
   kPortable,    // slicing-by-8 tables
 };

@@ -62,20 +62,23 @@ TEST(Crc32cTest, HardwareMatchesPortableAtAllSizesAndAlignments) {
 }
 
 // Every implementation this CPU runs against the portable one, at the sizes
-// where the folding path's stages change (256 B entry, 256 B loop, 16 B
-// folds, 8 B and 1 B tails), every alignment, and a non-zero start.
+// where the folding paths' stages change (256 B entry, 256 B or 128 B loop,
+// 16 B folds, 8 B and 1 B tails), every alignment, and a non-zero start.
 TEST(Crc32cTest, EveryImplementationAgreesAtStageBoundaries) {
   std::mt19937_64 rng(777);
   std::vector<uint8_t> data(70000);
   for (auto& b : data) b = static_cast<uint8_t>(rng());
   int checked = 0;
-  for (Crc32cImpl impl : {Crc32cImpl::kVpclmul, Crc32cImpl::kVpclmul256,
-                          Crc32cImpl::kSse42, Crc32cImpl::kPortable}) {
+  for (Crc32cImpl impl :
+       {Crc32cImpl::kVpclmul, Crc32cImpl::kVpclmul256, Crc32cImpl::kPclmul,
+        Crc32cImpl::kSse42, Crc32cImpl::kPortable}) {
     if (!crc32c_supported(impl)) continue;
     ++checked;
     for (size_t len :
-         {0ul, 15ul, 255ul, 256ul, 257ul, 264ul, 271ul, 272ul, 280ul, 511ul,
-          512ul, 513ul, 767ul, 1024ul, 4097ul, 65535ul, 65536ul, 65537ul}) {
+         {0ul,    15ul,   255ul,   256ul,   257ul,   264ul,   271ul,
+          272ul,  280ul,  511ul,   383ul,   384ul,   385ul,   400ul,
+          512ul,  513ul,  767ul,   1024ul,  4097ul,  7935ul,  7936ul,
+          7937ul, 8192ul, 15872ul, 15873ul, 65535ul, 65536ul, 65537ul}) {
       for (size_t align = 0; align < 16; align += 3) {
         for (uint32_t start : {0u, 0xDEADBEEFu}) {
           const uint8_t* src = data.data() + align;
@@ -103,6 +106,30 @@ TEST(Crc32cTest, FoldingPathDetectsBitFlipsEverywhere) {
     d[pos] ^= 0x01;
   }
   EXPECT_EQ(crc32c(0, d.data(), d.size()), clean);
+}
+
+// The same for every implementation this CPU runs, at positions in each
+// region of the pclmul path's hybrid block (folded region, three crc32
+// lanes, the next block, the tail).
+TEST(Crc32cTest, EveryImplementationDetectsBitFlipsInEveryRegion) {
+  std::vector<uint8_t> d(65536 + 13);
+  for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<uint8_t>(i * 13);
+  for (Crc32cImpl impl :
+       {Crc32cImpl::kVpclmul, Crc32cImpl::kVpclmul256, Crc32cImpl::kPclmul,
+        Crc32cImpl::kSse42, Crc32cImpl::kPortable}) {
+    if (!crc32c_supported(impl)) continue;
+    const uint32_t clean = crc32c_with(impl, 0, d.data(), d.size());
+    EXPECT_EQ(clean, crc32c_portable(0, d.data(), d.size()));
+    for (size_t pos : {0ul, 100ul, 4095ul, 4096ul, 5375ul, 5376ul, 6656ul,
+                       7935ul, 7936ul, 40000ul, 65535ul, 65548ul}) {
+      for (uint8_t bit : {uint8_t{0x01}, uint8_t{0x80}}) {
+        d[pos] ^= bit;
+        EXPECT_NE(crc32c_with(impl, 0, d.data(), d.size()), clean)
+            << crc32c_impl_name(impl) << " flip at " << pos;
+        d[pos] ^= bit;
+      }
+    }
+  }
 }
 
 TEST(Crc32cTest, IncrementalEqualsWhole) {

@@ -1081,15 +1081,10 @@ void UcclRDMAEngine::send_ctrl(Conn* c, const CtrlMsg& m) {
 }
 
 // Test hook (inject_wire_fault): spoils a copy of one outgoing descriptor
-// (its length on the wire stays that of the original), then disarms.
+// (its length on the wire stays that of the original).
 void UcclRDMAEngine::damage_descriptor(CtrlMsg* m) {
-  uint32_t f = wire_fault_.load(std::memory_order_acquire);
-  if (f < static_cast<uint32_t>(WireFault::kDescNoBuffers) ||
-      f > static_cast<uint32_t>(WireFault::kDescUnknownType) ||
-      !wire_fault_.compare_exchange_strong(f, 0)) {
-    return;  // an eager fault, or taken meanwhile
-  }
-  switch (static_cast<WireFault>(f)) {
+  switch (
+      take_wire_fault(WireFault::kDescNoBuffers, WireFault::kDescUnknownType)) {
     case WireFault::kDescNoBuffers:
       m->n = 0;
       break;

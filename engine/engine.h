@@ -177,6 +177,7 @@ class UcclRDMAEngine {
   void close_conn(uint32_t idx, Status why);
   void fail_conn(Conn* c, Status why, bool warn = true);
   // Test hook: applies an armed WireFault of the right kind, then disarms.
+  WireFault take_wire_fault(WireFault lo, WireFault hi);
   void damage_eager_header(EagerHdr* h);
   void damage_descriptor(CtrlMsg* m);
 

@@ -144,15 +144,22 @@ bool UcclRDMAEngine::send_eager(Conn* c, const PendingSend& p, uint64_t now) {
   return true;
 }
 
-// Test hook (inject_wire_fault): spoils one eager header, then disarms.
-void UcclRDMAEngine::damage_eager_header(EagerHdr* h) {
+// Test hook (inject_wire_fault): the armed fault if it lies in [lo, hi],
+// disarmed; else kNone (a fault of the other kind stays armed).
+UcclRDMAEngine::WireFault UcclRDMAEngine::take_wire_fault(WireFault lo,
+                                                          WireFault hi) {
   uint32_t f = wire_fault_.load(std::memory_order_acquire);
-  if (f < static_cast<uint32_t>(WireFault::kEagerBadMagic) ||
-      f > static_cast<uint32_t>(WireFault::kEagerLenShortOfChunk) ||
+  if (f < static_cast<uint32_t>(lo) || f > static_cast<uint32_t>(hi) ||
       !wire_fault_.compare_exchange_strong(f, 0)) {
-    return;  // a descriptor fault, or taken meanwhile
+    return WireFault::kNone;
   }
-  switch (static_cast<WireFault>(f)) {
+  return static_cast<WireFault>(f);
+}
+
+// Test hook (inject_wire_fault): spoils one eager header.
+void UcclRDMAEngine::damage_eager_header(EagerHdr* h) {
+  switch (take_wire_fault(WireFault::kEagerBadMagic,
+                          WireFault::kEagerLenShortOfChunk)) {
     case WireFault::kEagerBadMagic:
       h->magic ^= 1;
       break;

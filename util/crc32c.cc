@@ -365,32 +365,48 @@ UCCL_CLMUL128_TARGET inline __m128i load128(const uint8_t* s) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
 }
 
-// Raw register update over n >= kClmulMin bytes.
-UCCL_CLMUL128_TARGET uint32_t raw_update_clmul128(uint32_t c, const uint8_t* s,
-                                                  size_t n) {
-  const ClmulConstants& kc = clmul_constants();
-  __m128i x[8];
+// Eight accumulators over the first 128 bytes (the register XORed into the
+// first four), one 128-byte fold step, and their merge into one value
+// (accumulator i is 16 * (7 - i) bytes before the last).
+UCCL_CLMUL128_TARGET inline void load8(__m128i* x, const uint8_t* s,
+                                       uint32_t c) {
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) x[i] = load128(s + 16 * i);
   x[0] = _mm_xor_si128(x[0], _mm_cvtsi32_si128(static_cast<int>(c)));
-  s += 128;
-  n -= 128;
-  const __m128i k8 = pair128(kc.by[8]);  // 128 bytes forward
-  while (n >= 128) {
+}
+
+UCCL_CLMUL128_TARGET inline void fold8(__m128i* x, const uint8_t* s,
+                                       __m128i k8) {
 #pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) {
-      x[i] = _mm_xor_si128(fold128(x[i], k8), load128(s + 16 * i));
-    }
-    s += 128;
-    n -= 128;
+  for (int i = 0; i < 8; ++i) {
+    x[i] = _mm_xor_si128(fold128(x[i], k8), load128(s + 16 * i));
   }
-  // Accumulator i is 16 * (7 - i) bytes before the last.
+}
+
+UCCL_CLMUL128_TARGET inline __m128i merge8(const __m128i* x) {
+  const ClmulConstants& kc = clmul_constants();
   __m128i r = x[7];
 #pragma GCC unroll 8
   for (int i = 0; i < 7; ++i) {
     r = _mm_xor_si128(r, fold128(x[i], pair128(kc.by[7 - i])));
   }
-  return clmul_finish(r, s, n);
+  return r;
+}
+
+// Raw register update over n >= kClmulMin bytes.
+UCCL_CLMUL128_TARGET uint32_t raw_update_clmul128(uint32_t c, const uint8_t* s,
+                                                  size_t n) {
+  __m128i x[8];
+  load8(x, s, c);
+  s += 128;
+  n -= 128;
+  const __m128i k8 = pair128(clmul_constants().by[8]);  // 128 bytes forward
+  while (n >= 128) {
+    fold8(x, s, k8);
+    s += 128;
+    n -= 128;
+  }
+  return clmul_finish(merge8(x), s, n);
 }
 
 // PCLMULQDQ and the crc32 instruction run on different execution ports
@@ -414,12 +430,9 @@ const ShiftTable& hybrid_b_shift() {
 }
 
 UCCL_CLMUL128_TARGET uint32_t hybrid_block(uint32_t c, const uint8_t* s) {
-  const ClmulConstants& kc = clmul_constants();
   __m128i x[8];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) x[i] = load128(s + 16 * i);
-  x[0] = _mm_xor_si128(x[0], _mm_cvtsi32_si128(static_cast<int>(c)));
-  const __m128i k8 = pair128(kc.by[8]);
+  load8(x, s, c);
+  const __m128i k8 = pair128(clmul_constants().by[8]);
   const uint8_t* a = s + 128;
   const uint8_t* l0 = s + kHybridA;
   const uint8_t* l1 = l0 + kHybridLane;
@@ -429,10 +442,7 @@ UCCL_CLMUL128_TARGET uint32_t hybrid_block(uint32_t c, const uint8_t* s) {
   static_assert(kHybridLane == kSteps * 40, "lanes keep pace with A");
   for (size_t step = 0; step < kSteps; ++step) {
     if (step + 1 < kSteps) {
-#pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) {
-        x[i] = _mm_xor_si128(fold128(x[i], k8), load128(a + 16 * i));
-      }
+      fold8(x, a, k8);
       a += 128;
     }
 #pragma GCC unroll 5
@@ -445,12 +455,7 @@ UCCL_CLMUL128_TARGET uint32_t hybrid_block(uint32_t c, const uint8_t* s) {
     l1 += 40;
     l2 += 40;
   }
-  __m128i r = x[7];
-#pragma GCC unroll 8
-  for (int i = 0; i < 7; ++i) {
-    r = _mm_xor_si128(r, fold128(x[i], pair128(kc.by[7 - i])));
-  }
-  const uint32_t crc_a = clmul_finish(r, a, 0);
+  const uint32_t crc_a = clmul_finish(merge8(x), a, 0);
   const ShiftTable& ls = hybrid_lane_shift();
   uint32_t crc_b =
       ls.apply(static_cast<uint32_t>(c0)) ^ static_cast<uint32_t>(c1);

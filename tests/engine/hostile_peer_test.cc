@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -30,6 +31,18 @@ FlowStats stats(Endpoint* ep, ConnId c) {
   return s.ok() ? *s : FlowStats{};
 }
 
+// Two working connections (one engine each side) with eager sends of up
+// to `eager_bytes`; nullptr (after a test failure) if they cannot be set up.
+std::unique_ptr<Pair> two_connections(int64_t eager_bytes) {
+  EndpointConfig cfg = test_config(1, 2);
+  cfg.eager_bytes = eager_bytes;
+  auto p = Pair::make(cfg, 2);
+  if (!p) return nullptr;
+  exchange(p.get(), 0, {1, 100}, 10);
+  exchange(p.get(), 1, {1, 100}, 20);
+  return p;
+}
+
 TEST(HostilePeerTest, HookRefusesBadArguments) {
   auto p = Pair::make(test_config(1));
   ASSERT_TRUE(p);
@@ -47,15 +60,11 @@ class MalformedEagerTest : public ::testing::TestWithParam<Fault> {};
 // receive shows what the application sees). Connection 1, on the same
 // engines, must not notice.
 TEST_P(MalformedEagerTest, FailsOnlyItsConnectionAndIsCounted) {
-  EndpointConfig cfg = test_config(1, 2);
-  cfg.eager_bytes = 16384;
-  auto p = Pair::make(cfg, 2);
+  auto p = two_connections(16384);
   ASSERT_TRUE(p);
   Endpoint* client = p->client.get();
   Endpoint* server = p->server.get();
-  // Both connections work, and connection 0's sender holds eager slots.
-  exchange(p.get(), 0, {1, 100}, 10);
-  exchange(p.get(), 1, {1, 100}, 20);
+  // Connection 0's sender holds eager slots.
   const uint64_t deadline = monotonic_ns() + 20000000000ull;
   while (stats(client, p->c_conns[0]).eager_slots_free == 0) {
     ASSERT_LT(monotonic_ns(), deadline) << "eager slots never granted";
@@ -154,14 +163,10 @@ class MalformedDescriptorTest : public ::testing::TestWithParam<Fault> {};
 // error, the receiver's receive through liveness), count it once, and leave
 // connection 1 working.
 TEST_P(MalformedDescriptorTest, FailsOnlyItsConnectionAndIsCounted) {
-  EndpointConfig cfg = test_config(1, 2);
-  cfg.eager_bytes = 0;
-  auto p = Pair::make(cfg, 2);
+  auto p = two_connections(0);
   ASSERT_TRUE(p);
   Endpoint* client = p->client.get();
   Endpoint* server = p->server.get();
-  exchange(p.get(), 0, {1, 100}, 10);
-  exchange(p.get(), 1, {1, 100}, 20);
   ASSERT_EQ(protocol_errors(client), 0u);
 
   Buf sb(client, 4096), rb(server, 4096);

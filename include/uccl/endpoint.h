@@ -144,8 +144,9 @@ struct EngineStats {
   // The engine's sleep per empty loop once long idle (0: never sleeps).
   uint64_t idle_sleep_ns = 0;
   uint64_t commands = 0;
-  // Packets from peers that broke the protocol (malformed descriptors,
-  // grants or eager headers); each failed its connection.
+  // Packets that broke the protocol: malformed or unknown control messages,
+  // grants and eager headers (each fails its connection), and ACKs or
+  // chunks that belong to no live connection or receive (dropped).
   uint64_t protocol_errors = 0;
   FlowStats total;
 };

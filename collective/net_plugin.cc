@@ -91,6 +91,12 @@ constexpr uint32_t kHandleMagic = 0x55434e48;  // "UCNH"
 constexpr uint16_t kHandleVersion = 1;
 constexpr uint64_t kStageMagic = 0x5543434f4e4e4543ull;
 
+// The handshake tag of a comm's connection i (a listen comm's tag below
+// 2^56, connection index in the low byte).
+uint64_t conn_tag(uint64_t comm_tag, int i) {
+  return (comm_tag << 8) | static_cast<uint64_t>(i);
+}
+
 // What listen() writes into NCCL's 128-byte handle; the connector's copy
 // also carries its progress between connect() calls (zero when written).
 struct ConnectHandle {
@@ -100,7 +106,7 @@ struct ConnectHandle {
   uint32_t ipv4_be;
   uint16_t port;
   uint16_t max_recvs;  // the acceptor's, so both sides agree
-  uint64_t tag;        // the listen comm; connection i sends (tag << 8) | i
+  uint64_t tag;        // the listen comm; connection i sends conn_tag(tag, i)
   uint64_t stage_magic;
   ConnectStage* stage;
 };
@@ -395,9 +401,10 @@ NcclResult NetPlugin::listen(int dev, void* handle, void** listen_comm) {
     const uint32_t lane = next_lane(d);
     for (int i = 0; i < conns_per_comm_; ++i) {
       Status st =
-          l->ep->place_accepts((l->tag << 8) | i, lane_engine(d, lane, i));
+          l->ep->place_accepts(conn_tag(l->tag, i), lane_engine(d, lane, i));
       if (!st.ok()) {
-        for (int j = 0; j < i; ++j) l->ep->place_accepts((l->tag << 8) | j, -1);
+        for (int j = 0; j < i; ++j)
+          l->ep->place_accepts(conn_tag(l->tag, j), -1);
         delete l;
         return fail("listen", st);
       }
@@ -448,7 +455,7 @@ NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
     const std::string ip = transport::udp::ipv4_to_string(h->ipv4_be);
     const uint32_t lane = spread_ ? next_lane(d) : 0;
     for (int i = 0; i < h->nconns; ++i) {
-      auto p = st->ep->connect_start(ip, h->port, (h->tag << 8) | i,
+      auto p = st->ep->connect_start(ip, h->port, conn_tag(h->tag, i),
                                      spread_ ? lane_engine(d, lane, i) : -1);
       if (!p.ok()) return fail("connect", p.status());
       st->pending.push_back(*p);
@@ -498,7 +505,7 @@ NcclResult NetPlugin::accept(void* listen_comm, void** recv_comm) {
       ++ready;
       continue;
     }
-    auto c = l->ep->accept_poll((l->tag << 8) | i);
+    auto c = l->ep->accept_poll(conn_tag(l->tag, i));
     if (c.ok()) {
       l->conns[i] = *c;
       ++ready;
@@ -818,7 +825,7 @@ NcclResult NetPlugin::close_listen(void* listen_comm) {
   auto* l = static_cast<PluginListen*>(listen_comm);
   for (size_t i = 0; i < l->conns.size(); ++i) {
     if (l->conns[i]) l->ep->close(l->conns[i]);
-    if (l->placed) l->ep->place_accepts((l->tag << 8) | i, -1);
+    if (l->placed) l->ep->place_accepts(conn_tag(l->tag, i), -1);
   }
   delete l;
   return kSuccess;

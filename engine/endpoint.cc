@@ -355,6 +355,18 @@ struct Endpoint::Impl {
     return id;
   }
 
+  // `engine` must name one of ours; -1 too where `none` says what it does.
+  Status check_engine(const char* what, int engine, const char* none) const {
+    const int n = static_cast<int>(engines.size());
+    if (engine >= 0 ? engine < n : (none != nullptr && engine == -1)) {
+      return Status::OK();
+    }
+    return InvalidArgument(std::string(what) + ": engine " +
+                           std::to_string(engine) + " (this endpoint has " +
+                           std::to_string(n) + " engines" +
+                           (none ? std::string("; -1 ") + none : "") + ")");
+  }
+
   Status submit(UcclRDMAEngine* e, const Command& c) {
     if (!e->submit(c)) {
       return ResourceExhausted("engine command queue full (" +
@@ -575,11 +587,7 @@ Result<uint16_t> Endpoint::listen(uint16_t port) {
 
 Result<uint64_t> Endpoint::connect_start(const std::string& ip, uint16_t port,
                                          uint64_t tag, int engine) {
-  if (engine < -1 || engine >= static_cast<int>(impl_->engines.size())) {
-    return InvalidArgument(
-        "connect: engine " + std::to_string(engine) + " (this endpoint has " +
-        std::to_string(impl_->engines.size()) + " engines; -1 picks one)");
-  }
+  UCCL_RETURN_IF_ERROR(impl_->check_engine("connect", engine, "picks one"));
   sockaddr_in a;
   std::memset(&a, 0, sizeof(a));
   a.sin_family = AF_INET;
@@ -648,12 +656,8 @@ Result<ConnId> Endpoint::connect(const std::string& ip, uint16_t port,
 }
 
 Status Endpoint::place_accepts(uint64_t tag, int engine) {
-  if (engine < -1 || engine >= static_cast<int>(impl_->engines.size())) {
-    return InvalidArgument("place_accepts: engine " + std::to_string(engine) +
-                           " (this endpoint has " +
-                           std::to_string(impl_->engines.size()) +
-                           " engines; -1 forgets the placement)");
-  }
+  UCCL_RETURN_IF_ERROR(
+      impl_->check_engine("place_accepts", engine, "forgets the placement"));
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (engine < 0) {
     impl_->accept_engine.erase(tag);
@@ -1105,9 +1109,8 @@ std::vector<EngineStats> Endpoint::engine_stats() const {
 }
 
 Status Endpoint::inject_wire_fault(int engine, uint32_t fault) {
-  if (engine < 0 || engine >= static_cast<int>(impl_->engines.size())) {
-    return InvalidArgument("no such engine");
-  }
+  UCCL_RETURN_IF_ERROR(
+      impl_->check_engine("inject_wire_fault", engine, nullptr));
   if (fault > static_cast<uint32_t>(UcclRDMAEngine::WireFault::kLast)) {
     return InvalidArgument("no such wire fault");
   }

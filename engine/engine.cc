@@ -880,7 +880,7 @@ void UcclRDMAEngine::on_eager(Conn* c, const RxChunkInfo& info) {
     return;
   }
   EagerSlotRx& e = rx.eager[k];
-  e = EagerSlotRx{false, true, h.tag, h.len};
+  e = EagerSlotRx{false, h.tag, h.len};
   ++rx.eager_rx;
   int slot = -1, buf = -1;
   for (int i = 0; i < kMaxRequestsPerFlow; ++i) {

@@ -66,6 +66,12 @@ void count_wait(TxFlow& tx, const PendingSend& p, uint64_t now) {
   tx.send_wait_ns += now > p.post_ns ? now - p.post_ns : 0;
 }
 
+// Every chunk sent and acknowledged, and (eager) a receive assigned to it.
+bool ready_to_complete(const TxMsg& m) {
+  return m.all_chunked && m.chunks_acked == m.chunks_total && !m.done &&
+         (!m.eager || m.paid);
+}
+
 // Drops descriptors whose buffers are all taken from the ring's head.
 void retire_descs(TxFlow& tx) {
   while (tx.desc_head != tx.desc_tail) {
@@ -192,9 +198,7 @@ void UcclRDMAEngine::pay_owed(Conn* c) {
     m.paid = true;
     m.rsize = d->bufs[b].size;
     m.trunc = m.len > m.rsize;  // the receiver fails it too
-    if (m.all_chunked && m.chunks_acked == m.chunks_total && !m.done) {
-      complete_tx_msg(c, m);
-    }
+    if (ready_to_complete(m)) complete_tx_msg(c, m);
   }
   tx.owed_n = kept;
   retire_descs(tx);
@@ -398,10 +402,7 @@ void UcclRDMAEngine::ack_chunk(Conn* c, uint32_t csn, uint64_t now) {
   TxMsg& m = tx.msg(ch.msg);
   ++m.chunks_acked;
   if (m.eager) tx.eager_busy &= ~(1u << m.slot);
-  if (m.all_chunked && m.chunks_acked == m.chunks_total && !m.done &&
-      (!m.eager || m.paid)) {
-    complete_tx_msg(c, m);
-  }
+  if (ready_to_complete(m)) complete_tx_msg(c, m);
   (void)now;
 }
 

@@ -221,10 +221,9 @@ struct RxSlot {
 };
 
 // One of our bounce slots: granted to the peer, or holding an eager message
-// that no receive took yet (tag, payload bytes).
+// (tag, payload bytes) until a receive takes it (RxFlow::held lists those).
 struct EagerSlotRx {
   bool granted;
-  bool held;
   int32_t tag;
   uint32_t len;
 };

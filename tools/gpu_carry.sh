@@ -8,7 +8,7 @@ OUTDIR=gpu_carry
 rm -rf "$OUTDIR"
 mkdir -p "$OUTDIR/bin"
 strip --strip-debug -o "$OUTDIR/libnccl-net-uccl.so" "$BUILD/lib/libnccl-net-uccl.so"
-for b in transport_test socket_bench nccl_plugin_conformance nic_bench engine_bench crc_bench late_recv_bench uccl_devinfo; do
+for b in transport_test socket_bench nccl_plugin_conformance nic_bench engine_bench crc_bench late_recv_bench uccl_devinfo nccl_perf; do
   [ -x "$BUILD/bin/$b" ] && strip --strip-debug -o "$OUTDIR/bin/$b" "$BUILD/bin/$b"
 done
 EXCL="$(git rev-parse --git-dir)/info/exclude"

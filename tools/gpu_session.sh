@@ -8,6 +8,9 @@
 #                                 rounds of the env variants in $VARIANTS
 #   tools/gpu_session.sh lat      64 B one-way latency vs UDP ping-pong, the
 #                                 same way ($ROUNDS, $VARIANTS, $MSIZE)
+#   tools/gpu_session.sh perf     nccl_perf (C++ all_reduce loop): UCCL vs
+#                                 Socket / Socket 4x4 in $ROUNDS interleaved
+#                                 rounds, then the loop's floor (P2P)
 set -u
 PART=${1:-nccl}
 OUT=${OUT:-/tmp/uccl-out}
@@ -86,6 +89,22 @@ case "$PART" in
         echo "  $v: $(grep -A1 "one-way" "$OUT/lat.txt" | tail -1)"
       done
     done
+    ;;
+  perf)
+    NCCL_LIB=libnccl.so.2
+    for d in /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/lib; do
+      [ -e "$d/libnccl.so.2" ] && NCCL_LIB="$d/libnccl.so.2"
+    done
+    echo "== nccl_perf, $NCCL_LIB"
+    timeout 560 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" \
+      --rounds="${ROUNDS:-3}" --nets="${NETS:-UCCL,Socket,Socket4x4}" \
+      ${SIZES:+--sizes=$SIZES} ${ITERS:+--iters=$ITERS} --json="$OUT/perf.json" 2>&1 |
+      tee "$OUT/perf.md"
+    if [ -z "${NO_FLOOR:-}" ]; then
+      echo "== the C loop's floor: NCCL over NVLink (no network)"
+      timeout 120 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --nets=P2P --rounds=1 \
+        --sizes="${FLOOR_SIZES:-4,64,1K,16K,64K}" 2>&1 | tee "$OUT/perf_floor.md"
+    fi
     ;;
   tune)
     # Configurations separated by ';' in $TUNE (default: a few knobs); one

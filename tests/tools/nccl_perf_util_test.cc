@@ -1,0 +1,127 @@
+// Tests for nccl_perf's host-side logic: size lists and their errors, the
+// exact-sum data pattern and its check, and the comparison table.
+#include "tools/nccl_perf_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+namespace uccl::tools {
+namespace {
+
+TEST(NcclPerfUtil, ParsesSizesWithSuffixes) {
+  auto s = parse_sizes("4,64,1K,16k,256M,1G");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(*s, (std::vector<uint64_t>{4, 64, 1024, 16384, 256ull << 20,
+                                       1ull << 30}));
+  auto one = parse_sizes(",8,,");  // empty entries are ignored
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(*one, std::vector<uint64_t>{8});
+}
+
+TEST(NcclPerfUtil, RejectsBadSizes) {
+  for (const char* bad : {"", ",", "0", "6", "4X", "4KB", "-4", "K",
+                          "99999999999999999999", "18014398509481984G"}) {
+    auto s = parse_sizes(bad);
+    EXPECT_FALSE(s.ok()) << "'" << bad << "' was accepted";
+    if (!s.ok()) {
+      EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    }
+  }
+  EXPECT_NE(parse_sizes("4,6").status().message().find("'6'"),
+            std::string::npos);
+}
+
+TEST(NcclPerfUtil, IterationsAreCappedByBytes) {
+  EXPECT_EQ(perf_iters(4, 1000, 4ull << 30), 1000u);
+  EXPECT_EQ(perf_iters(256ull << 20, 1000, 4ull << 30), 16u);
+  EXPECT_EQ(perf_iters(1ull << 30, 1000, 4ull << 30), 5u);  // floor of 5
+}
+
+TEST(NcclPerfUtil, PatternSumsAreExactAndChecked) {
+  // Summing every rank's input gives the expected value, exactly, for
+  // element indices past float's 2^24 integer range of the index itself.
+  const int nranks = 8;
+  const size_t n = 1000;
+  for (size_t base : {size_t{0}, size_t{1} << 26}) {
+    std::vector<float> out(n, 0.0f);
+    for (int r = 0; r < nranks; ++r) {
+      for (size_t i = 0; i < n; ++i) out[i] += perf_input(r, base + i);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(out[i], perf_expected(nranks, base + i)) << i;
+    }
+  }
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = perf_expected(2, i);
+  EXPECT_EQ(perf_check(out.data(), n, 2), 0u);
+  EXPECT_EQ(perf_check(out.data(), n, 3), n);  // every element differs
+  out[7] = NAN;
+  out[500] += 1.0f;
+  EXPECT_EQ(perf_check(out.data(), n, 2), 2u);
+}
+
+PerfRow row(uint64_t bytes, double time_us, double host_us = 1.0) {
+  PerfRow r;
+  r.bytes = bytes;
+  r.time_us = time_us;
+  r.host_us = host_us;
+  return r;
+}
+
+TEST(NcclPerfUtil, TableGivesMediansRatiosAndRoundWins) {
+  std::vector<std::string> nets = {"UCCL", "Socket", "Socket4x4"};
+  // 3 rounds. 4 B: UCCL 10/12/11 (median 11), Socket 13/11/14 (13),
+  // Socket4x4 20/20/20: UCCL beats both in rounds 1 and 3 only.
+  // 1 MiB: UCCL 100 each round, Socket 200, Socket4x4 150 (best).
+  std::vector<std::vector<std::vector<PerfRow>>> res(3);
+  double u4[] = {10, 12, 11}, s4[] = {13, 11, 14};
+  for (int r = 0; r < 3; ++r) {
+    res[0].push_back({row(4, u4[r], 2.0), row(1 << 20, 100)});
+    res[1].push_back({row(4, s4[r]), row(1 << 20, 200)});
+    res[2].push_back({row(4, 20), row(1 << 20, 150)});
+  }
+  std::string t = perf_table(nets, res, 2);
+  EXPECT_NE(t.find("| size (B) | UCCL us | Socket us | Socket4x4 us | UCCL "
+                   "host us | UCCL busbw GB/s | best baseline busbw GB/s"),
+            std::string::npos)
+      << t;
+  // 4 B: medians 11.0 / 13.0 / 20.0, host 2.0, ratio 13/11, 2 of 3 rounds.
+  EXPECT_NE(t.find("| 4 | 11.0 | 13.0 | 20.0 | 2.0 | 0.00 | 0.00 | 1.18 | "
+                   "2/3 |"),
+            std::string::npos)
+      << t;
+  // 1 MiB: busbw = 1048576 B / 100 us = 10.49 GB/s algbw, x1 for 2 ranks.
+  EXPECT_NE(t.find("| 1048576 | 100.0 | 200.0 | 150.0 | 1.0 | 10.49 | 6.99 | "
+                   "1.50 | 3/3 |"),
+            std::string::npos)
+      << t;
+}
+
+TEST(NcclPerfUtil, FailedRunsAreLeftOutOfMediansAndRounds) {
+  std::vector<std::string> nets = {"UCCL", "Socket"};
+  std::vector<std::vector<std::vector<PerfRow>>> res(2);
+  res[0] = {{row(4, 10)}, {row(4, 30)}, {row(4, 12)}};
+  res[1] = {{row(4, 11)}, {}, {row(4, 13)}};  // round 2's Socket run failed
+  std::string t = perf_table(nets, res, 2);
+  // UCCL median of 10/30/12 = 12; Socket median of 11/13 = 12; rounds
+  // counted only where both ran (1 and 3), UCCL faster in both.
+  EXPECT_NE(t.find("| 4 | 12.0 | 12.0 | 1.0 |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| 1.00 | 2/2 |"), std::string::npos) << t;
+  // One net alone: no baseline columns.
+  std::string solo = perf_table({"UCCL"}, {res[0]}, 2);
+  EXPECT_EQ(solo.find("baseline"), std::string::npos) << solo;
+  EXPECT_NE(solo.find("| 4 | 12.0 | 1.0 | 0.00 |"), std::string::npos) << solo;
+}
+
+TEST(NcclPerfUtil, JsonHasEveryRound) {
+  std::vector<std::vector<std::vector<PerfRow>>> res(1);
+  res[0] = {{row(4, 10)}, {}};
+  EXPECT_EQ(perf_json({"UCCL"}, res),
+            "{\"UCCL\": [[{\"bytes\": 4, \"iters\": 0, \"time_us\": 10.000, "
+            "\"host_us\": 1.000, \"errors\": 0}], []]}\n");
+}
+
+}  // namespace
+}  // namespace uccl::tools

@@ -1,0 +1,472 @@
+// nccl_perf: nccl-tests-style all_reduce timing in C++, one process per GPU,
+// comparing UCCL's net plugin with NCCL's Socket transport in one run.
+//
+// Why a C++ loop: the torch loop in tools/nccl_test.py costs the host ~16-17
+// us per call, so below ~1 KiB it times Python and NCCL's proxy wake-ups,
+// not the transport. Here the host issues ncclAllReduce back to back (a few
+// us each, as nccl-tests' all_reduce_perf does), so the GPU/network side is
+// the bound and small sizes show each transport's latency.
+//
+// The parent process only forks: for each round, for each --nets entry (the
+// first is the subject, the rest its baselines), it sets that transport's
+// NCCL environment and forks one rank per GPU. Rank 0 makes the unique id and
+// pipes it to the others; each rank times every size with CUDA events,
+// checks every element of its output, and rank 0 pipes the rows back. The
+// table gives each net's median over the rounds, and the ratio of the best
+// baseline's time to the subject's (> 1: the subject is faster).
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <gflags/gflags.h>
+#include <nccl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tools/nccl_perf_util.h"
+
+DEFINE_string(nets, "UCCL,Socket,Socket4x4",
+              "Transports, comma-separated; the first is compared with the "
+              "best of the others. UCCL (our plugin), Socket (NCCL's, "
+              "defaults), Socket4x4 (4 threads x 4 sockets), P2P (NVLink, "
+              "no network: the floor).");
+DEFINE_string(plugin, "",
+              "UCCL plugin .so (absolute path); default: next to this "
+              "binary (../libnccl-net-uccl.so or ../lib/libnccl-net-uccl.so).");
+DEFINE_string(nccl_lib, "libnccl.so.2",
+              "NCCL library to dlopen (e.g. the one torch ships).");
+DEFINE_string(sizes, "4,16,64,256,1K,4K,16K,64K,256K,1M,4M,16M,64M,256M",
+              "Message sizes in bytes (K/M/G suffixes), multiples of 4.");
+DEFINE_uint32(iters, 1000,
+              "Timed iterations per size, at most "
+              "--bytes_per_size / size and at least 5.");
+DEFINE_uint64(bytes_per_size, 4ull << 30,
+              "Caps iterations per size at this many bytes reduced.");
+DEFINE_uint32(warmup, 20, "Untimed iterations per size.");
+DEFINE_uint32(rounds, 3, "Rounds; each runs every net once, in turn.");
+DEFINE_uint32(gpus, 2, "Ranks (one process and GPU each).");
+DEFINE_uint32(timeout_s, 300, "One net's run is killed after this long.");
+DEFINE_string(json, "", "Also write every round's rows here.");
+
+namespace {
+
+using uccl::tools::PerfRow;
+
+// NCCL entry points, resolved with dlsym (the GPU machine ships no
+// unversioned libnccl.so to link against).
+struct Nccl {
+  decltype(&ncclGetUniqueId) get_unique_id;
+  decltype(&ncclCommInitRank) comm_init_rank;
+  decltype(&ncclAllReduce) all_reduce;
+  decltype(&ncclCommDestroy) comm_destroy;
+  decltype(&ncclGetErrorString) error_string;
+};
+
+[[noreturn]] void die(int rank, const std::string& what) {
+  std::fprintf(stderr, "nccl_perf rank %d: %s\n", rank, what.c_str());
+  std::fflush(stderr);
+  _exit(2);
+}
+
+#define CUDA_OK(rank, x)                                          \
+  do {                                                            \
+    cudaError_t e_ = (x);                                         \
+    if (e_ != cudaSuccess)                                        \
+      die(rank, std::string(#x) + ": " + cudaGetErrorString(e_)); \
+  } while (0)
+#define NCCL_OK(rank, nccl, x)                                     \
+  do {                                                             \
+    ncclResult_t r_ = (x);                                         \
+    if (r_ != ncclSuccess)                                         \
+      die(rank, std::string(#x) + ": " + (nccl).error_string(r_)); \
+  } while (0)
+
+Nccl load_nccl(int rank) {
+  void* h = dlopen(FLAGS_nccl_lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    die(rank, "dlopen " + FLAGS_nccl_lib + ": " + dlerror() +
+                  " (give --nccl_lib=<path of libnccl.so.2>)");
+  }
+  Nccl n{};
+  auto sym = [&](const char* name) {
+    void* p = dlsym(h, name);
+    if (p == nullptr) die(rank, std::string("dlsym ") + name);
+    return p;
+  };
+  n.get_unique_id =
+      reinterpret_cast<decltype(n.get_unique_id)>(sym("ncclGetUniqueId"));
+  n.comm_init_rank =
+      reinterpret_cast<decltype(n.comm_init_rank)>(sym("ncclCommInitRank"));
+  n.all_reduce = reinterpret_cast<decltype(n.all_reduce)>(sym("ncclAllReduce"));
+  n.comm_destroy =
+      reinterpret_cast<decltype(n.comm_destroy)>(sym("ncclCommDestroy"));
+  n.error_string =
+      reinterpret_cast<decltype(n.error_string)>(sym("ncclGetErrorString"));
+  return n;
+}
+
+bool write_all(int fd, const void* p, size_t n) {
+  auto* b = static_cast<const char*>(p);
+  while (n > 0) {
+    ssize_t w = write(fd, b, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    b += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* p, size_t n) {
+  auto* b = static_cast<char*>(p);
+  while (n > 0) {
+    ssize_t r = read(fd, b, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    b += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// One rank: never returns. id_fd[0] is read by ranks > 0, id_fd[1] written
+// by rank 0 (once per other rank); rows go to out_fd from rank 0 only.
+[[noreturn]] void rank_main(int rank, int nranks, int id_fd[2], int out_fd,
+                            const std::vector<uint64_t>& sizes) {
+  CUDA_OK(rank, cudaSetDevice(rank));
+  Nccl nccl = load_nccl(rank);
+  ncclUniqueId id;
+  if (rank == 0) {
+    NCCL_OK(rank, nccl, nccl.get_unique_id(&id));
+    for (int r = 1; r < nranks; ++r) {
+      if (!write_all(id_fd[1], &id, sizeof(id))) die(rank, "id pipe write");
+    }
+  } else if (!read_all(id_fd[0], &id, sizeof(id))) {
+    die(rank, "id pipe read (rank 0 failed?)");
+  }
+  ncclComm_t comm;
+  NCCL_OK(rank, nccl, nccl.comm_init_rank(&comm, nranks, id, rank));
+  cudaStream_t stream;
+  CUDA_OK(rank, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t start, stop;
+  CUDA_OK(rank, cudaEventCreate(&start));
+  CUDA_OK(rank, cudaEventCreate(&stop));
+
+  const uint64_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
+  const size_t max_n = max_bytes / sizeof(float);
+  std::vector<float> host(max_n);
+  for (size_t i = 0; i < max_n; ++i) {
+    host[i] = uccl::tools::perf_input(rank, i);
+  }
+  float *send = nullptr, *recv = nullptr;
+  CUDA_OK(rank, cudaMalloc(&send, max_bytes));
+  CUDA_OK(rank, cudaMalloc(&recv, max_bytes));
+  CUDA_OK(rank,
+          cudaMemcpy(send, host.data(), max_bytes, cudaMemcpyHostToDevice));
+
+  auto barrier = [&] {
+    NCCL_OK(rank, nccl,
+            nccl.all_reduce(recv, recv, 1, ncclFloat32, ncclSum, comm, stream));
+    CUDA_OK(rank, cudaStreamSynchronize(stream));
+  };
+  std::vector<PerfRow> rows;
+  for (uint64_t bytes : sizes) {
+    const size_t n = bytes / sizeof(float);
+    const uint32_t iters =
+        uccl::tools::perf_iters(bytes, FLAGS_iters, FLAGS_bytes_per_size);
+    for (uint32_t i = 0; i < FLAGS_warmup; ++i) {
+      NCCL_OK(
+          rank, nccl,
+          nccl.all_reduce(send, recv, n, ncclFloat32, ncclSum, comm, stream));
+    }
+    // NaN everywhere, so an element the timed loop never wrote fails.
+    CUDA_OK(rank, cudaMemsetAsync(recv, 0xff, bytes, stream));
+    barrier();
+    // The barrier reduced recv[0]; the timed loop rewrites all of it.
+    CUDA_OK(rank, cudaMemsetAsync(recv, 0xff, bytes, stream));
+    CUDA_OK(rank, cudaEventRecord(start, stream));
+    auto t0 = std::chrono::steady_clock::now();
+    for (uint32_t i = 0; i < iters; ++i) {
+      NCCL_OK(
+          rank, nccl,
+          nccl.all_reduce(send, recv, n, ncclFloat32, ncclSum, comm, stream));
+    }
+    auto t1 = std::chrono::steady_clock::now();
+    CUDA_OK(rank, cudaEventRecord(stop, stream));
+    CUDA_OK(rank, cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_OK(rank, cudaEventElapsedTime(&ms, start, stop));
+    CUDA_OK(rank, cudaMemcpy(host.data(), recv, bytes, cudaMemcpyDeviceToHost));
+    PerfRow row;
+    row.bytes = bytes;
+    row.iters = iters;
+    row.time_us = ms * 1e3 / iters;
+    row.host_us =
+        std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
+    row.errors = uccl::tools::perf_check(host.data(), n, nranks);
+    rows.push_back(row);
+  }
+  // Every rank's errors count: fold them into rank 0's rows.
+  for (PerfRow& r : rows) {
+    uint64_t e = r.errors;
+    float ef = static_cast<float>(std::min<uint64_t>(e, 1u << 24));
+    float* dev = recv;
+    CUDA_OK(rank, cudaMemcpy(dev, &ef, sizeof(ef), cudaMemcpyHostToDevice));
+    NCCL_OK(rank, nccl,
+            nccl.all_reduce(dev, dev, 1, ncclFloat32, ncclSum, comm, stream));
+    CUDA_OK(rank, cudaStreamSynchronize(stream));
+    CUDA_OK(rank, cudaMemcpy(&ef, dev, sizeof(ef), cudaMemcpyDeviceToHost));
+    r.errors = static_cast<uint64_t>(ef);
+  }
+  NCCL_OK(rank, nccl, nccl.comm_destroy(comm));
+  if (rank == 0) {
+    uint32_t count = static_cast<uint32_t>(rows.size());
+    if (!write_all(out_fd, &count, sizeof(count)) ||
+        !write_all(out_fd, rows.data(), rows.size() * sizeof(PerfRow))) {
+      die(rank, "result pipe write");
+    }
+  }
+  std::fflush(stdout);
+  _exit(0);
+}
+
+// The environment that selects a net; false for an unknown name.
+bool set_net_env(const std::string& net, const std::string& plugin) {
+  const char* kNetVars[] = {"NCCL_NET", "NCCL_NET_PLUGIN",
+                            "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"};
+  for (const char* v : kNetVars) unsetenv(v);
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  setenv("NCCL_P2P_DISABLE", "1", 1);
+  setenv("NCCL_SHM_DISABLE", "1", 1);
+  if (net == "UCCL") {
+    setenv("NCCL_NET", "UCCL", 1);
+    setenv("NCCL_NET_PLUGIN", plugin.c_str(), 1);
+  } else if (net == "Socket") {
+    setenv("NCCL_NET", "Socket", 1);
+  } else if (net == "Socket4x4") {
+    setenv("NCCL_NET", "Socket", 1);
+    setenv("NCCL_SOCKET_NTHREADS", "4", 1);
+    setenv("NCCL_NSOCKS_PERTHREAD", "4", 1);
+  } else if (net == "P2P") {
+    setenv("NCCL_P2P_DISABLE", "0", 1);
+    setenv("NCCL_SHM_DISABLE", "0", 1);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Forks the ranks for one net and collects rank 0's rows; an error message
+// (empty on success) says what failed.
+std::string run_net(const std::string& net, const std::string& plugin,
+                    const std::vector<uint64_t>& sizes,
+                    std::vector<PerfRow>* rows) {
+  set_net_env(net, plugin);
+  int id_fd[2], out_fd[2];
+  if (pipe(id_fd) != 0 || pipe(out_fd) != 0) return "pipe failed";
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> pids;
+  for (uint32_t r = 0; r < FLAGS_gpus; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      // Each end stays open only where it is used, so a rank that dies
+      // gives the others EOF instead of a hang.
+      close(out_fd[0]);
+      if (r != 0) close(out_fd[1]);
+      close(r == 0 ? id_fd[0] : id_fd[1]);
+      rank_main(static_cast<int>(r), static_cast<int>(FLAGS_gpus), id_fd,
+                out_fd[1], sizes);
+    }
+    if (pid < 0) return "fork failed";
+    pids.push_back(pid);
+  }
+  close(id_fd[0]);
+  close(id_fd[1]);
+  close(out_fd[1]);
+  // Read rank 0's rows (EOF early if it died), bounded by the timeout.
+  std::string err;
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(FLAGS_timeout_s);
+  std::vector<char> buf;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
+    if (left <= 0) {
+      err = "timed out after " + std::to_string(FLAGS_timeout_s) + " s";
+      break;
+    }
+    pollfd p{out_fd[0], POLLIN, 0};
+    int pr = poll(&p, 1, static_cast<int>(std::min<long>(left, 1000)));
+    if (pr < 0 && errno != EINTR) {
+      err = "poll failed";
+      break;
+    }
+    if (pr <= 0) continue;
+    char chunk[4096];
+    ssize_t n = read(out_fd[0], chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    buf.insert(buf.end(), chunk, chunk + n);
+  }
+  close(out_fd[0]);
+  // Reap every rank by the same deadline; kill what is left after it.
+  std::vector<int> status(pids.size(), 0);
+  std::vector<bool> reaped(pids.size(), false);
+  for (;;) {
+    size_t left = 0;
+    for (size_t r = 0; r < pids.size(); ++r) {
+      if (!reaped[r] && waitpid(pids[r], &status[r], WNOHANG) == pids[r]) {
+        reaped[r] = true;
+      }
+      left += !reaped[r];
+    }
+    if (left == 0) break;
+    if (!err.empty() || std::chrono::steady_clock::now() > deadline) {
+      if (err.empty()) {
+        err = "timed out after " + std::to_string(FLAGS_timeout_s) + " s";
+      }
+      for (size_t r = 0; r < pids.size(); ++r) {
+        if (!reaped[r]) kill(pids[r], SIGKILL);
+      }
+      for (size_t r = 0; r < pids.size(); ++r) {
+        if (!reaped[r]) waitpid(pids[r], &status[r], 0);
+      }
+      break;
+    }
+    usleep(10000);
+  }
+  for (size_t r = 0; r < pids.size(); ++r) {
+    int st = status[r];
+    if (err.empty() && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+      err = "rank " + std::to_string(r) + " failed (" +
+            (WIFEXITED(st) ? "exit " + std::to_string(WEXITSTATUS(st))
+                           : "signal " + std::to_string(WTERMSIG(st))) +
+            ")";
+    }
+  }
+  if (!err.empty()) return err;
+  uint32_t count = 0;
+  if (buf.size() < sizeof(count)) return "rank 0 sent no rows";
+  std::memcpy(&count, buf.data(), sizeof(count));
+  if (buf.size() != sizeof(count) + count * sizeof(PerfRow)) {
+    return "rank 0 sent a short result";
+  }
+  rows->resize(count);
+  std::memcpy(rows->data(), buf.data() + sizeof(count),
+              count * sizeof(PerfRow));
+  return "";
+}
+
+std::string default_plugin(const char* argv0) {
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  std::string dir = n > 0 ? std::string(exe, static_cast<size_t>(n)) : argv0;
+  dir = dir.substr(0, dir.rfind('/'));
+  for (const char* rel :
+       {"/../libnccl-net-uccl.so", "/../lib/libnccl-net-uccl.so"}) {
+    std::string p = dir + rel;
+    char real[4096];
+    if (access(p.c_str(), R_OK) == 0 && realpath(p.c_str(), real)) return real;
+  }
+  return "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "nccl-tests-style all_reduce timing, UCCL vs NCCL's Socket transport.\n"
+      "  nccl_perf [--nets=UCCL,Socket,Socket4x4] [--sizes=4,64,1K,...]\n"
+      "            [--rounds=3] [--nccl_lib=/path/libnccl.so.2]");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  auto sizes = uccl::tools::parse_sizes(FLAGS_sizes);
+  if (!sizes.ok()) {
+    std::fprintf(stderr, "nccl_perf: --sizes: %s\n",
+                 sizes.status().to_string().c_str());
+    return 1;
+  }
+  std::vector<std::string> nets = uccl::tools::split_list(FLAGS_nets);
+  if (nets.empty() || FLAGS_gpus < 2 || FLAGS_rounds == 0) {
+    std::fprintf(stderr,
+                 "nccl_perf: need --nets, --gpus >= 2, --rounds >= 1\n");
+    return 1;
+  }
+  std::string plugin =
+      FLAGS_plugin.empty() ? default_plugin(argv[0]) : FLAGS_plugin;
+  for (const std::string& net : nets) {
+    if (!set_net_env(net, plugin)) {
+      std::fprintf(stderr, "nccl_perf: unknown net '%s'\n", net.c_str());
+      return 1;
+    }
+    if (net == "UCCL" && (plugin.empty() || plugin[0] != '/')) {
+      std::fprintf(stderr,
+                   "nccl_perf: UCCL needs --plugin=<absolute path of "
+                   "libnccl-net-uccl.so> (none found next to this binary)\n");
+      return 1;
+    }
+  }
+  if (std::find(nets.begin(), nets.end(), "UCCL") != nets.end()) {
+    std::printf("# plugin %s\n", plugin.c_str());
+  }
+  std::printf(
+      "# all_reduce, float32 sum, out-of-place, %u ranks (one process per "
+      "GPU); time per call from CUDA events over back-to-back calls\n",
+      FLAGS_gpus);
+  // results[net][round] = rows
+  std::vector<std::vector<std::vector<PerfRow>>> results(nets.size());
+  bool failed = false;
+  for (uint32_t round = 0; round < FLAGS_rounds; ++round) {
+    for (size_t k = 0; k < nets.size(); ++k) {
+      auto t0 = std::chrono::steady_clock::now();
+      std::vector<PerfRow> rows;
+      std::string err = run_net(nets[k], plugin, *sizes, &rows);
+      double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count();
+      if (!err.empty()) {
+        std::fprintf(stderr, "round %u/%u %s: FAILED: %s\n", round + 1,
+                     FLAGS_rounds, nets[k].c_str(), err.c_str());
+        failed = true;
+        results[k].emplace_back();  // keeps rounds aligned across nets
+        continue;
+      }
+      uint64_t errors = 0;
+      for (const PerfRow& r : rows) errors += r.errors;
+      std::fprintf(stderr, "round %u/%u %s: %zu sizes in %.1f s, %s\n",
+                   round + 1, FLAGS_rounds, nets[k].c_str(), rows.size(), s,
+                   errors ? "WRONG RESULTS" : "results checked");
+      if (errors) failed = true;
+      results[k].push_back(std::move(rows));
+    }
+  }
+  bool any = false;
+  for (const auto& net : results) {
+    for (const auto& run : net) any = any || !run.empty();
+  }
+  if (!any) {
+    std::fprintf(stderr, "nccl_perf: every run failed, no table\n");
+    return 1;
+  }
+  std::string table = uccl::tools::perf_table(nets, results, FLAGS_gpus);
+  std::fputs(table.c_str(), stdout);
+  if (!FLAGS_json.empty()) {
+    std::string js = uccl::tools::perf_json(nets, results);
+    FILE* f = std::fopen(FLAGS_json.c_str(), "w");
+    if (f == nullptr || std::fputs(js.c_str(), f) < 0) {
+      std::fprintf(stderr, "nccl_perf: cannot write %s\n", FLAGS_json.c_str());
+      failed = true;
+    }
+    if (f) std::fclose(f);
+  }
+  return failed ? 1 : 0;
+}

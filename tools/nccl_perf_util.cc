@@ -1,0 +1,214 @@
+// nccl_perf's host-side logic: size parsing, the exact-sum data pattern and
+// its check, and the comparison table (medians over rounds, ratios, wins).
+#include "tools/nccl_perf_util.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+namespace uccl::tools {
+
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= list.size()) {
+    size_t comma = list.find(',', pos);
+    if (comma == std::string::npos) comma = list.size();
+    std::string item = list.substr(pos, comma - pos);
+    if (!item.empty()) out.push_back(item);
+    pos = comma + 1;
+  }
+  return out;
+}
+
+Result<std::vector<uint64_t>> parse_sizes(const std::string& list) {
+  std::vector<uint64_t> out;
+  for (const std::string& item : split_list(list)) {
+    errno = 0;
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(item.c_str(), &end, 10);
+    uint64_t mult = 1;
+    if (end != item.c_str() && *end != '\0') {
+      switch (*end) {
+        case 'K':
+        case 'k':
+          mult = 1ull << 10;
+          break;
+        case 'M':
+        case 'm':
+          mult = 1ull << 20;
+          break;
+        case 'G':
+        case 'g':
+          mult = 1ull << 30;
+          break;
+        default:
+          mult = 0;
+      }
+      if (end[1] != '\0') mult = 0;
+    }
+    if (end == item.c_str() || errno != 0 || mult == 0 || item[0] == '-' ||
+        v == 0 || v > (UINT64_MAX / mult)) {
+      return InvalidArgument("bad size '" + item +
+                             "' (want e.g. 4, 64K, 256M)");
+    }
+    uint64_t bytes = v * mult;
+    if (bytes % 4 != 0) {
+      return InvalidArgument("size '" + item +
+                             "' is not a multiple of 4 (float32 elements)");
+    }
+    out.push_back(bytes);
+  }
+  if (out.empty()) return InvalidArgument("no sizes given");
+  return out;
+}
+
+uint32_t perf_iters(uint64_t bytes, uint32_t iters, uint64_t cap_bytes) {
+  uint64_t cap = bytes ? cap_bytes / bytes : iters;
+  return static_cast<uint32_t>(
+      std::max<uint64_t>(5, std::min<uint64_t>(iters, cap)));
+}
+
+uint64_t perf_check(const float* out, size_t n, int nranks) {
+  uint64_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!(out[i] == perf_expected(nranks, i))) ++bad;  // NaN compares false
+  }
+  return bad;
+}
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+// The row of `bytes` in one run, or nullptr (run failed or size missing).
+const PerfRow* find_row(const std::vector<PerfRow>& run, uint64_t bytes) {
+  for (const PerfRow& r : run) {
+    if (r.bytes == bytes) return &r;
+  }
+  return nullptr;
+}
+
+std::string fmt(const char* f, double v) {
+  if (std::isnan(v)) return "-";
+  char b[64];
+  std::snprintf(b, sizeof(b), f, v);
+  return b;
+}
+
+}  // namespace
+
+std::string perf_table(
+    const std::vector<std::string>& nets,
+    const std::vector<std::vector<std::vector<PerfRow>>>& results,
+    uint32_t nranks) {
+  // Sizes in the order the first non-empty run has them.
+  std::vector<uint64_t> sizes;
+  for (const auto& net : results) {
+    for (const auto& run : net) {
+      if (sizes.empty()) {
+        for (const PerfRow& r : run) sizes.push_back(r.bytes);
+      }
+    }
+  }
+  const double bus = 2.0 * (nranks - 1) / nranks;
+  const bool baselines = nets.size() > 1;
+  std::string s = "| size (B) |";
+  for (const std::string& n : nets) s += " " + n + " us |";
+  s += " " + nets[0] + " host us | " + nets[0] + " busbw GB/s |";
+  if (baselines) {
+    s += " best baseline busbw GB/s | ratio (baseline time / " + nets[0] +
+         ") | " + nets[0] + " faster in rounds |";
+  }
+  s += "\n|---:|";
+  for (size_t k = 0; k < nets.size(); ++k) s += "---:|";
+  s += "---:|---:|";
+  if (baselines) s += "---:|---:|---:|";
+  s += "\n";
+  for (uint64_t bytes : sizes) {
+    std::vector<double> med(nets.size());
+    std::vector<double> host;
+    for (size_t k = 0; k < nets.size(); ++k) {
+      std::vector<double> t;
+      for (const auto& run : results[k]) {
+        if (const PerfRow* r = find_row(run, bytes)) {
+          t.push_back(r->time_us);
+          if (k == 0) host.push_back(r->host_us);
+        }
+      }
+      med[k] = median(t);
+    }
+    double best = NAN;
+    for (size_t k = 1; k < nets.size(); ++k) {
+      if (!std::isnan(med[k]) && (std::isnan(best) || med[k] < best)) {
+        best = med[k];
+      }
+    }
+    // Rounds in which every net ran: did the subject beat all baselines?
+    size_t rounds = 0, wins = 0;
+    size_t nrounds = results[0].size();
+    for (size_t r = 0; r < nrounds; ++r) {
+      const PerfRow* subj = find_row(results[0][r], bytes);
+      bool all = subj != nullptr, win = true;
+      for (size_t k = 1; k < nets.size() && all; ++k) {
+        const PerfRow* b =
+            r < results[k].size() ? find_row(results[k][r], bytes) : nullptr;
+        if (b == nullptr) {
+          all = false;
+        } else if (b->time_us <= subj->time_us) {
+          win = false;
+        }
+      }
+      if (all) {
+        ++rounds;
+        wins += win;
+      }
+    }
+    s += "| " + std::to_string(bytes) + " |";
+    for (double m : med) s += " " + fmt("%.1f", m) + " |";
+    s += " " + fmt("%.1f", median(host)) + " | " +
+         fmt("%.2f", bytes / med[0] / 1e3 * bus) + " |";
+    if (baselines) {
+      s += " " + fmt("%.2f", bytes / best / 1e3 * bus) + " | " +
+           fmt("%.2f", best / med[0]) + " | " + std::to_string(wins) + "/" +
+           std::to_string(rounds) + " |";
+    }
+    s += "\n";
+  }
+  return s;
+}
+
+std::string perf_json(
+    const std::vector<std::string>& nets,
+    const std::vector<std::vector<std::vector<PerfRow>>>& results) {
+  std::string s = "{";
+  for (size_t k = 0; k < nets.size(); ++k) {
+    s += (k ? ", \"" : "\"") + nets[k] + "\": [";
+    for (size_t r = 0; r < results[k].size(); ++r) {
+      s += r ? ", [" : "[";
+      for (size_t i = 0; i < results[k][r].size(); ++i) {
+        const PerfRow& row = results[k][r][i];
+        char b[200];
+        std::snprintf(b, sizeof(b),
+                      "%s{\"bytes\": %llu, \"iters\": %u, \"time_us\": %.3f, "
+                      "\"host_us\": %.3f, \"errors\": %llu}",
+                      i ? ", " : "", static_cast<unsigned long long>(row.bytes),
+                      row.iters, row.time_us, row.host_us,
+                      static_cast<unsigned long long>(row.errors));
+        s += b;
+      }
+      s += "]";
+    }
+    s += "]";
+  }
+  return s + "}\n";
+}
+
+}  // namespace uccl::tools

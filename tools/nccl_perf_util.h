@@ -1,0 +1,66 @@
+// nccl_perf's host-side logic, kept free of CUDA and NCCL so it is unit
+// tested on any machine: size lists, the data pattern and its check, tables.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "uccl/status.h"
+
+namespace uccl::tools {
+
+// One size's result from one run (piped from rank 0 to the parent as raw
+// bytes, so plain old data only).
+struct PerfRow {
+  uint64_t bytes = 0;
+  uint32_t iters = 0;
+  uint32_t pad = 0;
+  double time_us = 0;   // per all_reduce, CUDA events over the timed loop
+  double host_us = 0;   // per call, the host's issuing time only
+  uint64_t errors = 0;  // wrong output elements, summed over the ranks
+};
+static_assert(sizeof(PerfRow) == 40, "PerfRow crosses a pipe as bytes");
+
+// "4,64,1K,256M" -> bytes (K/M/G are powers of 1024). Every size must be a
+// positive multiple of 4 (float32 elements); an empty or malformed list is
+// InvalidArgument naming the bad entry.
+Result<std::vector<uint64_t>> parse_sizes(const std::string& list);
+
+// Comma-separated names, empty entries dropped.
+std::vector<std::string> split_list(const std::string& list);
+
+// Timed iterations for one size: `iters`, capped at `cap_bytes / bytes`,
+// never below 5.
+uint32_t perf_iters(uint64_t bytes, uint32_t iters, uint64_t cap_bytes);
+
+// Rank `rank`'s input element i: small integers, so every sum is exact in
+// float32 and the expected output is known without the other ranks' data.
+inline float perf_input(int rank, size_t i) {
+  return static_cast<float>(i % 251 + static_cast<size_t>(rank));
+}
+inline float perf_expected(int nranks, size_t i) {
+  return static_cast<float>(static_cast<size_t>(nranks) * (i % 251) +
+                            static_cast<size_t>(nranks * (nranks - 1) / 2));
+}
+
+// Output elements of an n-element all_reduce result that are not
+// perf_expected (NaN counts as wrong).
+uint64_t perf_check(const float* out, size_t n, int nranks);
+
+// results[net][round] = that run's rows (a failed run has no entry). The
+// table gives per size each net's median time, the subject's (nets[0])
+// median host time and bus bandwidth, the best baseline's median time, the
+// ratio baseline / subject (> 1: the subject is faster), and in how many
+// rounds the subject was faster than every baseline of that round.
+std::string perf_table(
+    const std::vector<std::string>& nets,
+    const std::vector<std::vector<std::vector<PerfRow>>>& results,
+    uint32_t nranks);
+
+// Every round's rows as JSON: {"net": [[{"bytes":..,"time_us":..},..],..]}.
+std::string perf_json(
+    const std::vector<std::string>& nets,
+    const std::vector<std::vector<std::vector<PerfRow>>>& results);
+
+}  // namespace uccl::tools

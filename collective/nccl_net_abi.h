@@ -1,5 +1,6 @@
-// NCCL's net-plugin ABI (versions 8 to 11), declared by us from the layout
-// facts in docs/nccl-net-abi.md; every size and offset is static_asserted.
+// NCCL's net-plugin ABI (versions 8 to 11) and tuner ABI (v4), declared by
+// us from the layout facts in docs/nccl-net-abi.md and NCCL's tuner_v4.h;
+// every size and offset is static_asserted.
 #pragma once
 
 #include <cstddef>
@@ -296,5 +297,31 @@ static_assert(offsetof(NetV11, isend) == 80, "ncclNet_v11");
 static_assert(offsetof(NetV11, makeVDevice) == 152, "ncclNet_v11");
 static_assert(offsetof(NetV11, finalize) == 160, "ncclNet_v11");
 static_assert(offsetof(NetV11, setNetAttr) == 168, "ncclNet_v11");
+
+// ---------------------------------------------------------------- tuner
+// ncclTuner_v4_t (NCCL 2.23 and later load it; 2.28 still does). NCCL looks
+// for it in the net plugin's library when NCCL_TUNER_PLUGIN is unset, and
+// calls init once per communicator, getCollInfo per collective. The cost
+// table is float[numAlgo][numProto], contiguous, in microseconds; an entry
+// of -1 (kAlgoProtoIgnore) is a choice NCCL must not make.
+constexpr unsigned long kLogSubsysTuning = 64;
+constexpr int kFuncAllReduce = 4;  // ncclFunc_t
+constexpr int kProtoLL = 0;        // NCCL_PROTO_LL
+constexpr int kProtoLL128 = 1;     // NCCL_PROTO_LL128
+constexpr int kProtoSimple = 2;    // NCCL_PROTO_SIMPLE
+constexpr float kAlgoProtoIgnore = -1.0f;
+
+struct TunerV4 {
+  const char* name;
+  int (*init)(size_t nRanks, size_t nNodes, Logger logFunction, void** ctx);
+  int (*getCollInfo)(void* ctx, int collType, size_t nBytes, int numPipeOps,
+                     float** collCostTable, int numAlgo, int numProto,
+                     int regBuff, int* nChannels);
+  int (*destroy)(void* ctx);
+};
+static_assert(sizeof(TunerV4) == 32, "ncclTuner_v4");
+static_assert(offsetof(TunerV4, init) == 8, "ncclTuner_v4");
+static_assert(offsetof(TunerV4, getCollInfo) == 16, "ncclTuner_v4");
+static_assert(offsetof(TunerV4, destroy) == 24, "ncclTuner_v4");
 
 }  // namespace uccl::ncclabi

@@ -1,9 +1,12 @@
 // The symbols NCCL looks up in libnccl-net-uccl.so: ncclNetPlugin_v11 (the
-// implementation) and v8..v10 as thin shims over it; nothing else is exported.
+// implementation), v8..v10 as thin shims over it, and ncclTunerPlugin_v4.
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "collective/nccl_net_abi.h"
 #include "collective/net_plugin.h"
+#include "collective/tuner.h"
 
 namespace uccl::nccl {
 namespace {
@@ -143,6 +146,38 @@ int v8_irecv(void* rc, int n, void** data, int* sizes, int* tags, void** mhs,
   return P().irecv(rc, n, data, s, tags, mhs, nullptr, req);
 }
 
+// ---------------------------------------------------------------- tuner
+struct TunerContext {
+  TunerPolicy policy;
+};
+
+int tuner_init(size_t nranks, size_t nnodes, Logger logger, void** ctx) {
+  if (ctx == nullptr) return kInternalError;
+  auto* c = new (std::nothrow) TunerContext{make_tuner_policy(
+      nranks, nnodes, P().software_nic_only(),
+      [](const char* name) -> const char* { return std::getenv(name); })};
+  if (c == nullptr) return kSystemError;
+  if (logger) {
+    logger(kLogInfo, kLogSubsysTuning, __FILE__, __LINE__,
+           "NET/UCCL tuner (%zu ranks, %zu nodes): %s", nranks, nnodes,
+           c->policy.why.c_str());
+  }
+  *ctx = c;
+  return kSuccess;
+}
+// Per collective: no allocation, no lock.
+int tuner_get_coll_info(void* ctx, int coll, size_t nbytes, int, float** table,
+                        int num_algo, int num_proto, int, int*) {
+  if (ctx == nullptr) return kInternalError;
+  apply_tuner_policy(static_cast<TunerContext*>(ctx)->policy, coll, nbytes,
+                     reinterpret_cast<float*>(table), num_algo, num_proto);
+  return kSuccess;
+}
+int tuner_destroy(void* ctx) {
+  delete static_cast<TunerContext*>(ctx);
+  return kSuccess;
+}
+
 }  // namespace
 }  // namespace uccl::nccl
 
@@ -155,6 +190,11 @@ __attribute__((visibility("default"))) extern const NetV11 ncclNetPlugin_v11;
 __attribute__((visibility("default"))) extern const NetV10 ncclNetPlugin_v10;
 __attribute__((visibility("default"))) extern const NetV9 ncclNetPlugin_v9;
 __attribute__((visibility("default"))) extern const NetV8 ncclNetPlugin_v8;
+__attribute__((visibility("default"))) extern const TunerV4 ncclTunerPlugin_v4;
+
+// The cost table NCCL passes is a float[numAlgo][numProto] cast to float**.
+const TunerV4 ncclTunerPlugin_v4 = {"UCCL", n::tuner_init,
+                                    n::tuner_get_coll_info, n::tuner_destroy};
 
 const NetV11 ncclNetPlugin_v11 = {
     "UCCL",           n::v11_init,      n::devices,        n::v11_props,

@@ -212,6 +212,15 @@ NcclResult NetPlugin::fail(const char* what, const Status& st,
   return code;
 }
 
+bool NetPlugin::software_nic_only() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!inited_ || devs_.empty()) return false;
+  for (const auto& d : devs_) {
+    if (d->name.rfind("udp", 0) != 0) return false;
+  }
+  return true;
+}
+
 NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
   std::lock_guard<std::mutex> lock(mu_);
   if (logger) logger_.store(logger, std::memory_order_release);

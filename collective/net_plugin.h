@@ -87,6 +87,9 @@ class NetPlugin {
   // Logs through NCCL's logger (or stderr before init).
   void log(int level, const char* file, int line, const std::string& msg);
   int max_recvs() const { return max_recvs_; }
+  // True once initialised with only software-NIC devices (the tuner's
+  // measurements apply there, not to verbs NICs).
+  bool software_nic_only();
 
   // For tests and the conformance harness: the live endpoint of a device.
   Endpoint* endpoint_for_testing(int dev);

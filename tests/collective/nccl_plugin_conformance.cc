@@ -7,7 +7,8 @@
 //   nccl_plugin_conformance --scenario=NAME [--version=N]   one scenario
 //
 // Scenarios: props, data, backpressure, truncation, grouped, close, twoproc
-// (sender in a second process), and data/twoproc again under 1% injected loss.
+// (sender in a second process), tuner (ncclTunerPlugin_v4), and
+// data/twoproc again under 1% injected loss.
 #include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -787,6 +788,133 @@ void scenario_twoproc(Api& a, const std::string& self) {
   std::printf("  %d messages from another process checked\n", done);
 }
 
+// The tuner exported beside the net plugin (ncclTunerPlugin_v4), driven the
+// way NCCL drives it: init per communicator, getCollInfo per collective on
+// a float[7][3] cost table, destroy. The net plugin is initialised first
+// (NCCL loads the tuner after the net), so its devices are known.
+void scenario_tuner(Api&) {
+  void* lib = dlopen(g_plugin.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(lib != nullptr, "plugin not loaded");
+  auto* t = static_cast<const TunerV4*>(dlsym(lib, "ncclTunerPlugin_v4"));
+  REQUIRE(t != nullptr && t->init && t->getCollInfo && t->destroy,
+          "no ncclTunerPlugin_v4");
+  CHECK_THAT(std::strcmp(t->name, "UCCL") == 0, "name %s", t->name);
+  const char* kb = std::getenv("UCCL_NCCL_LL_MAX_KB");
+  const char* on = std::getenv("UCCL_NCCL_TUNER");
+  const bool off = on != nullptr && std::strcmp(on, "0") == 0;
+  const size_t max_per_rank = (kb ? std::atoi(kb) : 48) * size_t{1024};
+  constexpr int kAlgos = 7, kProtos = 3;
+  // A table with every entry allowed except Tree/LL128 and CollNet (2, 3).
+  auto fresh = [](float* tab) {
+    for (int i = 0; i < kAlgos * kProtos; ++i) tab[i] = 10.0f + i;
+    tab[0 * kProtos + kProtoLL128] = kAlgoProtoIgnore;
+    for (int p = 0; p < kProtos; ++p) {
+      tab[2 * kProtos + p] = tab[3 * kProtos + p] = kAlgoProtoIgnore;
+    }
+  };
+  // Calls getCollInfo; returns whether it left LL/LL128 disallowed
+  // everywhere while Simple, nChannels and the ignored entries are as given.
+  auto run = [&](void* ctx, int coll, size_t bytes, bool* changed) {
+    float tab[kAlgos * kProtos], want[kAlgos * kProtos];
+    fresh(tab);
+    fresh(want);
+    int nch = 77;
+    CHECK_THAT(
+        t->getCollInfo(ctx, coll, bytes, 1, reinterpret_cast<float**>(tab),
+                       kAlgos, kProtos, 0, &nch) == kSuccess,
+        "getCollInfo");
+    CHECK_THAT(nch == 77, "nChannels changed to %d", nch);
+    bool all_ll_off = true, same = true;
+    for (int a = 0; a < kAlgos; ++a) {
+      for (int p = 0; p < kProtos; ++p) {
+        const int i = a * kProtos + p;
+        if (tab[i] != want[i]) same = false;
+        if (p == kProtoSimple) {
+          CHECK_THAT(tab[i] == want[i], "Simple cost of algo %d changed", a);
+        } else if (tab[i] != kAlgoProtoIgnore) {
+          all_ll_off = false;
+        }
+      }
+    }
+    CHECK_THAT(same || all_ll_off, "LL/LL128 only partly disallowed");
+    *changed = !same;
+  };
+  auto with = [&](size_t nranks, size_t nnodes,
+                  const std::function<void(void*)>& body) {
+    void* ctx = nullptr;
+    REQUIRE(t->init(nranks, nnodes, logger, &ctx) == kSuccess && ctx,
+            "tuner init");
+    body(ctx);
+    CHECK_THAT(t->destroy(ctx) == kSuccess, "tuner destroy");
+  };
+  for (const char* v : {"NCCL_PROTO", "NCCL_ALGO", "NCCL_NET",
+                        "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"}) {
+    unsetenv(v);
+  }
+  bool ch = false;
+  if (max_per_rank == 0 || off) {  // the tuner is off
+    with(2, 2, [&](void* ctx) {
+      run(ctx, kFuncAllReduce, size_t{1} << 30, &ch);
+      CHECK_THAT(!ch, "tuner acted while off");
+    });
+    return;
+  }
+  // Two nodes: all_reduce above the limit per rank moves off LL, at or
+  // below it (and every other collective) keeps NCCL's table.
+  for (size_t nranks : {2, 8}) {
+    with(nranks, 2, [&](void* ctx) {
+      const size_t limit = max_per_rank * nranks;
+      run(ctx, kFuncAllReduce, limit + nranks, &ch);
+      CHECK_THAT(ch, "%zu ranks: all_reduce of %zu B kept LL", nranks,
+                 limit + nranks);
+      run(ctx, kFuncAllReduce, limit, &ch);
+      CHECK_THAT(!ch, "%zu ranks: all_reduce of %zu B changed", nranks, limit);
+      run(ctx, 2 /* all_gather */, limit * 16, &ch);
+      CHECK_THAT(!ch, "all_gather changed");
+    });
+  }
+  // No Simple anywhere: NCCL keeps its only choices.
+  with(2, 2, [&](void* ctx) {
+    float tab[kAlgos * kProtos];
+    for (float& f : tab) f = 5.0f;
+    for (int a = 0; a < kAlgos; ++a) tab[a * kProtos + kProtoSimple] = -1;
+    int nch = 0;
+    t->getCollInfo(ctx, kFuncAllReduce, size_t{1} << 30, 1,
+                   reinterpret_cast<float**>(tab), kAlgos, kProtos, 0, &nch);
+    CHECK_THAT(tab[kProtoLL] == 5.0f, "LL removed with no Simple left");
+  });
+  const size_t big = max_per_rank * 2 * 4;
+  // One node: only when NCCL is kept off its GPU paths (then the net
+  // carries the traffic, as in tools/nccl_test.py).
+  with(2, 1, [&](void* ctx) {
+    run(ctx, kFuncAllReduce, big, &ch);
+    CHECK_THAT(!ch, "one node without P2P/SHM disabled: changed");
+  });
+  setenv("NCCL_P2P_DISABLE", "1", 1);
+  setenv("NCCL_SHM_DISABLE", "1", 1);
+  with(2, 1, [&](void* ctx) {
+    run(ctx, kFuncAllReduce, big, &ch);
+    CHECK_THAT(ch, "one node, P2P and SHM disabled: unchanged");
+  });
+  // The user's own choices win.
+  for (const char* kv : {"NCCL_PROTO=LL", "NCCL_ALGO=Ring", "NCCL_NET=IB"}) {
+    std::string s(kv);
+    const std::string k = s.substr(0, s.find('='));
+    setenv(k.c_str(), s.substr(s.find('=') + 1).c_str(), 1);
+    with(2, 2, [&](void* ctx) {
+      run(ctx, kFuncAllReduce, big, &ch);
+      CHECK_THAT(!ch, "changed with %s", kv);
+    });
+    unsetenv(k.c_str());
+  }
+  setenv("NCCL_NET", "uccl", 1);  // NCCL compares net names case-blind
+  with(2, 2, [&](void* ctx) {
+    run(ctx, kFuncAllReduce, big, &ch);
+    CHECK_THAT(ch, "NCCL_NET=uccl: unchanged");
+  });
+  unsetenv("NCCL_NET");
+}
+
 std::string flag(int argc, char** argv, const std::string& name,
                  const std::string& def) {
   const std::string p = "--" + name + "=";
@@ -821,6 +949,8 @@ int run_scenario(const std::string& plugin, const std::string& name,
     scenario_close(a);
   else if (name == "placement")
     scenario_placement(a);
+  else if (name == "tuner")
+    scenario_tuner(a);
   else if (name == "twoproc")
     scenario_twoproc(a, self);
   else if (name == "twoproc_sender")
@@ -874,6 +1004,10 @@ int main(int argc, char** argv) {
   }
   runs.push_back({"grouped", 11, {"UCCL_NCCL_MAX_RECVS=8"}});
   runs.push_back({"placement", 11, {"UCCL_NCCL_ENGINES=4"}});
+  runs.push_back({"tuner", 11, {}});
+  runs.push_back({"tuner", 11, {"UCCL_NCCL_LL_MAX_KB=16"}});
+  runs.push_back({"tuner", 11, {"UCCL_NCCL_LL_MAX_KB=0"}});
+  runs.push_back({"tuner", 11, {"UCCL_NCCL_TUNER=0"}});
   runs.push_back({"grouped", 8, {"UCCL_NCCL_MAX_RECVS=8"}});
   runs.push_back(
       {"data", 11, {"UCCL_FAULT_TX=drop=0.01", "UCCL_FAULT_SEED=7"}});

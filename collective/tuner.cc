@@ -1,0 +1,93 @@
+// The NCCL tuner's policy: when it is active, and what it changes in NCCL's
+// cost table (LL/LL128 disallowed for large all_reduce over UCCL).
+#include "collective/tuner.h"
+
+#include <strings.h>
+
+#include <cstring>
+
+#include "collective/nccl_net_abi.h"
+#include "util/knobs.h"
+
+namespace uccl::nccl {
+namespace {
+
+UCCL_KNOB(bool, knob_tuner, "UCCL_NCCL_TUNER", true,
+          "NCCL plugin: also act as NCCL's tuner (ncclTunerPlugin_v4, used "
+          "when NCCL_TUNER_PLUGIN is unset): all_reduce over the software "
+          "NIC above UCCL_NCCL_LL_MAX_KB per rank runs NCCL's Simple "
+          "protocol instead of LL/LL128. Off: NCCL's own choice.");
+// Measured on loopback with 2 ranks (BENCHMARKS.md, session 10), NCCL_PROTO
+// forced, us per all_reduce, LL / Simple: 64 KiB 49.3 / 60.5, 96 KiB 62.6 /
+// 64.0, 128 KiB 77.5 / 63.7, 256 KiB 138.1 / 73.5. NCCL's model keeps LL up
+// to 256 KiB (144 us). So LL up to 48 KiB per rank (96 KiB for 2 ranks).
+UCCL_KNOB(int64_t, knob_ll_max_kb, "UCCL_NCCL_LL_MAX_KB", 48,
+          "NCCL plugin tuner: largest all_reduce, in KiB per rank (the "
+          "buffer's bytes / ranks), that may still run LL/LL128; 0: the "
+          "tuner changes nothing.",
+          0, int64_t{1} << 30);
+
+bool is_one(const char* v) { return v != nullptr && std::strcmp(v, "1") == 0; }
+
+}  // namespace
+
+TunerPolicy make_tuner_policy(
+    size_t nranks, size_t nnodes, bool software_nic_only,
+    const std::function<const char*(const char*)>& getenv) {
+  TunerPolicy p;
+  p.nranks = nranks;
+  p.ll_max_bytes_per_rank =
+      static_cast<uint64_t>(knob_ll_max_kb().get()) * 1024;
+  const char* net = getenv("NCCL_NET");
+  if (!knob_tuner().get() || p.ll_max_bytes_per_rank == 0) {
+    p.why = "off (UCCL_NCCL_TUNER=0 or UCCL_NCCL_LL_MAX_KB=0)";
+  } else if (getenv("NCCL_PROTO") != nullptr ||
+             getenv("NCCL_ALGO") != nullptr) {
+    p.why = "inactive: NCCL_PROTO or NCCL_ALGO is set";
+  } else if (net != nullptr && strcasecmp(net, "UCCL") != 0) {
+    p.why = std::string("inactive: NCCL_NET=") + net;
+  } else if (nranks < 2) {
+    p.why = "inactive: one rank";
+  } else if (nnodes < 2 && !(is_one(getenv("NCCL_P2P_DISABLE")) &&
+                             is_one(getenv("NCCL_SHM_DISABLE")))) {
+    p.why = "inactive: one node, so NCCL's GPU paths carry the traffic";
+  } else if (!software_nic_only) {
+    p.why =
+        "inactive: not only software-NIC devices (verbs NICs were not "
+        "measured)";
+  } else {
+    p.active = true;
+    p.why = "all_reduce above " +
+            std::to_string(p.ll_max_bytes_per_rank / 1024) +
+            " KiB per rank runs Simple (not LL/LL128)";
+  }
+  return p;
+}
+
+bool apply_tuner_policy(const TunerPolicy& p, int coll, size_t nbytes,
+                        float* table, int num_algo, int num_proto) {
+  using namespace ncclabi;  // NOLINT
+  if (!p.active || coll != kFuncAllReduce || table == nullptr ||
+      num_proto <= kProtoSimple || num_algo <= 0) {
+    return false;
+  }
+  if (nbytes / p.nranks <= p.ll_max_bytes_per_rank) return false;
+  bool simple = false;
+  for (int a = 0; a < num_algo; ++a) {
+    simple = simple || table[a * num_proto + kProtoSimple] >= 0;
+  }
+  if (!simple) return false;  // leave NCCL a choice it can make
+  bool changed = false;
+  for (int a = 0; a < num_algo; ++a) {
+    for (int proto : {kProtoLL, kProtoLL128}) {
+      float& cost = table[a * num_proto + proto];
+      if (cost >= 0) {
+        cost = kAlgoProtoIgnore;
+        changed = true;
+      }
+    }
+  }
+  return changed;
+}
+
+}  // namespace uccl::nccl

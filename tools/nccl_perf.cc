@@ -168,7 +168,10 @@ bool read_all(int fd, void* p, size_t n) {
   }
   float *send = nullptr, *recv = nullptr;
   CUDA_OK(rank, cudaMalloc(&send, max_bytes));
-  CUDA_OK(rank, cudaMalloc(&recv, max_bytes));
+  // recv also carries one error count per size at the end.
+  CUDA_OK(rank,
+          cudaMalloc(&recv, std::max<size_t>(max_bytes,
+                                             sizes.size() * sizeof(float))));
   CUDA_OK(rank,
           cudaMemcpy(send, host.data(), max_bytes, cudaMemcpyHostToDevice));
 
@@ -187,10 +190,8 @@ bool read_all(int fd, void* p, size_t n) {
           rank, nccl,
           nccl.all_reduce(send, recv, n, ncclFloat32, ncclSum, comm, stream));
     }
-    // NaN everywhere, so an element the timed loop never wrote fails.
-    CUDA_OK(rank, cudaMemsetAsync(recv, 0xff, bytes, stream));
     barrier();
-    // The barrier reduced recv[0]; the timed loop rewrites all of it.
+    // NaN everywhere, so an element the timed loop never wrote fails.
     CUDA_OK(rank, cudaMemsetAsync(recv, 0xff, bytes, stream));
     CUDA_OK(rank, cudaEventRecord(start, stream));
     auto t0 = std::chrono::steady_clock::now();
@@ -214,17 +215,23 @@ bool read_all(int fd, void* p, size_t n) {
     row.errors = uccl::tools::perf_check(host.data(), n, nranks);
     rows.push_back(row);
   }
-  // Every rank's errors count: fold them into rank 0's rows.
-  for (PerfRow& r : rows) {
-    uint64_t e = r.errors;
-    float ef = static_cast<float>(std::min<uint64_t>(e, 1u << 24));
-    float* dev = recv;
-    CUDA_OK(rank, cudaMemcpy(dev, &ef, sizeof(ef), cudaMemcpyHostToDevice));
-    NCCL_OK(rank, nccl,
-            nccl.all_reduce(dev, dev, 1, ncclFloat32, ncclSum, comm, stream));
-    CUDA_OK(rank, cudaStreamSynchronize(stream));
-    CUDA_OK(rank, cudaMemcpy(&ef, dev, sizeof(ef), cudaMemcpyDeviceToHost));
-    r.errors = static_cast<uint64_t>(ef);
+  // Every rank's errors count: one all_reduce folds them into rank 0's rows
+  // (capped at 2^24 per size, where float counts stay exact).
+  std::vector<float> errs(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    errs[i] = static_cast<float>(std::min<uint64_t>(rows[i].errors, 1u << 24));
+  }
+  const size_t err_bytes = errs.size() * sizeof(float);
+  CUDA_OK(rank,
+          cudaMemcpy(recv, errs.data(), err_bytes, cudaMemcpyHostToDevice));
+  NCCL_OK(rank, nccl,
+          nccl.all_reduce(recv, recv, errs.size(), ncclFloat32, ncclSum, comm,
+                          stream));
+  CUDA_OK(rank, cudaStreamSynchronize(stream));
+  CUDA_OK(rank,
+          cudaMemcpy(errs.data(), recv, err_bytes, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i].errors = static_cast<uint64_t>(errs[i]);
   }
   NCCL_OK(rank, nccl, nccl.comm_destroy(comm));
   if (rank == 0) {

@@ -37,7 +37,8 @@ DEFINE_string(nets, "UCCL,Socket,Socket4x4",
               "Transports, comma-separated; the first is compared with the "
               "best of the others. UCCL (our plugin), Socket (NCCL's, "
               "defaults), Socket4x4 (4 threads x 4 sockets), P2P (NVLink, "
-              "no network: the floor).");
+              "no network: the floor). An entry may add variables for its "
+              "run alone: UCCL+UCCL_NCCL_SPEED_MBPS=400000+VAR=value.");
 DEFINE_string(plugin, "",
               "UCCL plugin .so (absolute path); default: next to this "
               "binary (../libnccl-net-uccl.so or ../lib/libnccl-net-uccl.so).");
@@ -245,11 +246,18 @@ bool read_all(int fd, void* p, size_t n) {
   _exit(0);
 }
 
+// Variables some --nets entry sets for its own run, unset before the others.
+std::vector<std::string> g_variant_vars;
+
 // The environment that selects a net; false for an unknown name.
-bool set_net_env(const std::string& net, const std::string& plugin) {
+bool set_net_env(const std::string& entry, const std::string& plugin) {
+  auto spec = uccl::tools::parse_net_spec(entry);
+  if (!spec.ok()) return false;
+  const std::string& net = spec->base;
   const char* kNetVars[] = {"NCCL_NET", "NCCL_NET_PLUGIN",
                             "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"};
   for (const char* v : kNetVars) unsetenv(v);
+  for (const std::string& v : g_variant_vars) unsetenv(v.c_str());
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   setenv("NCCL_P2P_DISABLE", "1", 1);
   setenv("NCCL_SHM_DISABLE", "1", 1);
@@ -268,6 +276,7 @@ bool set_net_env(const std::string& net, const std::string& plugin) {
   } else {
     return false;
   }
+  for (const auto& [k, v] : spec->env) setenv(k.c_str(), v.c_str(), 1);
   return true;
 }
 
@@ -411,18 +420,38 @@ int main(int argc, char** argv) {
   std::string plugin =
       FLAGS_plugin.empty() ? default_plugin(argv[0]) : FLAGS_plugin;
   for (const std::string& net : nets) {
+    auto spec = uccl::tools::parse_net_spec(net);
+    if (!spec.ok()) {
+      std::fprintf(stderr, "nccl_perf: --nets: %s\n",
+                   spec.status().to_string().c_str());
+      return 1;
+    }
+    for (const auto& kv : spec->env) {
+      if (std::getenv(kv.first.c_str()) != nullptr) {
+        std::fprintf(stderr,
+                     "nccl_perf: %s is set in the environment and in --nets "
+                     "entry '%s'; unset it\n",
+                     kv.first.c_str(), net.c_str());
+        return 1;
+      }
+      g_variant_vars.push_back(kv.first);
+    }
+  }
+  for (const std::string& net : nets) {
     if (!set_net_env(net, plugin)) {
       std::fprintf(stderr, "nccl_perf: unknown net '%s'\n", net.c_str());
       return 1;
     }
-    if (net == "UCCL" && (plugin.empty() || plugin[0] != '/')) {
+    if (net.rfind("UCCL", 0) == 0 && (plugin.empty() || plugin[0] != '/')) {
       std::fprintf(stderr,
                    "nccl_perf: UCCL needs --plugin=<absolute path of "
                    "libnccl-net-uccl.so> (none found next to this binary)\n");
       return 1;
     }
   }
-  if (std::find(nets.begin(), nets.end(), "UCCL") != nets.end()) {
+  if (std::any_of(nets.begin(), nets.end(), [](const std::string& n) {
+        return n.rfind("UCCL", 0) == 0;
+      })) {
     std::printf("# plugin %s\n", plugin.c_str());
   }
   std::printf(

@@ -23,6 +23,36 @@ std::vector<std::string> split_list(const std::string& list) {
   return out;
 }
 
+Result<NetSpec> parse_net_spec(const std::string& entry) {
+  NetSpec spec;
+  size_t pos = entry.find('+');
+  spec.base = entry.substr(0, pos);
+  if (spec.base != "UCCL" && spec.base != "Socket" &&
+      spec.base != "Socket4x4" && spec.base != "P2P") {
+    return InvalidArgument("unknown net '" + spec.base + "' in '" + entry +
+                           "' (UCCL, Socket, Socket4x4, P2P)");
+  }
+  while (pos != std::string::npos) {
+    const size_t start = pos + 1;
+    pos = entry.find('+', start);
+    const std::string kv = entry.substr(
+        start, pos == std::string::npos ? std::string::npos : pos - start);
+    const size_t eq = kv.find('=');
+    const std::string name = kv.substr(0, eq);
+    bool ok = eq != std::string::npos && !name.empty();
+    for (char ch : name) {
+      ok = ok &&
+           ((ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_');
+    }
+    if (!ok) {
+      return InvalidArgument("bad variable '" + kv + "' in '" + entry +
+                             "' (want VAR=value)");
+    }
+    spec.env.emplace_back(name, kv.substr(eq + 1));
+  }
+  return spec;
+}
+
 Result<std::vector<uint64_t>> parse_sizes(const std::string& list) {
   std::vector<uint64_t> out;
   for (const std::string& item : split_list(list)) {

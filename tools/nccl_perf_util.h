@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "uccl/status.h"
@@ -29,6 +30,18 @@ Result<std::vector<uint64_t>> parse_sizes(const std::string& list);
 
 // Comma-separated names, empty entries dropped.
 std::vector<std::string> split_list(const std::string& list);
+
+// One --nets entry: a transport and the environment of that run only, as
+// "Base+VAR=value+VAR=value" (e.g. "UCCL+UCCL_NCCL_SPEED_MBPS=400000").
+struct NetSpec {
+  std::string base;  // UCCL, Socket, Socket4x4, P2P
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+// Parses one entry. The base must be a known transport and each variable
+// name upper-case letters, digits and '_'; anything else is InvalidArgument
+// naming the bad part.
+Result<NetSpec> parse_net_spec(const std::string& entry);
 
 // Timed iterations for one size: `iters`, capped at `cap_bytes / bytes`,
 // never below 5.

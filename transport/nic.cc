@@ -145,6 +145,7 @@ std::vector<DeviceInfo> list_devices() {
     d.netdev = n.name;
     d.ip = udp::ipv4_to_string(n.ipv4_be);
     d.link_speed_mbps = n.speed_mbps ? n.speed_mbps : 100000;
+    d.link_speed_known = n.speed_mbps != 0;
     d.mtu_bytes = std::min<uint32_t>(n.mtu > 92 ? (n.mtu - 92) & ~63u : 256,
                                      udp::kMaxFragmentPayload & ~63u);
     d.numa_node = n.numa_node;

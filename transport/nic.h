@@ -278,6 +278,9 @@ struct DeviceInfo {
   std::string netdev;   // kernel interface, if any
   std::string ip;       // software NIC: address it binds
   uint64_t link_speed_mbps = 0;
+  // False when link_speed_mbps is a stand-in: a virtual interface (lo, most
+  // VM NICs) whose kernel reports no speed, or a verbs port not queried.
+  bool link_speed_known = false;
   uint32_t mtu_bytes = 0;  // largest message payload per packet
   // Header bytes each packet adds on the wire around mtu_bytes of payload
   // (link, network, transport); pacing to a line rate in payload bytes uses

@@ -293,6 +293,13 @@ void scenario_props(Api& a) {
     names.push_back(p.name);
     CHECK_THAT(p.ptrSupport == kPtrHost, "ptrSupport %d", p.ptrSupport);
     CHECK_THAT(p.speed > 0, "speed %d", p.speed);
+    if (std::strcmp(p.name, "udp:lo") == 0) {
+      // lo has no link speed: 400000 (4 NCCL channels on one host) unless
+      // the user says otherwise.
+      const char* s = std::getenv("UCCL_NCCL_SPEED_MBPS");
+      const int want = s ? std::atoi(s) : 400000;
+      CHECK_THAT(p.speed == want, "udp:lo speed %d, want %d", p.speed, want);
+    }
     CHECK_THAT(p.maxComms > 0, "maxComms");
     CHECK_THAT(p.maxRecvs >= 1 && p.maxRecvs <= 8, "maxRecvs %d", p.maxRecvs);
     CHECK_THAT(p.netDeviceType == kNetDeviceHost, "netDeviceType");
@@ -1002,6 +1009,10 @@ int main(int argc, char** argv) {
   for (const char* s : {"backpressure", "truncation", "close", "twoproc"}) {
     runs.push_back({s, 11, {}});
   }
+  runs.push_back({"props", 11, {"UCCL_NCCL_DEVICES=udp:lo"}});
+  runs.push_back({"props",
+                  11,
+                  {"UCCL_NCCL_DEVICES=udp:lo", "UCCL_NCCL_SPEED_MBPS=123000"}});
   runs.push_back({"grouped", 11, {"UCCL_NCCL_MAX_RECVS=8"}});
   runs.push_back({"placement", 11, {"UCCL_NCCL_ENGINES=4"}});
   runs.push_back({"tuner", 11, {}});

@@ -33,6 +33,31 @@ TEST(NcclPerfUtil, RejectsBadSizes) {
             std::string::npos);
 }
 
+TEST(NcclPerfUtil, NetSpecsCarryTheirOwnEnvironment) {
+  auto plain = parse_net_spec("Socket4x4");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->base, "Socket4x4");
+  EXPECT_TRUE(plain->env.empty());
+  auto v = parse_net_spec("UCCL+UCCL_NCCL_SPEED_MBPS=400000+NCCL_PROTO=");
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->base, "UCCL");
+  ASSERT_EQ(v->env.size(), 2u);
+  EXPECT_EQ(v->env[0].first, "UCCL_NCCL_SPEED_MBPS");
+  EXPECT_EQ(v->env[0].second, "400000");
+  EXPECT_EQ(v->env[1].first, "NCCL_PROTO");
+  EXPECT_EQ(v->env[1].second, "");  // set, and empty
+  for (const char* bad : {"", "Uccl", "UCCL+", "UCCL+X", "UCCL+=1",
+                          "UCCL+lower=1", "UCCL+A-B=1", "Socket++A=1"}) {
+    auto s = parse_net_spec(bad);
+    EXPECT_FALSE(s.ok()) << "'" << bad << "' was accepted";
+    if (!s.ok()) {
+      EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    }
+  }
+  EXPECT_NE(parse_net_spec("UCCL+A=1+bad").status().message().find("'bad'"),
+            std::string::npos);
+}
+
 TEST(NcclPerfUtil, IterationsAreCappedByBytes) {
   EXPECT_EQ(perf_iters(4, 1000, 4ull << 30), 1000u);
   EXPECT_EQ(perf_iters(256ull << 20, 1000, 4ull << 30), 16u);

@@ -695,6 +695,9 @@ TEST(DeviceTest, ListingAndOpeningByName) {
       has_lo = true;
       EXPECT_EQ(d.ip, "127.0.0.1");
       EXPECT_GT(d.mtu_bytes, 60000u);
+      // lo has no link speed (sysfs says EINVAL): a stand-in, marked so.
+      EXPECT_FALSE(d.link_speed_known);
+      EXPECT_GT(d.link_speed_mbps, 0u);
     }
   }
   EXPECT_TRUE(has_lo);

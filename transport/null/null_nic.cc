@@ -264,6 +264,7 @@ Result<std::unique_ptr<NullDevice>> NullDevice::open(
   i.backend = "null";
   i.ip = "127.0.0.1";
   i.link_speed_mbps = kLinkSpeedMbps;
+  i.link_speed_known = true;
   i.mtu_bytes = opts.mtu_bytes ? opts.mtu_bytes : 4096;
   i.wire_overhead_bytes = 0;
   i.active = true;

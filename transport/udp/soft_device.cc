@@ -221,6 +221,7 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
   int64_t speed = knob_softnic_speed_mbps().get();
   d->info_.link_speed_mbps =
       speed > 0 ? speed : (nif.speed_mbps ? nif.speed_mbps : 100000);
+  d->info_.link_speed_known = speed > 0 || nif.speed_mbps != 0;
   d->info_.guid = (static_cast<uint64_t>(ntohl(nif.ipv4_be)) << 16) |
                   ntohs(d->local_.sin_port);
 

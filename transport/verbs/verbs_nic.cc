@@ -149,6 +149,7 @@ std::vector<DeviceInfo> list_verbs_devices(std::string* why_none) {
         d.active = pa.state == IBV_PORT_ACTIVE;
         d.mtu_bytes = mtu_enum_to_bytes(pa.active_mtu);
         d.link_speed_mbps = port_speed_mbps(pa);
+        d.link_speed_known = d.link_speed_mbps != 0;
       }
       api->close_device(ctx);
     }

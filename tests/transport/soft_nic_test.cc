@@ -459,6 +459,54 @@ TEST(RcReliabilityTest, LargeWritesAndReadsUnderLoss) {
   }
 }
 
+// An ACK that covers a READ's PSN (here: the WRITE posted after it) says the
+// responder saw the request, not that its response arrived. The READ whose
+// response was lost must still be asked again after one timeout, and the
+// WRITE, already acknowledged, completes right after it without another.
+// Time moves only when the test moves it.
+TEST(RcReliabilityTest, ReadIsRetriedAfterALaterWriteIsAcked) {
+  ManualClock clock;
+  DeviceOptions o = Side::no_faults();
+  o.clock = &clock;
+  QpConfig cfg;
+  cfg.rc.timeout = 6;  // ~262 us
+  cfg.rc.retry_cnt = 3;
+  auto a = Side::make(QpType::kRC, 1 << 16, o, cfg);
+  auto b = Side::make(QpType::kRC, 1 << 16, o, cfg);
+  connect_pair(a.get(), b.get());
+  const uint32_t len = 8000;
+  fill_pattern(b->buf.data(), len, 5);
+  fill_pattern(a->buf.data() + 32768, 100, 6);
+  // b's READ response is lost.
+  FaultInjector* fb = b->dev->fault_injector();
+  fb->set_spec(Direction::kTx, *FaultSpec::parse("drop=1"));
+  ASSERT_TRUE(
+      a->post_send(WrOpcode::kRead, 1, 0, len, b->addr(), b->mr->rkey()).ok());
+  ASSERT_TRUE(drive({a.get(), b.get()},
+                    [&] { return fb->counters(Direction::kTx).dropped >= 1; }));
+  fb->set_spec(Direction::kTx, FaultSpec());
+  // The WRITE after it is acknowledged at once, PSN past the READ's.
+  ASSERT_TRUE(a->post_send(WrOpcode::kWrite, 2, 32768, 100, b->addr(32768),
+                           b->mr->rkey())
+                  .ok());
+  ASSERT_TRUE(drive({a.get(), b.get()},
+                    [&] { return cnt(a.get()).acks_received >= 1; }));
+  EXPECT_TRUE(a->send_wcs.empty()) << "completed before the READ's data";
+  EXPECT_EQ(cnt(a.get()).rc_timeouts, 0u);
+  clock.advance_ns(1000000);  // past one timeout, short of a second
+  ASSERT_TRUE(drive(
+      {a.get(), b.get()}, [&] { return a->send_wcs.size() == 2; }, 5000));
+  EXPECT_EQ(a->send_wcs[0].wr_id, 1u);
+  EXPECT_EQ(a->send_wcs[0].status, WcStatus::kSuccess)
+      << wc_status_name(a->send_wcs[0].status);
+  EXPECT_EQ(a->send_wcs[1].wr_id, 2u);
+  EXPECT_EQ(a->send_wcs[1].status, WcStatus::kSuccess)
+      << wc_status_name(a->send_wcs[1].status);
+  EXPECT_EQ(find_pattern_mismatch(a->buf.data(), len, 5), -1);
+  EXPECT_EQ(find_pattern_mismatch(b->buf.data() + 32768, 100, 6), -1);
+  EXPECT_EQ(cnt(a.get()).rc_timeouts, 1u);
+}
+
 TEST(UcSemanticsTest, LostFragmentMeansNoCompletion) {
   auto a = Side::make(QpType::kUC, 1 << 20);
   auto b = Side::make(QpType::kUC, 1 << 20);

@@ -219,6 +219,9 @@ class SoftQp final : public QueuePair {
   uint32_t serve_reads(uint32_t budget);
   void complete_send(SqEntry& e, WcStatus st, uint64_t now_ns);
   void retire_rc(uint64_t now_ns);
+  // `psn`, or the PSN before the oldest started READ at or below it whose
+  // response has not all arrived.
+  uint32_t ack_point(uint32_t psn) const;
   void rewind_to(uint32_t psn);
   void on_timer(uint64_t now_ns);
   void flush(uint64_t now_ns);
@@ -273,6 +276,9 @@ class SoftQp final : public QueuePair {
 
   // RC requester.
   uint32_t acked_psn_ = 0;  // highest cumulatively acknowledged
+  // Highest PSN the responder's ACKs covered; acked_psn_ stops short of it
+  // at a READ whose response has not all arrived (see advance_ack).
+  uint32_t peer_acked_psn_ = 0;
   uint64_t last_progress_ns_ = 0;
   uint32_t retries_ = 0;
   uint32_t rnr_retries_ = 0;

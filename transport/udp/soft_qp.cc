@@ -82,7 +82,7 @@ SoftQp::SoftQp(SoftDevice* dev, const QpConfig& cfg, uint32_t qpn, int tx_fd)
   inline_arena_.resize(sq_.size() * static_cast<size_t>(cfg.max_inline_data));
   reads_.resize(round_pow2(std::max<uint32_t>(cfg.rc.max_rd_atomic, 1) * 2));
   next_psn_ = (qpn * 2654435761u) & 0xffffff;
-  acked_psn_ = next_psn_ - 1;
+  acked_psn_ = peer_acked_psn_ = next_psn_ - 1;
   highest_sent_psn_ = next_psn_ - 1;
   mtu_ = dev->mtu_;
   window_pkts_ = static_cast<uint32_t>(knob_softnic_rc_window().get());
@@ -147,7 +147,7 @@ Status SoftQp::connect(const QpInfo& remote) {
     tx_connected_ = true;
   }
   epsn_ = remote.psn;
-  acked_psn_ = next_psn_ - 1;
+  acked_psn_ = peer_acked_psn_ = next_psn_ - 1;
   last_progress_ns_ = dev_->now_ns();
   state_ = QpState::kRts;
   VLOG(kVlogLifecycle) << "QP " << qpn_ << " (" << qp_type_name(type_)
@@ -1054,11 +1054,27 @@ void SoftQp::on_rc_request(const WireHeader& h, const uint8_t* payload,
   }
 }
 
+uint32_t SoftQp::ack_point(uint32_t psn) const {
+  // An ACK past a READ says its request arrived, not that its response did:
+  // the cumulative point stops before the oldest READ not yet done, so the
+  // READ can still be asked again (the send window counts from there).
+  for (uint32_t i = sq_head_; i != sq_tail_; ++i) {
+    const SqEntry& x = sq_[i & sq_mask_];
+    if (!x.started || !psn_le(x.first_psn, psn)) break;
+    if (x.opcode == WrOpcode::kRead && !x.done) return x.first_psn - 1;
+  }
+  return psn;
+}
+
 void SoftQp::on_rc_ack(const WireHeader& h, uint64_t now) {
   ++dev_->counters_.acks_received;
   const auto syn = static_cast<AckSyndrome>(h.aux);
-  if (psn_lt(acked_psn_, h.psn) && psn_lt(h.psn, next_psn_)) {
-    acked_psn_ = h.psn;
+  if (psn_lt(peer_acked_psn_, h.psn) && psn_lt(h.psn, next_psn_)) {
+    peer_acked_psn_ = h.psn;
+  }
+  const uint32_t ack = ack_point(h.psn);
+  if (psn_lt(acked_psn_, ack) && psn_lt(ack, next_psn_)) {
+    acked_psn_ = ack;
     last_progress_ns_ = now;
     retries_ = 0;
     if (syn == AckSyndrome::kAck) rnr_retries_ = 0;
@@ -1151,6 +1167,11 @@ void SoftQp::on_read_resp(const WireHeader& h, const uint8_t* payload,
   if (e->read_done >= e->length && (h.flags & kFlagLast)) {
     e->done = true;
     if (psn_lt(acked_psn_, h.psn)) acked_psn_ = h.psn;
+    // What the responder acknowledged behind this READ counts now.
+    const uint32_t behind = ack_point(peer_acked_psn_);
+    if (psn_lt(acked_psn_, behind) && psn_lt(behind, next_psn_)) {
+      acked_psn_ = behind;
+    }
     retire_rc(now);
   }
 }

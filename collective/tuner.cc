@@ -20,8 +20,11 @@ UCCL_KNOB(bool, knob_tuner, "UCCL_NCCL_TUNER", true,
 // Measured on loopback with 2 ranks (BENCHMARKS.md, session 10), NCCL_PROTO
 // forced, us per all_reduce, LL / Simple: 64 KiB 49.3 / 60.5, 96 KiB 62.6 /
 // 64.0, 128 KiB 77.5 / 63.7, 256 KiB 138.1 / 73.5. NCCL's model keeps LL up
-// to 256 KiB (144 us). So LL up to 48 KiB per rank (96 KiB for 2 ranks).
-UCCL_KNOB(int64_t, knob_ll_max_kb, "UCCL_NCCL_LL_MAX_KB", 48,
+// to 256 KiB (144 us). That was with 2 NCCL channels. With the 4 channels
+// a link without a speed now gets (session 11), LL / Simple: 96 KiB 50.4 /
+// 65.1, 128 KiB 57.3 / 66.0, 192 KiB 73.2 / 71.4, 256 KiB 91.7 / 83.3. So
+// LL up to 64 KiB per rank (128 KiB for 2 ranks).
+UCCL_KNOB(int64_t, knob_ll_max_kb, "UCCL_NCCL_LL_MAX_KB", 64,
           "NCCL plugin tuner: largest all_reduce, in KiB per rank (the "
           "buffer's bytes / ranks), that may still run LL/LL128; 0: the "
           "tuner changes nothing.",

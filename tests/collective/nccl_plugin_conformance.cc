@@ -809,7 +809,7 @@ void scenario_tuner(Api&) {
   const char* kb = std::getenv("UCCL_NCCL_LL_MAX_KB");
   const char* on = std::getenv("UCCL_NCCL_TUNER");
   const bool off = on != nullptr && std::strcmp(on, "0") == 0;
-  const size_t max_per_rank = (kb ? std::atoi(kb) : 48) * size_t{1024};
+  const size_t max_per_rank = (kb ? std::atoi(kb) : 64) * size_t{1024};
   constexpr int kAlgos = 7, kProtos = 3;
   // A table with every entry allowed except Tree/LL128 and CollNet (2, 3).
   auto fresh = [](float* tab) {

@@ -279,6 +279,7 @@ class SoftQp final : public QueuePair {
   // Highest PSN the responder's ACKs covered; acked_psn_ stops short of it
   // at a READ whose response has not all arrived (see advance_ack).
   uint32_t peer_acked_psn_ = 0;
+  uint32_t reads_in_sq_ = 0;  // READs posted and not yet completed
   uint64_t last_progress_ns_ = 0;
   uint32_t retries_ = 0;
   uint32_t rnr_retries_ = 0;

@@ -281,6 +281,7 @@ Status SoftQp::post_send(const SendWr* wr, const SendWr** bad_wr) {
     e.remote_addr = wr->remote_addr;
     e.rkey = wr->rkey;
     e.length = static_cast<uint32_t>(total);
+    if (op == WrOpcode::kRead) ++reads_in_sq_;
     ++sq_tail_;
   }
   dev_->mark_pending(this);
@@ -518,6 +519,7 @@ uint32_t SoftQp::serve_reads(uint32_t budget) {
 }
 
 void SoftQp::complete_send(SqEntry& e, WcStatus st, uint64_t now) {
+  if (e.opcode == WrOpcode::kRead) --reads_in_sq_;
   if (!e.signaled && st == WcStatus::kSuccess) return;
   WorkCompletion wc;
   wc.wr_id = e.wr_id;
@@ -1058,6 +1060,7 @@ uint32_t SoftQp::ack_point(uint32_t psn) const {
   // An ACK past a READ says its request arrived, not that its response did:
   // the cumulative point stops before the oldest READ not yet done, so the
   // READ can still be asked again (the send window counts from there).
+  if (reads_in_sq_ == 0) return psn;
   for (uint32_t i = sq_head_; i != sq_tail_; ++i) {
     const SqEntry& x = sq_[i & sq_mask_];
     if (!x.started || !psn_le(x.first_psn, psn)) break;

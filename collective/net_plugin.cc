@@ -89,8 +89,9 @@ UCCL_KNOB(int64_t, knob_max_bytes, "UCCL_NCCL_MAX_BYTES", int64_t{1} << 30,
 // sizes its NET channels from the speed, and on one host 400000 gives 4
 // channels where the software NIC's stand-in (100000) gives 2. Measured on
 // loopback, 2 ranks (BENCHMARKS.md, session 11), 4 channels were faster from
-// 1 MiB up (256 MiB 18.1 against 11.6 GB/s, 1 MiB 120 against 217 us) and
-// within 1.1 us below 256 KiB; 256 KiB took 82 against 77 us.
+// 1 MiB up (256 MiB 18.1 against 11.6 GB/s, 1 MiB 120 against 217 us), at
+// most 0.2 us slower below 256 KiB (64 KiB 44 against 48 us), and 256 KiB
+// took 82 against 77 us.
 constexpr uint64_t kUnknownSpeedMbps = 400000;
 constexpr uint32_t kHandleMagic = 0x55434e48;  // "UCNH"
 constexpr uint16_t kHandleVersion = 1;

@@ -249,11 +249,9 @@ bool read_all(int fd, void* p, size_t n) {
 // Variables some --nets entry sets for its own run, unset before the others.
 std::vector<std::string> g_variant_vars;
 
-// The environment that selects a net; false for an unknown name.
-bool set_net_env(const std::string& entry, const std::string& plugin) {
-  auto spec = uccl::tools::parse_net_spec(entry);
-  if (!spec.ok()) return false;
-  const std::string& net = spec->base;
+// The environment that selects a net (parse_net_spec checked its base).
+void set_net_env(const uccl::tools::NetSpec& spec, const std::string& plugin) {
+  const std::string& net = spec.base;
   const char* kNetVars[] = {"NCCL_NET", "NCCL_NET_PLUGIN",
                             "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"};
   for (const char* v : kNetVars) unsetenv(v);
@@ -273,16 +271,13 @@ bool set_net_env(const std::string& entry, const std::string& plugin) {
   } else if (net == "P2P") {
     setenv("NCCL_P2P_DISABLE", "0", 1);
     setenv("NCCL_SHM_DISABLE", "0", 1);
-  } else {
-    return false;
   }
-  for (const auto& [k, v] : spec->env) setenv(k.c_str(), v.c_str(), 1);
-  return true;
+  for (const auto& [k, v] : spec.env) setenv(k.c_str(), v.c_str(), 1);
 }
 
 // Forks the ranks for one net and collects rank 0's rows; an error message
 // (empty on success) says what failed.
-std::string run_net(const std::string& net, const std::string& plugin,
+std::string run_net(const uccl::tools::NetSpec& net, const std::string& plugin,
                     const std::vector<uint64_t>& sizes,
                     std::vector<PerfRow>* rows) {
   set_net_env(net, plugin);
@@ -419,6 +414,8 @@ int main(int argc, char** argv) {
   }
   std::string plugin =
       FLAGS_plugin.empty() ? default_plugin(argv[0]) : FLAGS_plugin;
+  std::vector<uccl::tools::NetSpec> specs;
+  bool has_uccl = false;
   for (const std::string& net : nets) {
     auto spec = uccl::tools::parse_net_spec(net);
     if (!spec.ok()) {
@@ -436,24 +433,16 @@ int main(int argc, char** argv) {
       }
       g_variant_vars.push_back(kv.first);
     }
+    has_uccl = has_uccl || spec->base == "UCCL";
+    specs.push_back(std::move(*spec));
   }
-  for (const std::string& net : nets) {
-    if (!set_net_env(net, plugin)) {
-      std::fprintf(stderr, "nccl_perf: unknown net '%s'\n", net.c_str());
-      return 1;
-    }
-    if (net.rfind("UCCL", 0) == 0 && (plugin.empty() || plugin[0] != '/')) {
-      std::fprintf(stderr,
-                   "nccl_perf: UCCL needs --plugin=<absolute path of "
-                   "libnccl-net-uccl.so> (none found next to this binary)\n");
-      return 1;
-    }
+  if (has_uccl && (plugin.empty() || plugin[0] != '/')) {
+    std::fprintf(stderr,
+                 "nccl_perf: UCCL needs --plugin=<absolute path of "
+                 "libnccl-net-uccl.so> (none found next to this binary)\n");
+    return 1;
   }
-  if (std::any_of(nets.begin(), nets.end(), [](const std::string& n) {
-        return n.rfind("UCCL", 0) == 0;
-      })) {
-    std::printf("# plugin %s\n", plugin.c_str());
-  }
+  if (has_uccl) std::printf("# plugin %s\n", plugin.c_str());
   std::printf(
       "# all_reduce, float32 sum, out-of-place, %u ranks (one process per "
       "GPU); time per call from CUDA events over back-to-back calls\n",
@@ -465,7 +454,7 @@ int main(int argc, char** argv) {
     for (size_t k = 0; k < nets.size(); ++k) {
       auto t0 = std::chrono::steady_clock::now();
       std::vector<PerfRow> rows;
-      std::string err = run_net(nets[k], plugin, *sizes, &rows);
+      std::string err = run_net(specs[k], plugin, *sizes, &rows);
       double s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
               .count();

@@ -56,6 +56,9 @@ DEFINE_uint32(rounds, 3, "Rounds; each runs every net once, in turn.");
 DEFINE_uint32(gpus, 2, "Ranks (one process and GPU each).");
 DEFINE_uint32(timeout_s, 300, "One net's run is killed after this long.");
 DEFINE_string(json, "", "Also write every round's rows here.");
+DEFINE_bool(per_round, true,
+            "After the table of medians, print every round's time per size "
+            "and net (a process pair that ran slow shows there).");
 
 namespace {
 
@@ -484,6 +487,10 @@ int main(int argc, char** argv) {
   }
   std::string table = uccl::tools::perf_table(nets, results, FLAGS_gpus);
   std::fputs(table.c_str(), stdout);
+  if (FLAGS_per_round && FLAGS_rounds > 1) {
+    std::printf("\n# every round, time per call\n");
+    std::fputs(uccl::tools::perf_rounds_table(nets, results).c_str(), stdout);
+  }
   if (!FLAGS_json.empty()) {
     std::string js = uccl::tools::perf_json(nets, results);
     FILE* f = std::fopen(FLAGS_json.c_str(), "w");

@@ -135,11 +135,9 @@ std::string fmt(const char* f, double v) {
 
 }  // namespace
 
-std::string perf_table(
-    const std::vector<std::string>& nets,
-    const std::vector<std::vector<std::vector<PerfRow>>>& results,
-    uint32_t nranks) {
-  // Sizes in the order the first non-empty run has them.
+// Sizes in the order the first non-empty run has them.
+std::vector<uint64_t> table_sizes(
+    const std::vector<std::vector<std::vector<PerfRow>>>& results) {
   std::vector<uint64_t> sizes;
   for (const auto& net : results) {
     for (const auto& run : net) {
@@ -148,6 +146,14 @@ std::string perf_table(
       }
     }
   }
+  return sizes;
+}
+
+std::string perf_table(
+    const std::vector<std::string>& nets,
+    const std::vector<std::vector<std::vector<PerfRow>>>& results,
+    uint32_t nranks) {
+  const std::vector<uint64_t> sizes = table_sizes(results);
   const double bus = 2.0 * (nranks - 1) / nranks;
   const bool baselines = nets.size() > 1;
   std::string s = "| size (B) |";
@@ -211,6 +217,32 @@ std::string perf_table(
            std::to_string(rounds) + " |";
     }
     s += "\n";
+  }
+  return s;
+}
+
+std::string perf_rounds_table(
+    const std::vector<std::string>& nets,
+    const std::vector<std::vector<std::vector<PerfRow>>>& results) {
+  size_t nrounds = 0;
+  for (const auto& net : results) nrounds = std::max(nrounds, net.size());
+  std::string s = "| size (B) | net |";
+  for (size_t r = 0; r < nrounds; ++r) {
+    s += " round " + std::to_string(r + 1) + " us |";
+  }
+  s += "\n|---:|---|";
+  for (size_t r = 0; r < nrounds; ++r) s += "---:|";
+  s += "\n";
+  for (uint64_t bytes : table_sizes(results)) {
+    for (size_t k = 0; k < nets.size(); ++k) {
+      s += "| " + std::to_string(bytes) + " | " + nets[k] + " |";
+      for (size_t r = 0; r < nrounds; ++r) {
+        const PerfRow* row =
+            r < results[k].size() ? find_row(results[k][r], bytes) : nullptr;
+        s += row ? " " + fmt("%.1f", row->time_us) + " |" : " - |";
+      }
+      s += "\n";
+    }
   }
   return s;
 }

@@ -71,6 +71,13 @@ std::string perf_table(
     const std::vector<std::vector<std::vector<PerfRow>>>& results,
     uint32_t nranks);
 
+// Every round's time per size and net, one row per (size, net) and one
+// column per round ("-" where that run failed): shows what a median hides,
+// e.g. a process pair that ran slow throughout.
+std::string perf_rounds_table(
+    const std::vector<std::string>& nets,
+    const std::vector<std::vector<std::vector<PerfRow>>>& results);
+
 // Every round's rows as JSON: {"net": [[{"bytes":..,"time_us":..},..],..]}.
 std::string perf_json(
     const std::vector<std::string>& nets,

@@ -140,6 +140,24 @@ TEST(NcclPerfUtil, FailedRunsAreLeftOutOfMediansAndRounds) {
   EXPECT_NE(solo.find("| 4 | 12.0 | 1.0 | 0.00 |"), std::string::npos) << solo;
 }
 
+TEST(NcclPerfUtil, RoundsTableShowsEveryRunAndMarksFailedOnes) {
+  std::vector<std::string> nets = {"UCCL", "Socket"};
+  std::vector<std::vector<std::vector<PerfRow>>> res(2);
+  res[0] = {{row(4, 10), row(64, 11)}, {row(4, 30), row(64, 31)}};
+  res[1] = {{row(4, 12), row(64, 13)}, {}};  // round 2's Socket run failed
+  EXPECT_EQ(perf_rounds_table(nets, res),
+            "| size (B) | net | round 1 us | round 2 us |\n"
+            "|---:|---|---:|---:|\n"
+            "| 4 | UCCL | 10.0 | 30.0 |\n"
+            "| 4 | Socket | 12.0 | - |\n"
+            "| 64 | UCCL | 11.0 | 31.0 |\n"
+            "| 64 | Socket | 13.0 | - |\n");
+  // A net with fewer rounds (stopped early) gets "-" for the missing ones.
+  res[1] = {{row(4, 12), row(64, 13)}};
+  EXPECT_NE(perf_rounds_table(nets, res).find("| 4 | Socket | 12.0 | - |"),
+            std::string::npos);
+}
+
 TEST(NcclPerfUtil, JsonHasEveryRound) {
   std::vector<std::vector<std::vector<PerfRow>>> res(1);
   res[0] = {{row(4, 10)}, {}};

@@ -133,8 +133,6 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
-}  // namespace
-
 // Sizes in the order the first non-empty run has them.
 std::vector<uint64_t> table_sizes(
     const std::vector<std::vector<std::vector<PerfRow>>>& results) {
@@ -148,6 +146,8 @@ std::vector<uint64_t> table_sizes(
   }
   return sizes;
 }
+
+}  // namespace
 
 std::string perf_table(
     const std::vector<std::string>& nets,

@@ -170,7 +170,7 @@ void UcclRDMAEngine::stop() {
   thread_.join();
   // Everything still pending fails; the thread is gone, so this is safe.
   Command c;
-  while (queue_.pop(c)) {
+  while (queue_.pop(&c)) {
     if (c.req && RequestAccess::pending(c.req)) {
       RequestAccess::complete(c.req, Cancelled("endpoint shut down"));
     }
@@ -300,9 +300,12 @@ void UcclRDMAEngine::run() {
 
 int UcclRDMAEngine::drain_commands() {
   int n = 0;
-  Command c;
-  while (n < 64 && queue_.pop(c)) {
-    handle(c);
+  // In place: the slot is freed once the command is handled.
+  while (n < 64) {
+    const Command* c = queue_.front();
+    if (c == nullptr) break;
+    handle(*c);
+    queue_.pop();
     ++n;
   }
   commands_ += n;

@@ -131,7 +131,7 @@ class UcclRDMAEngine {
   void stop();  // joins the thread; pending requests fail with kCancelled
 
   // Thread-safe: false when the queue is full.
-  bool submit(const Command& c) { return queue_.push(c); }
+  bool submit(const Command& c) { return queue_.try_push(c); }
   // Blocking round trip through the engine for a statistics snapshot
   // (no shared counters between threads).
   Result<FlowStats> conn_stats(uint32_t conn);

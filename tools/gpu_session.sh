@@ -57,6 +57,7 @@ case "$PART" in
     done
     echo "== latency"
     "$C/bin/socket_bench" --lat --json | tail -2
+    "$C/bin/socket_bench" --lat --lat_poll --json | tail -2
     tools/transport_pair.sh "$C" --flagfile=configs/transport_test/loopback_lat.flags \
       --json >"$OUT/lat.txt" 2>&1
     grep -A1 "one-way" "$OUT/lat.txt" | head -4
@@ -81,7 +82,8 @@ case "$PART" in
   lat)
     IFS=';' read -r -a vars <<<"${VARIANTS:-UCCL_ENGINE_DRIVES_NIC=1}"
     for r in $(seq "${ROUNDS:-3}"); do
-      echo "round $r: raw UDP $("$C/bin/socket_bench" --lat --msize="${MSIZE:-64}" | tail -1)"
+      echo "round $r: raw UDP, blocking recv $("$C/bin/socket_bench" --lat --msize="${MSIZE:-64}" | tail -1)"
+      echo "  raw UDP, busy-polled recv $("$C/bin/socket_bench" --lat --lat_poll --msize="${MSIZE:-64}" | tail -1)"
       for v in "${vars[@]}"; do
         env $v tools/transport_pair.sh "$C" \
           --flagfile=configs/transport_test/loopback_lat.flags \

@@ -155,7 +155,15 @@ std::string perf_table(
     uint32_t nranks) {
   const std::vector<uint64_t> sizes = table_sizes(results);
   const double bus = 2.0 * (nranks - 1) / nranks;
-  const bool baselines = nets.size() > 1;
+  // Baselines: every other net except UCCL variants (UCCL+VAR=value), which
+  // get their column but are what is being compared, not what to beat.
+  std::vector<bool> is_base(nets.size(), false);
+  bool baselines = false;
+  for (size_t k = 1; k < nets.size(); ++k) {
+    auto spec = parse_net_spec(nets[k]);
+    is_base[k] = !spec.ok() || spec->base != "UCCL";
+    baselines = baselines || is_base[k];
+  }
   std::string s = "| size (B) |";
   for (const std::string& n : nets) s += " " + n + " us |";
   s += " " + nets[0] + " host us | " + nets[0] + " busbw GB/s |";
@@ -183,7 +191,8 @@ std::string perf_table(
     }
     double best = NAN;
     for (size_t k = 1; k < nets.size(); ++k) {
-      if (!std::isnan(med[k]) && (std::isnan(best) || med[k] < best)) {
+      if (is_base[k] && !std::isnan(med[k]) &&
+          (std::isnan(best) || med[k] < best)) {
         best = med[k];
       }
     }
@@ -194,6 +203,7 @@ std::string perf_table(
       const PerfRow* subj = find_row(results[0][r], bytes);
       bool all = subj != nullptr, win = true;
       for (size_t k = 1; k < nets.size() && all; ++k) {
+        if (!is_base[k]) continue;
         const PerfRow* b =
             r < results[k].size() ? find_row(results[k][r], bytes) : nullptr;
         if (b == nullptr) {

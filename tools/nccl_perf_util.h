@@ -65,7 +65,9 @@ uint64_t perf_check(const float* out, size_t n, int nranks);
 // table gives per size each net's median time, the subject's (nets[0])
 // median host time and bus bandwidth, the best baseline's median time, the
 // ratio baseline / subject (> 1: the subject is faster), and in how many
-// rounds the subject was faster than every baseline of that round.
+// rounds the subject was faster than every baseline of that round. The
+// baselines are the other nets except UCCL variants ("UCCL+VAR=value"):
+// those get their own time column only.
 std::string perf_table(
     const std::vector<std::string>& nets,
     const std::vector<std::vector<std::vector<PerfRow>>>& results,

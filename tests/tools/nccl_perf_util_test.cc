@@ -134,6 +134,21 @@ TEST(NcclPerfUtil, FailedRunsAreLeftOutOfMediansAndRounds) {
   // counted only where both ran (1 and 3), UCCL faster in both.
   EXPECT_NE(t.find("| 4 | 12.0 | 12.0 | 1.0 |"), std::string::npos) << t;
   EXPECT_NE(t.find("| 1.00 | 2/2 |"), std::string::npos) << t;
+  // A UCCL variant is a column, not a baseline: the ratio and the rounds
+  // are against Socket alone even where the variant is faster.
+  std::vector<std::vector<std::vector<PerfRow>>> var(3);
+  var[0] = {{row(4, 10)}, {row(4, 12)}};
+  var[1] = {{row(4, 5)}, {row(4, 6)}};
+  var[2] = {{row(4, 11)}, {row(4, 11)}};
+  std::string vt = perf_table({"UCCL", "UCCL+UCCL_PATHS=1", "Socket"}, var, 2);
+  EXPECT_NE(vt.find("| 4 | 11.0 | 5.5 | 11.0 | 1.0 | 0.00 | 0.00 | 1.00 | "
+                    "1/2 |"),
+            std::string::npos)
+      << vt;
+  // Only UCCL variants: nothing to compare against, no baseline columns.
+  std::string vonly =
+      perf_table({"UCCL", "UCCL+UCCL_PATHS=1"}, {var[0], var[1]}, 2);
+  EXPECT_EQ(vonly.find("baseline"), std::string::npos) << vonly;
   // One net alone: no baseline columns.
   std::string solo = perf_table({"UCCL"}, {res[0]}, 2);
   EXPECT_EQ(solo.find("baseline"), std::string::npos) << solo;

@@ -3,7 +3,11 @@
 // loss semantics, RNR, access errors, API misuse, owner-driven progress.
 #include "transport/udp/soft_nic.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <thread>
@@ -771,6 +775,48 @@ TEST(DeviceTest, WildcardDeviceLearnsPathMtuFromRoute) {
   ASSERT_TRUE(b->qp->connect(ai).ok());
   ASSERT_TRUE(a->qp->connect(b->qp->local_info()).ok());
   transfer_once(a.get(), b.get(), WrOpcode::kWrite, 300000, 8);
+}
+
+TEST(DeviceTest, KernelDropsAndJunkDatagramsAreCounted) {
+  // Datagrams the kernel drops because nobody drained the socket are read
+  // from the socket (SO_MEMINFO) when the counters are; junk that gets in
+  // is dropped and counted as malformed.
+  auto a = Side::make(QpType::kUC, 4096);
+  ASSERT_TRUE(a);
+  auto* dev = static_cast<udp::SoftDevice*>(a->dev.get());
+  EXPECT_EQ(dev->counters().drop_kernel_rcvbuf, 0u);
+  int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(0x7f000001);
+  to.sin_port = htons(dev->udp_port());
+  std::vector<uint8_t> junk(60000, 0x5a);
+  // 3000 x 60 KB is several times the device's socket buffer (16 MiB by
+  // default, doubled by the kernel); loopback UDP never blocks the sender.
+  int sent = 0;
+  for (int i = 0; i < 3000; ++i) {
+    if (sendto(fd, junk.data(), junk.size(), 0,
+               reinterpret_cast<sockaddr*>(&to), sizeof(to)) > 0) {
+      ++sent;
+    }
+  }
+  close(fd);
+  ASSERT_EQ(sent, 3000);
+  const uint64_t kdrops = dev->counters().drop_kernel_rcvbuf;
+  EXPECT_GT(kdrops, 0u);
+  EXPECT_LT(kdrops, 3000u);
+  EXPECT_GE(dev->drops(), kdrops);
+  EXPECT_NE(
+      dev->counters_text().find("drop_kernel_rcvbuf " + std::to_string(kdrops)),
+      std::string::npos)
+      << dev->counters_text();
+  for (int i = 0; i < 1000 && dev->counters().rx_packets < 3000 - kdrops; ++i) {
+    a->poll();
+  }
+  EXPECT_EQ(dev->counters().rx_packets, 3000 - kdrops);
+  EXPECT_EQ(dev->counters().drop_malformed, 3000 - kdrops);
+  EXPECT_EQ(dev->counters().drop_kernel_rcvbuf, kdrops);  // nothing new
 }
 
 TEST(DeviceTest, RateLimitIsEnforced) {

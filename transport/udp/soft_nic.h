@@ -50,7 +50,9 @@ struct SoftCounters {
   uint64_t acks_sent = 0, naks_sent = 0, rnr_naks_sent = 0;
   uint64_t acks_received = 0;
   uint64_t fault_hold_overflow = 0;  // delay/reorder skipped: pool full
-  uint64_t drop_kernel_rcvbuf = 0;   // dropped by the kernel: socket full
+  // Dropped by the kernel (socket full): read from the socket (SO_MEMINFO)
+  // when the counters are read, so the datagram path pays nothing for it.
+  uint64_t drop_kernel_rcvbuf = 0;
 };
 
 class SoftDevice;
@@ -331,7 +333,9 @@ class SoftDevice final : public Device {
   std::string counters_text() const override;
   uint64_t drops() const override;
 
-  const SoftCounters& counters() const { return counters_; }
+  // With the kernel's drop count read now; from the thread that drives the
+  // device, like everything else here.
+  const SoftCounters& counters() const;
   uint16_t udp_port() const { return ntohs(local_.sin_port); }
   uint32_t mtu() const { return mtu_; }
 
@@ -370,6 +374,7 @@ class SoftDevice final : public Device {
             uint32_t len, int fd, const sockaddr_in* dest, uint64_t now_ns);
   void mark_pending(SoftQp* qp);
   uint64_t now_ns() const { return clock_->now_ns(); }
+  uint64_t kernel_drops() const;
   Result<uint32_t> path_mtu_to(uint32_t ipv4_be) const;
 
   DeviceInfo info_;
@@ -392,8 +397,6 @@ class SoftDevice final : public Device {
   std::unique_ptr<uint8_t[]> rx_bufs_;
   mmsghdr rx_msgs_[kRxBatch];
   iovec rx_iov_[kRxBatch];
-  // SO_RXQ_OVFL control messages: the kernel's drop count for the socket.
-  alignas(cmsghdr) uint8_t rx_ctrl_[kRxBatch][CMSG_SPACE(sizeof(uint32_t))];
 
   // Transmit batch (sendmmsg).
   static constexpr int kTxBatch = 32;
@@ -419,7 +422,7 @@ class SoftDevice final : public Device {
   std::vector<Held> held_;  // fault injection delay line
   uint32_t held_count_ = 0;
 
-  SoftCounters counters_;
+  mutable SoftCounters counters_;  // counters() refreshes the kernel's drops
   TraceFn trace_fn_ = nullptr;
   void* trace_ctx_ = nullptr;
 };

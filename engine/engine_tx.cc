@@ -83,9 +83,8 @@ void retire_descs(TxFlow& tx) {
 
 }  // namespace
 
-void UcclRDMAEngine::match_sends(Conn* c) {
+void UcclRDMAEngine::match_sends(Conn* c, uint64_t now) {
   TxFlow& tx = c->tx;
-  const uint64_t now = clock_->now_ns();
   while (tx.pend_head != tx.pend_tail) {
     if (tx.msg_tail - tx.msg_head >= kMaxTxMsgs) return;
     PendingSend& p = tx.pending[tx.pend_head % kMaxPendingSends];
@@ -419,7 +418,7 @@ void UcclRDMAEngine::complete_tx_msg(Conn* c, TxMsg& m) {
     c->rec->tx_outstanding.fetch_sub(1, std::memory_order_relaxed);
     VLOG(kVlogRequest) << "conn " << c->index << " send of " << m.len
                        << " bytes done";
-    trace("send_done", c->index, 0, clock_->now_ns());
+    trace_now("send_done", c->index, 0);
     RequestAccess::complete(m.req, std::move(st));
   }
   TxFlow& tx = c->tx;

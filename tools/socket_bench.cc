@@ -44,6 +44,10 @@ DEFINE_bool(lat_poll, false,
             "--lat: both sides busy-poll their socket (recv with "
             "MSG_DONTWAIT in a loop), as UCCL's engines poll theirs, instead "
             "of blocking in recv (which adds a sleep and a wake-up per trip).");
+DEFINE_bool(lat_rxq_ovfl, false,
+            "--lat: set SO_RXQ_OVFL on both sockets and receive with recvmsg "
+            "and a control buffer: what a per-datagram drop-count control "
+            "message costs (the software NIC stopped using one).");
 
 namespace {
 
@@ -201,11 +205,33 @@ int run_lat() {
   const uint64_t warm = FLAGS_iterations / 10 + 1, n = FLAGS_iterations;
   // One datagram into buf; with --lat_poll by spinning (5 s at most), else
   // blocking under the sockets' 5 s SO_RCVTIMEO. <= 0: nothing came.
-  auto receive = [](int fd, std::vector<char>& buf) -> ssize_t {
-    if (!FLAGS_lat_poll) return recv(fd, buf.data(), buf.size(), 0);
+  if (FLAGS_lat_rxq_ovfl) {
+    int one = 1;
+    setsockopt(a, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
+    setsockopt(b, SOL_SOCKET, SO_RXQ_OVFL, &one, sizeof(one));
+  }
+  // recv, or recvmsg reading the drop count from its control message.
+  auto recv1 = [](int fd, std::vector<char>& buf, int flags) -> ssize_t {
+    if (!FLAGS_lat_rxq_ovfl) return recv(fd, buf.data(), buf.size(), flags);
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(uint32_t))];
+    iovec iov{buf.data(), buf.size()};
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof(ctl);
+    ssize_t r = recvmsg(fd, &m, flags);
+    for (cmsghdr* c = CMSG_FIRSTHDR(&m); r >= 0 && c; c = CMSG_NXTHDR(&m, c)) {
+      uint32_t drops;
+      if (c->cmsg_type == SO_RXQ_OVFL) std::memcpy(&drops, CMSG_DATA(c), 4);
+    }
+    return r;
+  };
+  auto receive = [&](int fd, std::vector<char>& buf) -> ssize_t {
+    if (!FLAGS_lat_poll) return recv1(fd, buf, 0);
     const auto deadline = Clock::now() + std::chrono::seconds(5);
     for (;;) {
-      ssize_t r = recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+      ssize_t r = recv1(fd, buf, MSG_DONTWAIT);
       if (r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return r;
       if (Clock::now() > deadline) return -1;
     }
@@ -241,11 +267,12 @@ int run_lat() {
     return us[std::min(us.size() - 1, size_t(x * us.size()))];
   };
   std::printf(
-      "UDP ping-pong one-way (RTT/2) of %zu-byte datagrams, %s, %zu "
+      "UDP ping-pong one-way (RTT/2) of %zu-byte datagrams, %s%s, %zu "
       "samples, us:\n  min %.2f  p50 %.2f  p90 %.2f  p99 %.2f  p999 %.2f  "
       "max %.2f\n",
-      len, FLAGS_lat_poll ? "busy-polled recv" : "blocking recv", us.size(),
-      us.front(), q(0.5), q(0.9), q(0.99), q(0.999), us.back());
+      len, FLAGS_lat_poll ? "busy-polled recv" : "blocking recv",
+      FLAGS_lat_rxq_ovfl ? " with SO_RXQ_OVFL" : "", us.size(), us.front(),
+      q(0.5), q(0.9), q(0.99), q(0.999), us.back());
   if (FLAGS_json) {
     std::printf(
         "{\"role\":\"lat\",\"poll\":%s,\"msize\":%zu,"

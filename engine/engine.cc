@@ -1342,6 +1342,9 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
   f.tx_bytes += closed_tx_bytes_;
   f.rx_bytes += closed_rx_bytes_;
   double secs = cfg_.stats_interval_s;
+  // Once: the software NIC reads the kernel's count with a syscall, and a
+  // drop between two reads would be missing from every interval.
+  const uint64_t drops = dev_->drops();
   LOG(INFO) << "engine " << cfg_.index << ": conns " << live_.size() << " tx "
             << (f.tx_bytes - last_stats_tx_) * 8 / secs / 1e9 << " Gb/s rx "
             << (f.rx_bytes - last_stats_rx_) * 8 / secs / 1e9
@@ -1355,11 +1358,11 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
             << " us eager " << f.sends_eager << " held " << f.eager_held
             << " rtt p50/p99 " << f.rtt_p50_ns / 1000 << "/"
             << f.rtt_p99_ns / 1000 << " us nic drops "
-            << dev_->drops() - last_stats_drops_ << " loops "
+            << drops - last_stats_drops_ << " loops "
             << loops_ - last_stats_loops_ << " idle "
             << idle_loops_ - last_stats_idle_ << " protocol errors "
             << protocol_errors_ << " " << f.cc_state;
-  last_stats_drops_ = dev_->drops();
+  last_stats_drops_ = drops;
   last_stats_loops_ = loops_;
   last_stats_idle_ = idle_loops_;
   last_stats_tx_ = f.tx_bytes;

@@ -306,6 +306,7 @@ static_assert(offsetof(NetV11, setNetAttr) == 168, "ncclNet_v11");
 // of -1 (kAlgoProtoIgnore) is a choice NCCL must not make.
 constexpr unsigned long kLogSubsysTuning = 64;
 constexpr int kFuncAllReduce = 4;  // ncclFunc_t
+constexpr int kAlgoTree = 0;       // NCCL_ALGO_TREE (Ring is 1)
 constexpr int kProtoLL = 0;        // NCCL_PROTO_LL
 constexpr int kProtoLL128 = 1;     // NCCL_PROTO_LL128
 constexpr int kProtoSimple = 2;    // NCCL_PROTO_SIMPLE

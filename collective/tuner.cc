@@ -1,5 +1,5 @@
 // The NCCL tuner's policy: when it is active, and what it changes in NCCL's
-// cost table (LL/LL128 disallowed for large all_reduce over UCCL).
+// cost table (tiny all_reduce on Tree/LL, large ones off LL/LL128).
 #include "collective/tuner.h"
 
 #include <strings.h>
@@ -30,6 +30,20 @@ UCCL_KNOB(int64_t, knob_ll_max_kb, "UCCL_NCCL_LL_MAX_KB", 64,
           "tuner changes nothing.",
           0, int64_t{1} << 30);
 
+// Measured with 2 ranks (BENCHMARKS.md, session 15), us per all_reduce,
+// Ring/LL (NCCL's choice) / Tree/LL: 4 B 20.7 / 19.5, 64 B 20.9 / 20.0,
+// 256 B 21.6 / 20.6, 1 KiB 22.4 / 22.4, 4 KiB 26.2 / 30.2 (6 rounds); in
+// 10 more rounds on another VM, 4 B 20.3 / 19.6, 64 B 21.3 / 20.3, 512 B
+// 21.8 / 20.8. NCCL's model
+// puts the two 0.2 us apart (16.6 / 16.8), so it takes Ring. A Tree of 2
+// ranks sends one way, then back; a Ring sends both ways at once and each
+// hop then shares the engines' and the kernel's time with the other.
+UCCL_KNOB(int64_t, knob_tree_max_bytes, "UCCL_NCCL_TREE_MAX_BYTES", 512,
+          "NCCL plugin tuner: largest all_reduce, in bytes (the buffer), "
+          "that runs NCCL's Tree algorithm with LL where NCCL allows it; "
+          "0: NCCL's own choice.",
+          0, int64_t{1} << 30);
+
 bool is_one(const char* v) { return v != nullptr && std::strcmp(v, "1") == 0; }
 
 }  // namespace
@@ -41,9 +55,13 @@ TunerPolicy make_tuner_policy(
   p.nranks = nranks;
   p.ll_max_bytes_per_rank =
       static_cast<uint64_t>(knob_ll_max_kb().get()) * 1024;
+  p.tree_max_bytes = static_cast<uint64_t>(knob_tree_max_bytes().get());
   const char* net = getenv("NCCL_NET");
-  if (!knob_tuner().get() || p.ll_max_bytes_per_rank == 0) {
-    p.why = "off (UCCL_NCCL_TUNER=0 or UCCL_NCCL_LL_MAX_KB=0)";
+  if (!knob_tuner().get() ||
+      (p.ll_max_bytes_per_rank == 0 && p.tree_max_bytes == 0)) {
+    p.why =
+        "off (UCCL_NCCL_TUNER=0, or UCCL_NCCL_LL_MAX_KB=0 and "
+        "UCCL_NCCL_TREE_MAX_BYTES=0)";
   } else if (getenv("NCCL_PROTO") != nullptr ||
              getenv("NCCL_ALGO") != nullptr) {
     p.why = "inactive: NCCL_PROTO or NCCL_ALGO is set";
@@ -60,9 +78,15 @@ TunerPolicy make_tuner_policy(
         "measured)";
   } else {
     p.active = true;
-    p.why = "all_reduce above " +
-            std::to_string(p.ll_max_bytes_per_rank / 1024) +
-            " KiB per rank runs Simple (not LL/LL128)";
+    if (p.tree_max_bytes > 0) {
+      p.why = "all_reduce up to " + std::to_string(p.tree_max_bytes) +
+              " B runs Tree/LL";
+    }
+    if (p.ll_max_bytes_per_rank > 0) {
+      p.why += std::string(p.why.empty() ? "" : "; ") + "all_reduce above " +
+               std::to_string(p.ll_max_bytes_per_rank / 1024) +
+               " KiB per rank runs Simple (not LL/LL128)";
+    }
   }
   return p;
 }
@@ -71,10 +95,27 @@ bool apply_tuner_policy(const TunerPolicy& p, int coll, size_t nbytes,
                         float* table, int num_algo, int num_proto) {
   using namespace ncclabi;  // NOLINT
   if (!p.active || coll != kFuncAllReduce || table == nullptr ||
-      num_proto <= kProtoSimple || num_algo <= 0) {
+      num_proto <= kProtoSimple || num_algo <= kAlgoTree) {
     return false;
   }
-  if (nbytes / p.nranks <= p.ll_max_bytes_per_rank) return false;
+  if (p.tree_max_bytes > 0 && nbytes <= p.tree_max_bytes) {
+    float& tree = table[kAlgoTree * num_proto + kProtoLL];
+    if (tree < 0) return false;  // NCCL has no Tree here: its choice
+    float best = -1;             // the cheapest other allowed entry
+    for (int i = 0; i < num_algo * num_proto; ++i) {
+      if (&table[i] != &tree && table[i] >= 0 && (best < 0 || table[i] < best))
+        best = table[i];
+    }
+    if (best < 0) return false;  // Tree/LL is NCCL's only choice
+    const float want = best > 0.01f ? best - 0.01f : 0.0f;
+    if (tree <= want) return false;  // already NCCL's choice
+    tree = want;
+    return true;
+  }
+  if (p.ll_max_bytes_per_rank == 0 ||
+      nbytes / p.nranks <= p.ll_max_bytes_per_rank) {
+    return false;
+  }
   bool simple = false;
   for (int a = 0; a < num_algo; ++a) {
     simple = simple || table[a * num_proto + kProtoSimple] >= 0;

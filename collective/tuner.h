@@ -1,5 +1,6 @@
 // The NCCL tuner exported beside the net plugin (ncclTunerPlugin_v4): moves
-// NCCL's all_reduce off LL where UCCL's software NIC is measured slower.
+// NCCL's all_reduce off LL where UCCL's software NIC is measured slower, and
+// tiny all_reduce onto Tree/LL where NCCL's model calls Ring and Tree a tie.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +17,9 @@ struct TunerPolicy {
   size_t nranks = 0;
   // all_reduce above this many bytes per rank runs Simple, not LL/LL128.
   uint64_t ll_max_bytes_per_rank = 0;
+  // all_reduce of at most this many bytes (the buffer) runs Tree/LL where
+  // NCCL allows it; 0: never.
+  uint64_t tree_max_bytes = 0;
 };
 
 // Decides the policy. `getenv` reads the process environment (a parameter
@@ -33,10 +37,14 @@ TunerPolicy make_tuner_policy(
     const std::function<const char*(const char*)>& getenv);
 
 // Applies the policy to one collective's cost table (float[num_algo]
-// [num_proto], -1 = not allowed). For an all_reduce of more than
-// ll_max_bytes_per_rank * nranks bytes where some algorithm allows Simple,
-// it disallows LL and LL128 for every algorithm. Returns whether the table
-// changed; anything else is left to NCCL.
+// [num_proto], -1 = not allowed; NCCL takes the cheapest allowed entry).
+// For an all_reduce of
+//  - more than ll_max_bytes_per_rank * nranks bytes where some algorithm
+//    allows Simple: disallows LL and LL128 for every algorithm;
+//  - at most tree_max_bytes where Tree/LL is allowed: makes Tree/LL the
+//    cheapest entry (just below the cheapest other one; nothing else
+//    changes).
+// Returns whether the table changed; anything else is left to NCCL.
 bool apply_tuner_policy(const TunerPolicy& p, int coll, size_t nbytes,
                         float* table, int num_algo, int num_proto);
 

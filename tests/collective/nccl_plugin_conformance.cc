@@ -810,6 +810,8 @@ void scenario_tuner(Api&) {
   const char* on = std::getenv("UCCL_NCCL_TUNER");
   const bool off = on != nullptr && std::strcmp(on, "0") == 0;
   const size_t max_per_rank = (kb ? std::atoi(kb) : 64) * size_t{1024};
+  const char* tb = std::getenv("UCCL_NCCL_TREE_MAX_BYTES");
+  const size_t tree_max = tb ? std::strtoull(tb, nullptr, 10) : 512;
   constexpr int kAlgos = 7, kProtos = 3;
   // A table with every entry allowed except Tree/LL128 and CollNet (2, 3).
   auto fresh = [](float* tab) {
@@ -846,6 +848,35 @@ void scenario_tuner(Api&) {
     CHECK_THAT(same || all_ll_off, "LL/LL128 only partly disallowed");
     *changed = !same;
   };
+  // Calls getCollInfo on a table where Tree/LL is allowed but not the
+  // cheapest (`tree_cost` < 0: disallowed); returns whether the table
+  // changed, checking that a change makes Tree/LL the one cheapest entry
+  // and touches nothing else.
+  auto run_tree = [&](void* ctx, int coll, size_t bytes, float tree_cost,
+                      bool* changed) {
+    float tab[kAlgos * kProtos], want[kAlgos * kProtos];
+    fresh(tab);
+    tab[0 * kProtos + kProtoLL] = tree_cost;
+    std::memcpy(want, tab, sizeof(tab));
+    int nch = 77;
+    CHECK_THAT(
+        t->getCollInfo(ctx, coll, bytes, 1, reinterpret_cast<float**>(tab),
+                       kAlgos, kProtos, 0, &nch) == kSuccess,
+        "getCollInfo");
+    CHECK_THAT(nch == 77, "nChannels changed to %d", nch);
+    *changed = false;
+    for (int i = 1; i < kAlgos * kProtos; ++i) {
+      CHECK_THAT(tab[i] == want[i], "%zu B: entry %d changed", bytes, i);
+    }
+    if (tab[0] == want[0]) return;
+    *changed = true;
+    for (int i = 1; i < kAlgos * kProtos; ++i) {
+      CHECK_THAT(tab[i] < 0 || tab[0] < tab[i],
+                 "%zu B: Tree/LL %.2f is not below entry %d (%.2f)", bytes,
+                 tab[0], i, tab[i]);
+    }
+    CHECK_THAT(tab[0] >= 0, "Tree/LL disallowed");
+  };
   auto with = [&](size_t nranks, size_t nnodes,
                   const std::function<void(void*)>& body) {
     void* ctx = nullptr;
@@ -859,10 +890,37 @@ void scenario_tuner(Api&) {
     unsetenv(v);
   }
   bool ch = false;
-  if (max_per_rank == 0 || off) {  // the tuner is off
+  if ((max_per_rank == 0 && tree_max == 0) || off) {  // the tuner is off
     with(2, 2, [&](void* ctx) {
       run(ctx, kFuncAllReduce, size_t{1} << 30, &ch);
       CHECK_THAT(!ch, "tuner acted while off");
+      run_tree(ctx, kFuncAllReduce, 4, 50.0f, &ch);
+      CHECK_THAT(!ch, "tuner moved a 4 B all_reduce to Tree while off");
+    });
+    return;
+  }
+  // Tiny all_reduce: Tree/LL where NCCL allows it, nothing else changed.
+  for (size_t nranks : {2, 8}) {
+    with(nranks, 2, [&](void* ctx) {
+      for (size_t bytes : {size_t{0}, size_t{4}, tree_max}) {
+        run_tree(ctx, kFuncAllReduce, bytes, 50.0f, &ch);
+        CHECK_THAT(ch == (tree_max > 0), "%zu B all_reduce: Tree %s", bytes,
+                   ch ? "chosen" : "not chosen");
+      }
+      run_tree(ctx, kFuncAllReduce, tree_max + 4, 50.0f, &ch);
+      CHECK_THAT(!ch, "%zu B all_reduce moved to Tree", tree_max + 4);
+      run_tree(ctx, kFuncAllReduce, 4, kAlgoProtoIgnore, &ch);
+      CHECK_THAT(!ch, "disallowed Tree/LL allowed");
+      run_tree(ctx, kFuncAllReduce, 4, 5.0f, &ch);  // already the cheapest
+      CHECK_THAT(!ch, "Tree/LL changed though NCCL already chose it");
+      run_tree(ctx, 2 /* all_gather */, 4, 50.0f, &ch);
+      CHECK_THAT(!ch, "all_gather moved to Tree");
+    });
+  }
+  if (max_per_rank == 0) {  // only the Tree rule: large sizes keep LL
+    with(2, 2, [&](void* ctx) {
+      run(ctx, kFuncAllReduce, size_t{1} << 30, &ch);
+      CHECK_THAT(!ch, "LL disallowed with UCCL_NCCL_LL_MAX_KB=0");
     });
     return;
   }
@@ -1018,6 +1076,9 @@ int main(int argc, char** argv) {
   runs.push_back({"tuner", 11, {}});
   runs.push_back({"tuner", 11, {"UCCL_NCCL_LL_MAX_KB=16"}});
   runs.push_back({"tuner", 11, {"UCCL_NCCL_LL_MAX_KB=0"}});
+  runs.push_back({"tuner", 11, {"UCCL_NCCL_TREE_MAX_BYTES=0"}});
+  runs.push_back(
+      {"tuner", 11, {"UCCL_NCCL_LL_MAX_KB=0", "UCCL_NCCL_TREE_MAX_BYTES=0"}});
   runs.push_back({"tuner", 11, {"UCCL_NCCL_TUNER=0"}});
   runs.push_back({"grouped", 8, {"UCCL_NCCL_MAX_RECVS=8"}});
   runs.push_back(

@@ -34,10 +34,10 @@ UCCL_KNOB(int64_t, knob_ll_max_kb, "UCCL_NCCL_LL_MAX_KB", 64,
 // Ring/LL (NCCL's choice) / Tree/LL: 4 B 20.7 / 19.5, 64 B 20.9 / 20.0,
 // 256 B 21.6 / 20.6, 1 KiB 22.4 / 22.4, 4 KiB 26.2 / 30.2 (6 rounds); in
 // 10 more rounds on another VM, 4 B 20.3 / 19.6, 64 B 21.3 / 20.3, 512 B
-// 21.8 / 20.8. NCCL's model
-// puts the two 0.2 us apart (16.6 / 16.8), so it takes Ring. A Tree of 2
-// ranks sends one way, then back; a Ring sends both ways at once and each
-// hop then shares the engines' and the kernel's time with the other.
+// 21.8 / 20.8. NCCL's model puts the two 0.2 us apart (16.6 / 16.8), so it
+// takes Ring. A Tree of 2 ranks sends one way, then back; a Ring sends
+// both ways at once and each hop then shares the engines' and the kernel's
+// time with the other.
 UCCL_KNOB(int64_t, knob_tree_max_bytes, "UCCL_NCCL_TREE_MAX_BYTES", 512,
           "NCCL plugin tuner: largest all_reduce, in bytes (the buffer), "
           "that runs NCCL's Tree algorithm with LL where NCCL allows it; "

@@ -24,7 +24,8 @@ struct TunerPolicy {
 
 // Decides the policy. `getenv` reads the process environment (a parameter
 // so tests can give their own). Active only when all of these hold:
-//  - UCCL_NCCL_TUNER is on and UCCL_NCCL_LL_MAX_KB > 0;
+//  - UCCL_NCCL_TUNER is on, and UCCL_NCCL_LL_MAX_KB > 0 or
+//    UCCL_NCCL_TREE_MAX_BYTES > 0;
 //  - the user chose no protocol or algorithm (NCCL_PROTO, NCCL_ALGO unset)
 //    and no other net (NCCL_NET unset or "UCCL");
 //  - the communicator's traffic crosses the network: nnodes > 1, or one

@@ -99,12 +99,14 @@ bool apply_tuner_policy(const TunerPolicy& p, int coll, size_t nbytes,
     return false;
   }
   if (p.tree_max_bytes > 0 && nbytes <= p.tree_max_bytes) {
-    float& tree = table[kAlgoTree * num_proto + kProtoLL];
+    const int ti = kAlgoTree * num_proto + kProtoLL;
+    float& tree = table[ti];
     if (tree < 0) return false;  // NCCL has no Tree here: its choice
     float best = -1;             // the cheapest other allowed entry
     for (int i = 0; i < num_algo * num_proto; ++i) {
-      if (&table[i] != &tree && table[i] >= 0 && (best < 0 || table[i] < best))
+      if (i != ti && table[i] >= 0 && (best < 0 || table[i] < best)) {
         best = table[i];
+      }
     }
     if (best < 0) return false;  // Tree/LL is NCCL's only choice
     const float want = best > 0.01f ? best - 0.01f : 0.0f;

@@ -45,7 +45,9 @@ TunerPolicy make_tuner_policy(
 //  - at most tree_max_bytes where Tree/LL is allowed: makes Tree/LL the
 //    cheapest entry (just below the cheapest other one; nothing else
 //    changes).
-// Returns whether the table changed; anything else is left to NCCL.
+// The Tree rule is checked first, so a tree_max_bytes above the LL limit
+// keeps LL up to it. Returns whether the table changed; anything else is
+// left to NCCL.
 bool apply_tuner_policy(const TunerPolicy& p, int coll, size_t nbytes,
                         float* table, int num_algo, int num_proto);
 

@@ -1131,8 +1131,9 @@ std::string Endpoint::stats_text() const {
        << f.sends_matched << " (" << f.sends_waited_for_recv
        << " waited for a receive) eager " << f.sends_eager << ", rtt p50 "
        << f.rtt_p50_ns / 1000.0 << " us p99 " << f.rtt_p99_ns / 1000.0
-       << " us, protocol errors " << all[i].protocol_errors << ", "
-       << f.cc_state << "\n";
+       << " us, busy " << all[i].busy_percent() << "% of "
+       << all[i].run_ns / 1e9 << " s, protocol errors "
+       << all[i].protocol_errors << ", " << f.cc_state << "\n";
   }
   return os.str();
 }

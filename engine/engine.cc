@@ -249,11 +249,14 @@ void UcclRDMAEngine::run() {
                        << current_cpu();
   uint64_t idle = 0;
   trace_t0_ = clock_->now_ns();
+  busy_.start(trace_t0_);
   while (!stop_.load(std::memory_order_acquire)) {
     // Receive and handle first, then take the application's commands, so a
     // send posted now leaves in this loop's flush with no syscall between.
-    if (cfg_.drive_nic) dev_->progress();  // receive; else each poll does
+    // (Else each CQ poll drives the device and only `work` marks busy.)
+    const uint32_t rx_io = cfg_.drive_nic ? dev_->progress() : 0;
     uint64_t now = clock_->now_ns();
+    busy_.tick(now, rx_io != 0);
     int work = poll_recv_cq(now);
     work += poll_send_cq(now);
     work += drain_commands();
@@ -279,7 +282,9 @@ void UcclRDMAEngine::run() {
       maybe_send_ack(c, now, false);
       flush_ctrl(c);
     }
-    if (cfg_.drive_nic) dev_->flush();  // the loop's posts, data first
+    // The loop's posts, data first.
+    const uint32_t tx_io = cfg_.drive_nic ? dev_->flush() : 0;
+    if (work || tx_io) busy_.mark_busy();
     ++loops_;
     if (work == 0) {
       // Spin briefly, then yield each empty loop (free when the core is
@@ -320,6 +325,8 @@ void UcclRDMAEngine::handle(const Command& cmd) {
     if (q->conn < 0) {
       q->engine.loops = loops_;
       q->engine.idle_loops = idle_loops_;
+      q->engine.busy_ns = busy_.busy_ns();
+      q->engine.run_ns = busy_.run_ns();
       q->engine.idle_sleep_ns = cfg_.idle_sleep_ns;
       q->engine.commands = commands_;
       q->engine.protocol_errors = protocol_errors_;
@@ -1345,6 +1352,12 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
   // Once: the software NIC reads the kernel's count with a syscall, and a
   // drop between two reads would be missing from every interval.
   const uint64_t drops = dev_->drops();
+  // Of the wall time since the last line (BusyMeter: loops that did work).
+  const uint64_t run = busy_.run_ns() - last_stats_run_ns_;
+  const int busy_pct =
+      run ? static_cast<int>((busy_.busy_ns() - last_stats_busy_ns_) * 100 /
+                             run)
+          : 0;
   LOG(INFO) << "engine " << cfg_.index << ": conns " << live_.size() << " tx "
             << (f.tx_bytes - last_stats_tx_) * 8 / secs / 1e9 << " Gb/s rx "
             << (f.rx_bytes - last_stats_rx_) * 8 / secs / 1e9
@@ -1360,8 +1373,10 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
             << f.rtt_p99_ns / 1000 << " us nic drops "
             << drops - last_stats_drops_ << " loops "
             << loops_ - last_stats_loops_ << " idle "
-            << idle_loops_ - last_stats_idle_ << " protocol errors "
-            << protocol_errors_ << " " << f.cc_state;
+            << idle_loops_ - last_stats_idle_ << " busy " << busy_pct
+            << "% protocol errors " << protocol_errors_ << " " << f.cc_state;
+  last_stats_busy_ns_ = busy_.busy_ns();
+  last_stats_run_ns_ = busy_.run_ns();
   last_stats_drops_ = drops;
   last_stats_loops_ = loops_;
   last_stats_idle_ = idle_loops_;

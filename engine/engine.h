@@ -12,6 +12,7 @@
 
 #include "cc/credit.h"
 #include "cc/params.h"
+#include "engine/busy_meter.h"
 #include "engine/channel.h"
 #include "engine/flow.h"
 #include "engine/wire.h"
@@ -246,6 +247,7 @@ class UcclRDMAEngine {
   std::unique_ptr<cc::PullPacer> pacer_;  // cc == credit
   uint64_t last_stats_drops_ = 0;
   uint64_t last_stats_loops_ = 0, last_stats_idle_ = 0;
+  uint64_t last_stats_busy_ns_ = 0, last_stats_run_ns_ = 0;
   size_t rr_start_ = 0;      // first connection served by the next loop
   uint32_t nic_queued_ = 0;  // data WRs inside the NIC, all connections
 
@@ -272,6 +274,7 @@ class UcclRDMAEngine {
 
   // Statistics (engine thread only; read through kQuery commands).
   uint64_t loops_ = 0, idle_loops_ = 0, commands_ = 0;
+  BusyMeter busy_;
   uint64_t protocol_errors_ = 0;
   std::atomic<uint32_t> wire_fault_{0};  // WireFault, test hook
   uint64_t last_stats_tx_ = 0, last_stats_rx_ = 0;

@@ -320,7 +320,9 @@ class Device {
       ProtectionDomain* pd, const PortAddress& dest) = 0;
 
   // Drives the device without polling a particular CQ (software NIC).
-  virtual void progress() {}
+  // Returns the packets it moved (received, or sent where it transmits):
+  // its owner counts a loop that moved any as busy. Hardware: 0.
+  virtual uint32_t progress() { return 0; }
   // Owner-driven progress (software NICs; hardware ignores it). Off, the
   // default: every CQ poll drives the device (receive, timers, transmit).
   // On: CQ polls only take completions, and the owner calls progress()
@@ -329,7 +331,8 @@ class Device {
   // is sent and a loop's posts leave together. One thread, like the rest.
   void set_owner_driven(bool on) { owner_driven_ = on; }
   bool owner_driven() const { return owner_driven_; }
-  virtual void flush() {}
+  // Returns the packets it handed to the wire (0 on hardware).
+  virtual uint32_t flush() { return 0; }
   // Research tracing (UCCL_TRACE_FILE): the device reports each batch of
   // datagrams it hands to / takes from the kernel as (name, count, monotonic
   // ns). The software NIC does; hardware has nothing to report. nullptr: off.

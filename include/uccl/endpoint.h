@@ -141,6 +141,14 @@ struct FlowStats {
 
 struct EngineStats {
   uint64_t loops = 0, idle_loops = 0;
+  // Wall time since the engine started (run_ns), and the part of it spent
+  // in loops that did work or moved packets (busy_ns; engine/busy_meter.h).
+  // An engine near 100% busy is saturated; empty-loop counts do not show
+  // that (a loaded engine's busy loops last far longer than empty ones).
+  uint64_t busy_ns = 0, run_ns = 0;
+  double busy_percent() const {
+    return run_ns ? 100.0 * static_cast<double>(busy_ns) / run_ns : 0.0;
+  }
   // The engine's sleep per empty loop once long idle (0: never sleeps).
   uint64_t idle_sleep_ns = 0;
   uint64_t commands = 0;

@@ -311,6 +311,15 @@ TEST(EndpointTest, StatisticsCountWhatHappened) {
   EXPECT_LE(cs->rtt_p50_ns, cs->rtt_p99_ns);
   EXPECT_NE(p->client->stats_text().find("engine 0"), std::string::npos);
   EXPECT_FALSE(p->client->conn_stats(999).ok());
+  // Moving 2 MiB took loops that did work: some busy time, within the run.
+  for (Endpoint* ep : {p->client.get(), p->server.get()}) {
+    const EngineStats e = ep->engine_stats()[0];
+    EXPECT_GT(e.busy_ns, 0u);
+    EXPECT_LE(e.busy_ns, e.run_ns);
+    EXPECT_GT(e.run_ns, 0u);
+  }
+  EXPECT_NE(p->client->stats_text().find("% of "), std::string::npos)
+      << p->client->stats_text();
 }
 
 // Receiver-driven matching is observable: a send taken before the peer
@@ -483,10 +492,15 @@ TEST(EndpointTest, IdleSleepIsConfigurable) {
       EXPECT_EQ(s.idle_sleep_ns, want) << "idle_sleep_us " << sleep_us;
     }
     if (sleep_us > 0) {
-      const uint64_t a = (*ep)->engine_stats()[0].loops;
+      const EngineStats a = (*ep)->engine_stats()[0];
       std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-      const uint64_t b = (*ep)->engine_stats()[0].loops;
-      EXPECT_LE(b - a, 20020u) << "an engine sleeping 200 ms per empty loop";
+      const EngineStats b = (*ep)->engine_stats()[0];
+      EXPECT_LE(b.loops - a.loops, 20020u)
+          << "an engine sleeping 200 ms per empty loop";
+      // Its sleeps are idle time: only the loops that took the two stats
+      // commands did work (busy meter, engine/busy_meter.h).
+      EXPECT_GE(b.run_ns - a.run_ns, 500000000u);
+      EXPECT_LT(b.busy_ns - a.busy_ns, (b.run_ns - a.run_ns) / 2);
     }
   }
 }

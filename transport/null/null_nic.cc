@@ -323,11 +323,13 @@ Result<std::unique_ptr<AddressHandle>> NullDevice::create_ah(
   return std::unique_ptr<AddressHandle>(new NullAh(dest, std::move(p)));
 }
 
-void NullDevice::progress() {
+uint32_t NullDevice::progress() {
   constexpr int kBatch = 64;
+  uint32_t moved = 0;
   while (held_head_ != held_tail_) {
     if (!deliver(held_[held_head_ % kInboundDepth])) break;
     ++held_head_;
+    ++moved;
   }
   Packet p;
   for (int n = 0; n < kBatch; ++n) {
@@ -336,6 +338,7 @@ void NullDevice::progress() {
     if (held_tail_ - held_head_ >= kInboundDepth) break;
     if (!port_->queue.pop(p)) break;
     bump(c_.rx_packets);
+    ++moved;
     const bool rc = p.src_type == QpType::kRC;
     if (rc && held_head_ != held_tail_) {
       held_[held_tail_++ % kInboundDepth] = p;
@@ -345,6 +348,7 @@ void NullDevice::progress() {
       bump(c_.rnr_held);
     }
   }
+  return moved;
 }
 
 bool NullDevice::deliver(const Packet& p) {

@@ -138,7 +138,7 @@ class NullDevice final : public Device {
   Result<std::unique_ptr<AddressHandle>> create_ah(
       ProtectionDomain* pd, const PortAddress& dest) override;
   // Delivers queued inbound messages (held RC messages first).
-  void progress() override;
+  uint32_t progress() override;
   std::string counters_text() const override;
   uint64_t drops() const override;
 

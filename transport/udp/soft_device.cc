@@ -388,9 +388,10 @@ void SoftDevice::mark_pending(SoftQp* qp) {
   }
 }
 
-void SoftDevice::progress() {
-  if (in_progress_) return;  // a completion handler polled re-entrantly
+uint32_t SoftDevice::progress() {
+  if (in_progress_) return 0;  // a completion handler polled re-entrantly
   in_progress_ = true;
+  const uint64_t before = counters_.rx_packets + counters_.tx_packets;
   uint64_t now = now_ns();
   if (held_count_ > 0) release_held(now, false, Direction::kTx);
   if (held_count_ > 0) release_held(now, false, Direction::kRx);
@@ -398,15 +399,19 @@ void SoftDevice::progress() {
   for (SoftQp* qp : rc_qps_) qp->on_timer(now);
   if (!owner_driven_) transmit_pending(now);  // else at flush()
   in_progress_ = false;
+  return static_cast<uint32_t>(counters_.rx_packets + counters_.tx_packets -
+                               before);
 }
 
-void SoftDevice::flush() {
-  if (in_progress_) return;
+uint32_t SoftDevice::flush() {
+  if (in_progress_) return 0;
   in_progress_ = true;
+  const uint64_t before = counters_.tx_packets;
   const uint64_t now = now_ns();
   if (held_count_ > 0) release_held(now, false, Direction::kTx);
   transmit_pending(now);
   in_progress_ = false;
+  return static_cast<uint32_t>(counters_.tx_packets - before);
 }
 
 void SoftDevice::transmit_pending(uint64_t now) {

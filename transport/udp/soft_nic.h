@@ -324,8 +324,8 @@ class SoftDevice final : public Device {
   Result<std::unique_ptr<QueuePair>> create_qp(const QpConfig& cfg) override;
   Result<std::unique_ptr<AddressHandle>> create_ah(
       ProtectionDomain* pd, const PortAddress& dest) override;
-  void progress() override;
-  void flush() override;
+  uint32_t progress() override;
+  uint32_t flush() override;
   void set_trace(TraceFn fn, void* ctx) override {
     trace_fn_ = fn;
     trace_ctx_ = ctx;

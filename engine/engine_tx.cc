@@ -359,6 +359,10 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path,
   wr.imm_data = imm.encode();
   wr.remote_addr = m.raddr + ch.off;
   wr.rkey = m.rkey;
+  // The receiver may have these bytes already (only the ACK was lost): a
+  // software NIC verifies them before they land (SendWr::retransmit).
+  const bool retx = ch.last_tx_ns != 0;
+  wr.retransmit = retx;
   // UC: signal every kSignalEvery WRs to retire SQ slots. RC: every chunk,
   // its completion is its acknowledgement.
   const uint32_t unsig = c->qp_unsignaled[path] + 1;
@@ -376,7 +380,6 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path,
   trace("chunk_tx", c->index, csn, now);
   ++c->qp_outstanding[path];
   ++nic_queued_;
-  const bool retx = ch.last_tx_ns != 0;
   if (retx) {
     ++ch.retx;
   } else {

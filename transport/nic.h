@@ -94,6 +94,11 @@ struct SendWr {
   AddressHandle* ah = nullptr;
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
+  // The destination may already hold these bytes intact (a retransmission
+  // of a WRITE): a software NIC then verifies each fragment before placing
+  // it instead of letting the kernel place it first (wire.h, "Direct
+  // placement"). Hardware NICs verify before placing anyway and ignore it.
+  bool retransmit = false;
   SendWr* next = nullptr;
 };
 
@@ -301,6 +306,9 @@ struct DeviceOptions {
   uint32_t mtu_bytes = 0;         // 0: backend default (software NIC: knob)
   bool faults_from_knobs = true;  // false: use `faults` as given
   double rate_gbps = -1;          // software NIC TX limit; < 0: knob's value
+  // Software NIC: smallest WRITE payload (bytes) the kernel places straight
+  // into its destination; 0 = never; < 0: UCCL_SOFTNIC_DIRECT_RX_BYTES.
+  int64_t direct_rx_bytes = -1;
 };
 
 // An opened device context (ibv_context + port). Owns nothing it hands out:

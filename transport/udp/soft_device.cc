@@ -34,6 +34,13 @@ UCCL_KNOB(int64_t, knob_softnic_speed_mbps, "UCCL_SOFTNIC_SPEED_MBPS", 0,
           "Software NIC: link speed to report in Mb/s (0 = the interface's "
           "from sysfs, or 100000 for virtual interfaces such as lo).",
           0, 1 << 30);
+UCCL_KNOB(int64_t, knob_softnic_direct_rx_bytes, "UCCL_SOFTNIC_DIRECT_RX_BYTES",
+          16384,
+          "Software NIC: smallest WRITE payload, bytes, that the kernel "
+          "copies straight into its destination (a header peek, then one "
+          "receive into place) instead of through a staging buffer; checked "
+          "there before it counts (transport/udp/wire.h). 0 = always staged.",
+          0, kMaxFragmentPayload);
 UCCL_KNOB(int64_t, knob_softnic_tx_budget, "UCCL_SOFTNIC_TX_BUDGET", 32,
           "Software NIC: most datagrams one QP sends per progress call.", 1,
           4096);
@@ -233,6 +240,10 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
     d->rx_msgs_[i].msg_hdr.msg_iov = &d->rx_iov_[i];
     d->rx_msgs_[i].msg_hdr.msg_iovlen = 1;
   }
+  d->direct_rx_bytes_ = static_cast<uint32_t>(
+      opts.direct_rx_bytes >= 0
+          ? std::min<int64_t>(opts.direct_rx_bytes, kMaxFragmentPayload)
+          : knob_softnic_direct_rx_bytes().get());
   d->scratch_.reset(new uint8_t[kRxBufBytes]);
   d->tx_scratch_.reset(new uint8_t[kRxBufBytes]);
   // The delay line is always there (4 MiB) so faults can be switched on
@@ -450,49 +461,146 @@ void SoftDevice::transmit_pending(uint64_t now) {
 }
 
 void SoftDevice::progress_rx(uint64_t now) {
-  for (int round = 0; round < 4; ++round) {
-    // No control messages (the kernel writes each msg_flags back): the
-    // kernel's drop count is read from the socket when the counters are
-    // read; a SO_RXQ_OVFL message per datagram added 0.15-0.25 us to a
-    // polled 64 B UDP trip on the GPU machine (socket_bench --lat_rxq_ovfl).
-    int n = recvmmsg(fd_, rx_msgs_, kRxBatch, MSG_DONTWAIT, nullptr);
-    if (n <= 0) return;
-    if (trace_fn_) {
-      trace_fn_(trace_ctx_, "nic_rx", static_cast<uint32_t>(n), now_ns());
+  // Rounds of up to kRxBatch datagrams each, up to the budget per call (the
+  // owner reacts to completions only between calls).
+  for (int done = 0; done < kRxBudget;) {
+    const int n = direct_mode_ ? receive_direct(now) : receive_batch(now);
+    if (n < 0) return;  // the data socket is empty
+    done += n;
+  }
+}
+
+int SoftDevice::receive_batch(uint64_t now) {
+  // No control messages (the kernel writes each msg_flags back): the
+  // kernel's drop count is read from the socket when the counters are
+  // read; a SO_RXQ_OVFL message per datagram added 0.15-0.25 us to a
+  // polled 64 B UDP trip on the GPU machine (socket_bench --lat_rxq_ovfl).
+  int n = recvmmsg(fd_, rx_msgs_, kRxBatch, MSG_DONTWAIT, nullptr);
+  if (n <= 0) return -1;
+  if (trace_fn_) {
+    trace_fn_(trace_ctx_, "nic_rx", static_cast<uint32_t>(n), now_ns());
+  }
+  for (int i = 0; i < n; ++i) {
+    auto* buf = static_cast<uint8_t*>(rx_iov_[i].iov_base);
+    uint32_t len = rx_msgs_[i].msg_len;
+    ++counters_.rx_packets;
+    counters_.rx_bytes += len;
+    if (rx_msgs_[i].msg_hdr.msg_flags & MSG_TRUNC) {
+      ++counters_.drop_malformed;
+      continue;
     }
-    for (int i = 0; i < n; ++i) {
-      auto* buf = static_cast<uint8_t*>(rx_iov_[i].iov_base);
-      uint32_t len = rx_msgs_[i].msg_len;
-      ++counters_.rx_packets;
-      counters_.rx_bytes += len;
-      if (rx_msgs_[i].msg_hdr.msg_flags & MSG_TRUNC) {
-        ++counters_.drop_malformed;
+    FaultInjector* f = faults_.get();
+    if (f->enabled(Direction::kRx)) {
+      FaultDecision d = f->decide(Direction::kRx, now);
+      if (held_count_ > 0) release_held(now, true, Direction::kRx);
+      if (d.drop) continue;
+      if (d.corrupt && len > 0)
+        buf[(d.corrupt_bit % (len * 8ull)) / 8] ^=
+            static_cast<uint8_t>(1u << (d.corrupt_bit % 8));
+      if ((d.delay_ns || d.reorder_after) &&
+          hold(Direction::kRx, d, buf, len, -1, nullptr, now)) {
+        if (d.duplicate) handle_datagram(buf, len, now);
         continue;
       }
-      FaultInjector* f = faults_.get();
-      if (f->enabled(Direction::kRx)) {
-        FaultDecision d = f->decide(Direction::kRx, now);
-        if (held_count_ > 0) release_held(now, true, Direction::kRx);
-        if (d.drop) continue;
-        if (d.corrupt && len > 0)
-          buf[(d.corrupt_bit % (len * 8ull)) / 8] ^=
-              static_cast<uint8_t>(1u << (d.corrupt_bit % 8));
-        if ((d.delay_ns || d.reorder_after) &&
-            hold(Direction::kRx, d, buf, len, -1, nullptr, now)) {
-          if (d.duplicate) handle_datagram(buf, len, now);
-          continue;
-        }
-        if (d.duplicate) {
-          // Process a copy first: handling may not modify buf, but keep the
-          // second delivery independent of the first anyway.
-          std::memcpy(scratch_.get(), buf, len);
-          handle_datagram(scratch_.get(), len, now);
+      if (d.duplicate) {
+        // Process a copy first: handling may not modify buf, but keep the
+        // second delivery independent of the first anyway.
+        std::memcpy(scratch_.get(), buf, len);
+        handle_datagram(scratch_.get(), len, now);
+      }
+    }
+    handle_datagram(buf, len, now);
+    // A large WRITE fragment: the ones after it are likely too, so place
+    // them directly (a fault-injected receive path stays staged).
+    static_assert(offsetof(WireHeader, opcode) == 5, "peeked at below");
+    if (direct_rx_bytes_ > 0 && len >= sizeof(WireHeader) + direct_rx_bytes_ &&
+        (buf[5] == static_cast<uint8_t>(WireOp::kWrite) ||
+         buf[5] == static_cast<uint8_t>(WireOp::kWriteImm)) &&
+        !f->enabled(Direction::kRx)) {
+      direct_mode_ = true;
+    }
+  }
+  return n < kRxBatch ? -1 : n;
+}
+
+int SoftDevice::receive_direct(uint64_t now) {
+  const uint32_t min_len = sizeof(WireHeader) + std::max(direct_rx_bytes_, 1u);
+  for (int k = 0; k < kRxBatch; ++k) {
+    if (faults_->enabled(Direction::kRx)) {  // switched on at run time
+      direct_mode_ = false;
+      return k + 1;
+    }
+    WireHeader h;
+    // MSG_TRUNC: the datagram's whole length, not the 64 bytes copied.
+    ssize_t n = recv(fd_, &h, sizeof(h), MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
+    if (n < 0) return -1;  // empty (or a socket error: staged path's)
+    const uint32_t len = static_cast<uint32_t>(n);
+    SoftQp* qp = nullptr;
+    uint8_t* dst = nullptr;
+    if (len >= min_len) {
+      direct_misses_ = 0;
+      if (header_problem(h, len) == nullptr) {
+        auto it = qps_.find(h.dst_qpn);
+        if (it != qps_.end()) {
+          qp = it->second;
+          dst = qp->direct_dst(h);
         }
       }
-      handle_datagram(buf, len, now);
+    } else if (++direct_misses_ >= kDirectRxMisses) {
+      direct_mode_ = false;  // small datagrams: batched receives again
+      direct_misses_ = 0;
+      return k + 1;
     }
-    if (n < kRxBatch) return;
+    if (dst == nullptr) {  // validated, counted and handled as usual
+      if (!receive_one_staged(now)) return -1;
+      continue;
+    }
+    WireHeader got;
+    iovec iov[2] = {{&got, sizeof(got)}, {dst, h.payload_len}};
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = 2;
+    ssize_t r = recvmsg(fd_, &m, MSG_DONTWAIT);
+    if (r < 0) return -1;
+    ++counters_.rx_packets;
+    counters_.rx_bytes += static_cast<uint64_t>(r);
+    if (trace_fn_) trace_fn_(trace_ctx_, "nic_rx", 1, now_ns());
+    // Only this thread reads the socket, so this is the datagram peeked at.
+    if (static_cast<uint32_t>(r) != len || (m.msg_flags & MSG_TRUNC) ||
+        std::memcmp(&got, &h, sizeof(h)) != 0) {
+      ++counters_.drop_malformed;
+      continue;
+    }
+    ++counters_.rx_direct;
+    qp->on_packet(got, dst, now);  // checks payload_crc where it landed
   }
+  return kRxBatch;
+}
+
+bool SoftDevice::receive_one_staged(uint64_t now) {
+  auto* buf = static_cast<uint8_t*>(rx_iov_[0].iov_base);
+  ssize_t n = recv(fd_, buf, kRxBufBytes, MSG_DONTWAIT);
+  if (n < 0) return false;
+  ++counters_.rx_packets;
+  counters_.rx_bytes += static_cast<uint64_t>(n);
+  handle_datagram(buf, static_cast<uint32_t>(n), now);
+  return true;
+}
+
+uint64_t* SoftDevice::header_problem(const WireHeader& h, uint32_t len) {
+  if (h.magic != kWireMagic) return &counters_.drop_malformed;
+  WireHeader z = h;
+  z.hdr_crc = 0;
+  z.payload_crc = 0;
+  if (crc32c(0, &z, sizeof(z)) != h.hdr_crc) return &counters_.drop_bad_crc;
+  if (h.version != kWireVersion) return &counters_.drop_bad_version;
+  if (h.opcode == 0 || h.opcode > kMaxWireOp || h.qp_type > 2 ||
+      h.payload_len != len - sizeof(WireHeader) ||
+      h.payload_len > kMaxFragmentPayload ||
+      static_cast<uint64_t>(h.frag_offset) + h.payload_len > h.msg_len) {
+    return &counters_.drop_malformed;
+  }
+  return nullptr;
 }
 
 void SoftDevice::handle_datagram(uint8_t* buf, uint32_t len, uint64_t now) {
@@ -502,27 +610,8 @@ void SoftDevice::handle_datagram(uint8_t* buf, uint32_t len, uint64_t now) {
   }
   WireHeader h;
   std::memcpy(&h, buf, sizeof(h));
-  if (h.magic != kWireMagic) {
-    ++counters_.drop_malformed;
-    return;
-  }
-  uint32_t hdr_crc = h.hdr_crc;
-  WireHeader z = h;
-  z.hdr_crc = 0;
-  z.payload_crc = 0;
-  if (crc32c(0, &z, sizeof(z)) != hdr_crc) {
-    ++counters_.drop_bad_crc;
-    return;
-  }
-  if (h.version != kWireVersion) {
-    ++counters_.drop_bad_version;
-    return;
-  }
-  if (h.opcode == 0 || h.opcode > kMaxWireOp || h.qp_type > 2 ||
-      h.payload_len != len - sizeof(WireHeader) ||
-      h.payload_len > kMaxFragmentPayload ||
-      static_cast<uint64_t>(h.frag_offset) + h.payload_len > h.msg_len) {
-    ++counters_.drop_malformed;
+  if (uint64_t* counter = header_problem(h, len)) {
+    ++*counter;
     return;
   }
   auto it = qps_.find(h.dst_qpn);
@@ -715,6 +804,7 @@ std::string SoftDevice::counters_text() const {
   UCCL_COUNTER(tx_bytes);
   UCCL_COUNTER(rx_packets);
   UCCL_COUNTER(rx_bytes);
+  UCCL_COUNTER(rx_direct);
   UCCL_COUNTER(drop_malformed);
   UCCL_COUNTER(drop_bad_version);
   UCCL_COUNTER(drop_bad_crc);

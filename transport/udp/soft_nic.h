@@ -30,7 +30,10 @@ Status check_qp_config(const QpConfig& cfg, const Device* dev);
 struct SoftCounters {
   uint64_t tx_packets = 0, tx_bytes = 0;  // datagrams to the kernel, payload
   uint64_t rx_packets = 0, rx_bytes = 0;  // datagrams from the kernel
-  uint64_t drop_malformed = 0;            // short, bad magic/opcode/lengths
+  // Of rx_packets: WRITE fragments the kernel copied straight into their
+  // destination (UCCL_SOFTNIC_DIRECT_RX_BYTES), skipping the staging copy.
+  uint64_t rx_direct = 0;
+  uint64_t drop_malformed = 0;  // short, bad magic/opcode/lengths
   uint64_t drop_bad_version = 0;
   uint64_t drop_bad_crc = 0;      // header or payload CRC32C mismatch
   uint64_t drop_unknown_qp = 0;   // no such QPN, or not from its peer
@@ -152,6 +155,7 @@ struct SqEntry {
   WrOpcode opcode = WrOpcode::kSend;
   bool signaled = false;
   bool is_inline = false;
+  bool retransmit = false;  // SendWr::retransmit: kFlagRetransmit on the wire
   uint32_t imm = 0;
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
@@ -245,6 +249,11 @@ class SoftQp final : public QueuePair {
   // counted, and *syn set for RC NAKs).
   bool place_fragment(const WireHeader& h, const uint8_t* payload,
                       AckSyndrome* syn);
+  // Where the kernel may copy this WRITE fragment's payload before it is
+  // verified (wire.h, "Direct placement"), or nullptr. Changes nothing: the
+  // fragment then goes through on_packet() as usual, with the payload at
+  // the returned address.
+  uint8_t* direct_dst(const WireHeader& h) const;
   bool place_sges(const RecvEntry& r, uint32_t offset, const uint8_t* src,
                   uint32_t len, uint32_t crc, bool* bad_key);
   bool take_recv(RecvEntry* out);
@@ -292,6 +301,10 @@ class SoftQp final : public QueuePair {
   // Receive side.
   RecvRing rq_;
   uint32_t epsn_ = 0;  // next expected PSN
+  // UC: the newest PSN received (epsn_ follows every packet, also old
+  // ones): direct placement only for PSNs beyond it.
+  bool uc_seen_ = false;
+  uint32_t uc_newest_psn_ = 0;
   RxMessage msg_;
   bool spare_recv_valid_ = false;  // receive taken by an aborted SEND
   RecvEntry spare_recv_;
@@ -367,6 +380,19 @@ class SoftDevice final : public Device {
   // requests first, low-priority ones and pure ACKs after them.
   void transmit_pending(uint64_t now_ns);
   void handle_datagram(uint8_t* buf, uint32_t len, uint64_t now_ns);
+  // The counter a datagram of `len` bytes with header `h` is dropped under
+  // before any QP sees it (bad CRC, version, lengths), or nullptr.
+  uint64_t* header_problem(const WireHeader& h, uint32_t len);
+  // One round: a recvmmsg batch, each datagram handled (and direct placement
+  // turned on by a large WRITE fragment). Datagrams taken, or -1 once the
+  // socket is empty.
+  int receive_batch(uint64_t now_ns);
+  // One round of direct placement: peeks at each
+  // datagram's header and lets the kernel copy a large WRITE fragment's
+  // payload straight into its destination. Like receive_batch().
+  int receive_direct(uint64_t now_ns);
+  // Receives the next datagram alone into staging and handles it.
+  bool receive_one_staged(uint64_t now_ns);
   // Sends / handles the held packets of direction `dir` that are due (by
   // time, or by count when a packet of that direction passed).
   void release_held(uint64_t now_ns, bool packet_passed, Direction dir);
@@ -393,10 +419,18 @@ class SoftDevice final : public Device {
 
   // Receive staging (recvmmsg batch).
   static constexpr int kRxBatch = 32;
+  static constexpr int kRxBudget = 4 * kRxBatch;  // per progress() call
   static constexpr uint32_t kRxBufBytes = 65536;
   std::unique_ptr<uint8_t[]> rx_bufs_;
   mmsghdr rx_msgs_[kRxBatch];
   iovec rx_iov_[kRxBatch];
+  // Direct placement: smallest payload placed directly (0 = off); on while
+  // large WRITE fragments arrive, off after kDirectRxMisses datagrams in a
+  // row that are too small for it (batched receives serve those better).
+  static constexpr uint32_t kDirectRxMisses = 16;
+  uint32_t direct_rx_bytes_ = 0;
+  bool direct_mode_ = false;
+  uint32_t direct_misses_ = 0;
 
   // Transmit batch (sendmmsg).
   static constexpr int kTxBatch = 32;

@@ -277,6 +277,7 @@ Status SoftQp::post_send(const SendWr* wr, const SendWr** bad_wr) {
     e.wr_id = wr->wr_id;
     e.opcode = op;
     e.signaled = wr->signaled;
+    e.retransmit = wr->retransmit;
     e.imm = wr->imm_data;
     e.remote_addr = wr->remote_addr;
     e.rkey = wr->rkey;
@@ -416,6 +417,7 @@ void SoftQp::emit_fragment(SqEntry& e, uint64_t now) {
     h.frag_offset = off;
     h.payload_len = frag;
     if (off == 0) h.flags |= kFlagFirst;
+    if (e.retransmit) h.flags |= kFlagRetransmit;
     if (off + frag == e.length) {
       h.flags |= kFlagLast;
       if (type_ == QpType::kRC) h.flags |= kFlagAckReq;
@@ -683,6 +685,35 @@ bool SoftQp::place_sges(const RecvEntry& r, uint32_t offset, const uint8_t* src,
   return true;
 }
 
+uint8_t* SoftQp::direct_dst(const WireHeader& h) const {
+  const auto op = static_cast<WireOp>(h.opcode);
+  if ((state_ != QpState::kRts && state_ != QpState::kRtr) ||
+      h.qp_type != static_cast<uint8_t>(type_) || h.src_qpn != remote_.qpn ||
+      (op != WireOp::kWrite && op != WireOp::kWriteImm) ||
+      (h.flags & kFlagRetransmit) || h.payload_len == 0) {
+    return nullptr;
+  }
+  // Only where no intact copy of these bytes can be there yet (wire.h).
+  if (type_ == QpType::kUC) {
+    if (uc_seen_ && !psn_lt(uc_newest_psn_, h.psn)) return nullptr;
+    // Fragments on_uc() drops anyway (the message lost a packet) stay out.
+    if (!(h.flags & kFlagFirst) &&
+        (!msg_.active || msg_.discard || h.psn != epsn_ ||
+         h.frag_offset != msg_.next_offset)) {
+      return nullptr;
+    }
+  } else if (type_ != QpType::kRC || h.psn != epsn_) {
+    return nullptr;
+  }
+  const uint64_t dst = h.remote_addr + h.frag_offset;
+  if (dst < h.remote_addr ||
+      pd_->table().check(h.rkey, dst, h.payload_len, kAccessRemoteWrite) !=
+          MrTable::Check::kOk) {
+    return nullptr;  // staged: place_fragment counts and NAKs it
+  }
+  return reinterpret_cast<uint8_t*>(dst);
+}
+
 void SoftQp::abort_message() {
   if (msg_.has_recv) {  // keep the receive for this QP's next SEND
     spare_recv_ = msg_.recv;
@@ -817,12 +848,15 @@ bool SoftQp::place_fragment(const WireHeader& h, const uint8_t* payload,
         return false;
     }
     // Verified before it is placed (see place_sges): a corrupted copy of a
-    // chunk that already arrived must not overwrite it.
+    // chunk that already arrived must not overwrite it. A payload placed
+    // directly (direct_dst) is checked where it landed.
     if (crc32c(0, payload, h.payload_len) != h.payload_crc) {
       ++c.drop_bad_crc;
       return false;
     }
-    std::memcpy(reinterpret_cast<void*>(dst), payload, h.payload_len);
+    if (payload != reinterpret_cast<const uint8_t*>(dst)) {
+      std::memcpy(reinterpret_cast<void*>(dst), payload, h.payload_len);
+    }
     return true;
   }
   // SEND / SEND_IMM: into the receive taken at the first fragment.
@@ -897,6 +931,8 @@ void SoftQp::finish_message(uint64_t now) {
 void SoftQp::on_uc(const WireHeader& h, const uint8_t* payload, uint64_t now) {
   SoftCounters& c = dev_->counters_;
   const auto op = static_cast<WireOp>(h.opcode);
+  if (!uc_seen_ || psn_lt(uc_newest_psn_, h.psn)) uc_newest_psn_ = h.psn;
+  uc_seen_ = true;
   if (h.psn != epsn_ && msg_.active) abort_message();  // lost packets
   epsn_ = h.psn + 1;
   if (h.flags & kFlagFirst) {

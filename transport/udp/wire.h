@@ -31,6 +31,15 @@ namespace uccl::transport::udp {
 // it places the payload. A fragment that fails payload_crc never completes
 // its message (the bytes of an incomplete message are undefined, as on a
 // real NIC); one that fails hdr_crc is dropped before anything is written.
+//
+// Direct placement (UCCL_SOFTNIC_DIRECT_RX_BYTES): the receiver may let the
+// kernel copy a large WRITE fragment straight to remote_addr + frag_offset
+// and check payload_crc there, after rkey, bounds and rights passed on the
+// header alone. It does so only where no intact copy of those bytes can be
+// there yet: on a UC QP for a PSN beyond every PSN it has seen, on an RC QP
+// for the expected PSN, and never for kFlagRetransmit. A corrupted fragment
+// then spoils only bytes of a message that has not completed, and the
+// retransmission that repairs them is verified before it is placed.
 
 constexpr uint32_t kWireMagic = 0x55434C31;  // "UCL1"
 constexpr uint8_t kWireVersion = 1;
@@ -50,6 +59,10 @@ enum WireFlags : uint8_t {
   kFlagFirst = 1u << 0,   // first fragment of a message
   kFlagLast = 1u << 1,    // last fragment of a message
   kFlagAckReq = 1u << 2,  // RC: responder should ACK now
+  // The receiver may hold these bytes intact already (SendWr::retransmit):
+  // verify before placing (no direct placement). Receivers that predate the
+  // flag ignore it, as they verify every fragment first.
+  kFlagRetransmit = 1u << 3,
 };
 
 enum class AckSyndrome : uint32_t {

@@ -387,9 +387,9 @@ class SoftDevice final : public Device {
   // turned on by a large WRITE fragment). Datagrams taken, or -1 once the
   // socket is empty.
   int receive_batch(uint64_t now_ns);
-  // One round of direct placement: peeks at each
-  // datagram's header and lets the kernel copy a large WRITE fragment's
-  // payload straight into its destination. Like receive_batch().
+  // One round of direct placement: peeks at each datagram's header and lets
+  // the kernel copy a large WRITE fragment's payload straight into its
+  // destination. Returns like receive_batch().
   int receive_direct(uint64_t now_ns);
   // Receives the next datagram alone into staging and handles it.
   bool receive_one_staged(uint64_t now_ns);

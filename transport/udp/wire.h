@@ -38,8 +38,9 @@ namespace uccl::transport::udp {
 // header alone. It does so only where no intact copy of those bytes can be
 // there yet: on a UC QP for a PSN beyond every PSN it has seen, on an RC QP
 // for the expected PSN, and never for kFlagRetransmit. A corrupted fragment
-// then spoils only bytes of a message that has not completed, and the
-// retransmission that repairs them is verified before it is placed.
+// then spoils only bytes of a message that has not completed, which a later
+// copy rewrites: an RC resend of the same PSN, or a resend the sender marks
+// with kFlagRetransmit (verified before it is placed).
 
 constexpr uint32_t kWireMagic = 0x55434C31;  // "UCL1"
 constexpr uint8_t kWireVersion = 1;

@@ -301,9 +301,9 @@ class SoftQp final : public QueuePair {
   // Receive side.
   RecvRing rq_;
   uint32_t epsn_ = 0;  // next expected PSN
-  // UC: the newest PSN received (epsn_ follows every packet, also old
-  // ones): direct placement only for PSNs beyond it.
-  bool uc_seen_ = false;
+  // UC: the newest PSN received, from connect() on the one before the
+  // peer's first (epsn_ follows every packet, also old ones): direct
+  // placement only for PSNs beyond it.
   uint32_t uc_newest_psn_ = 0;
   RxMessage msg_;
   bool spare_recv_valid_ = false;  // receive taken by an aborted SEND

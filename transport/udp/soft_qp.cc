@@ -147,6 +147,7 @@ Status SoftQp::connect(const QpInfo& remote) {
     tx_connected_ = true;
   }
   epsn_ = remote.psn;
+  uc_newest_psn_ = remote.psn - 1;  // the peer's first PSN is beyond it
   acked_psn_ = peer_acked_psn_ = next_psn_ - 1;
   last_progress_ns_ = dev_->now_ns();
   state_ = QpState::kRts;
@@ -695,7 +696,7 @@ uint8_t* SoftQp::direct_dst(const WireHeader& h) const {
   }
   // Only where no intact copy of these bytes can be there yet (wire.h).
   if (type_ == QpType::kUC) {
-    if (uc_seen_ && !psn_lt(uc_newest_psn_, h.psn)) return nullptr;
+    if (!psn_lt(uc_newest_psn_, h.psn)) return nullptr;
     // Fragments on_uc() drops anyway (the message lost a packet) stay out.
     if (!(h.flags & kFlagFirst) &&
         (!msg_.active || msg_.discard || h.psn != epsn_ ||
@@ -931,8 +932,7 @@ void SoftQp::finish_message(uint64_t now) {
 void SoftQp::on_uc(const WireHeader& h, const uint8_t* payload, uint64_t now) {
   SoftCounters& c = dev_->counters_;
   const auto op = static_cast<WireOp>(h.opcode);
-  if (!uc_seen_ || psn_lt(uc_newest_psn_, h.psn)) uc_newest_psn_ = h.psn;
-  uc_seen_ = true;
+  if (psn_lt(uc_newest_psn_, h.psn)) uc_newest_psn_ = h.psn;
   if (h.psn != epsn_ && msg_.active) abort_message();  // lost packets
   epsn_ = h.psn + 1;
   if (h.flags & kFlagFirst) {

@@ -9,8 +9,9 @@
 #   tools/gpu_session.sh lat      64 B one-way latency vs UDP ping-pong, the
 #                                 same way ($ROUNDS, $VARIANTS, $MSIZE)
 #   tools/gpu_session.sh perf     nccl_perf (C++ all_reduce loop): UCCL vs
-#                                 Socket / Socket 4x4 in $ROUNDS interleaved
-#                                 rounds, then the loop's floor (P2P)
+#                                 Socket / Socket 4x4, and the host-memory
+#                                 floor (SHM), in $ROUNDS interleaved rounds,
+#                                 then the loop's floor (P2P)
 set -u
 PART=${1:-nccl}
 OUT=${OUT:-/tmp/uccl-out}
@@ -99,7 +100,7 @@ case "$PART" in
     done
     echo "== nccl_perf, $NCCL_LIB"
     timeout 560 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" \
-      --rounds="${ROUNDS:-3}" --nets="${NETS:-UCCL,Socket,Socket4x4}" \
+      --rounds="${ROUNDS:-3}" --nets="${NETS:-UCCL,Socket,Socket4x4,SHM}" \
       ${SIZES:+--sizes=$SIZES} ${ITERS:+--iters=$ITERS} --json="$OUT/perf.json" 2>&1 |
       tee "$OUT/perf.md"
     if [ -z "${NO_FLOOR:-}" ]; then

@@ -33,11 +33,13 @@
 
 #include "tools/nccl_perf_util.h"
 
-DEFINE_string(nets, "UCCL,Socket,Socket4x4",
+DEFINE_string(nets, "UCCL,Socket,Socket4x4,SHM",
               "Transports, comma-separated; the first is compared with the "
               "best of the others. UCCL (our plugin), Socket (NCCL's, "
-              "defaults), Socket4x4 (4 threads x 4 sockets), P2P (NVLink, "
-              "no network: the floor). An entry may add variables for its "
+              "defaults), Socket4x4 (4 threads x 4 sockets); floors, which "
+              "use no network and are not baselines: SHM (NCCL's host "
+              "shared-memory path, what host-staged transports are bounded "
+              "by), P2P (NVLink). An entry may add variables for its "
               "run alone: UCCL+UCCL_NCCL_SPEED_MBPS=400000+VAR=value.");
 DEFINE_string(plugin, "",
               "UCCL plugin .so (absolute path); default: next to this "
@@ -271,6 +273,8 @@ void set_net_env(const uccl::tools::NetSpec& spec, const std::string& plugin) {
     setenv("NCCL_NET", "Socket", 1);
     setenv("NCCL_SOCKET_NTHREADS", "4", 1);
     setenv("NCCL_NSOCKS_PERTHREAD", "4", 1);
+  } else if (net == "SHM") {
+    setenv("NCCL_SHM_DISABLE", "0", 1);  // P2P stays off: through host memory
   } else if (net == "P2P") {
     setenv("NCCL_P2P_DISABLE", "0", 1);
     setenv("NCCL_SHM_DISABLE", "0", 1);

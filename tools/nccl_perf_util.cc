@@ -23,14 +23,18 @@ std::vector<std::string> split_list(const std::string& list) {
   return out;
 }
 
+bool is_floor_net(const std::string& base) {
+  return base == "SHM" || base == "P2P";
+}
+
 Result<NetSpec> parse_net_spec(const std::string& entry) {
   NetSpec spec;
   size_t pos = entry.find('+');
   spec.base = entry.substr(0, pos);
   if (spec.base != "UCCL" && spec.base != "Socket" &&
-      spec.base != "Socket4x4" && spec.base != "P2P") {
+      spec.base != "Socket4x4" && !is_floor_net(spec.base)) {
     return InvalidArgument("unknown net '" + spec.base + "' in '" + entry +
-                           "' (UCCL, Socket, Socket4x4, P2P)");
+                           "' (UCCL, Socket, Socket4x4, SHM, P2P)");
   }
   while (pos != std::string::npos) {
     const size_t start = pos + 1;
@@ -156,12 +160,17 @@ std::string perf_table(
   const std::vector<uint64_t> sizes = table_sizes(results);
   const double bus = 2.0 * (nranks - 1) / nranks;
   // Baselines: every other net except UCCL variants (UCCL+VAR=value), which
-  // get their column but are what is being compared, not what to beat.
+  // get their column but are what is being compared, not what to beat, and
+  // floors (SHM, P2P: no network), which bound every network transport
+  // instead; the first floor gets a ratio column of its own.
   std::vector<bool> is_base(nets.size(), false);
   bool baselines = false;
+  size_t floor = 0;  // 0: none
   for (size_t k = 1; k < nets.size(); ++k) {
     auto spec = parse_net_spec(nets[k]);
-    is_base[k] = !spec.ok() || spec->base != "UCCL";
+    const bool fl = spec.ok() && is_floor_net(spec->base);
+    if (fl && floor == 0) floor = k;
+    is_base[k] = !fl && (!spec.ok() || spec->base != "UCCL");
     baselines = baselines || is_base[k];
   }
   std::string s = "| size (B) |";
@@ -171,10 +180,12 @@ std::string perf_table(
     s += " best baseline busbw GB/s | ratio (baseline time / " + nets[0] +
          ") | " + nets[0] + " faster in rounds |";
   }
+  if (floor) s += " " + nets[floor] + " time / " + nets[0] + " |";
   s += "\n|---:|";
   for (size_t k = 0; k < nets.size(); ++k) s += "---:|";
   s += "---:|---:|";
   if (baselines) s += "---:|---:|---:|";
+  if (floor) s += "---:|";
   s += "\n";
   for (uint64_t bytes : sizes) {
     std::vector<double> med(nets.size());
@@ -226,6 +237,7 @@ std::string perf_table(
            fmt("%.2f", best / med[0]) + " | " + std::to_string(wins) + "/" +
            std::to_string(rounds) + " |";
     }
+    if (floor) s += " " + fmt("%.2f", med[floor] / med[0]) + " |";
     s += "\n";
   }
   return s;

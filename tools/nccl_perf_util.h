@@ -34,9 +34,14 @@ std::vector<std::string> split_list(const std::string& list);
 // One --nets entry: a transport and the environment of that run only, as
 // "Base+VAR=value+VAR=value" (e.g. "UCCL+UCCL_NCCL_SPEED_MBPS=400000").
 struct NetSpec {
-  std::string base;  // UCCL, Socket, Socket4x4, P2P
+  std::string base;  // UCCL, Socket, Socket4x4, SHM, P2P
   std::vector<std::pair<std::string, std::string>> env;
 };
+
+// SHM and P2P: NCCL's paths between GPUs of one host that use no network
+// (host shared memory; NVLink/PCIe peer access). They bound what any network
+// transport can reach there, so tables do not count them as baselines.
+bool is_floor_net(const std::string& base);
 
 // Parses one entry. The base must be a known transport and each variable
 // name upper-case letters, digits and '_'; anything else is InvalidArgument
@@ -66,8 +71,10 @@ uint64_t perf_check(const float* out, size_t n, int nranks);
 // median host time and bus bandwidth, the best baseline's median time, the
 // ratio baseline / subject (> 1: the subject is faster), and in how many
 // rounds the subject was faster than every baseline of that round. The
-// baselines are the other nets except UCCL variants ("UCCL+VAR=value"):
-// those get their own time column only.
+// baselines are the other nets except UCCL variants ("UCCL+VAR=value") and
+// floors (is_floor_net): those get their own time column only, and the
+// first floor a last column, its time / the subject's (1: the subject is as
+// fast as the floor).
 std::string perf_table(
     const std::vector<std::string>& nets,
     const std::vector<std::vector<std::vector<PerfRow>>>& results,

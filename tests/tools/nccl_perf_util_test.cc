@@ -56,6 +56,13 @@ TEST(NcclPerfUtil, NetSpecsCarryTheirOwnEnvironment) {
   }
   EXPECT_NE(parse_net_spec("UCCL+A=1+bad").status().message().find("'bad'"),
             std::string::npos);
+  for (const char* floor : {"SHM", "P2P"}) {
+    auto f = parse_net_spec(floor);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_TRUE(is_floor_net(f->base)) << floor;
+  }
+  EXPECT_FALSE(is_floor_net("Socket"));
+  EXPECT_FALSE(is_floor_net("UCCL"));
 }
 
 TEST(NcclPerfUtil, IterationsAreCappedByBytes) {
@@ -153,6 +160,37 @@ TEST(NcclPerfUtil, FailedRunsAreLeftOutOfMediansAndRounds) {
   std::string solo = perf_table({"UCCL"}, {res[0]}, 2);
   EXPECT_EQ(solo.find("baseline"), std::string::npos) << solo;
   EXPECT_NE(solo.find("| 4 | 12.0 | 1.0 | 0.00 |"), std::string::npos) << solo;
+}
+
+TEST(NcclPerfUtil, FloorsAreColumnsWithTheirOwnRatioNotBaselines) {
+  // 256 MiB, 2 rounds: UCCL 20000/22000 us (median 21000), Socket4x4
+  // 28000/30000 (29000), SHM 9800/10200 (10000), faster than both.
+  const uint64_t big = 256u << 20;
+  std::vector<std::vector<std::vector<PerfRow>>> res(3);
+  double u[] = {20000, 22000}, s[] = {28000, 30000}, h[] = {9800, 10200};
+  for (int r = 0; r < 2; ++r) {
+    res[0].push_back({row(big, u[r])});
+    res[1].push_back({row(big, s[r])});
+    res[2].push_back({row(big, h[r])});
+  }
+  std::string t = perf_table({"UCCL", "Socket4x4", "SHM"}, res, 2);
+  EXPECT_NE(t.find("| ratio (baseline time / UCCL) | UCCL faster in rounds | "
+                   "SHM time / UCCL |\n|---:|---:|---:|---:|---:|---:|---:|"
+                   "---:|---:|---:|\n"),
+            std::string::npos)
+      << t;
+  // The ratio and the rounds are against Socket4x4 alone (29000 / 21000,
+  // UCCL won both); SHM's own ratio is 10000 / 21000.
+  EXPECT_NE(t.find("| 268435456 | 21000.0 | 29000.0 | 10000.0 | 1.0 | 12.78 | "
+                   "9.26 | 1.38 | 2/2 | 0.48 |"),
+            std::string::npos)
+      << t;
+  // Only floors besides the subject: no baseline columns, the floor's ratio.
+  std::string only = perf_table({"UCCL", "P2P"}, {res[0], res[2]}, 2);
+  EXPECT_EQ(only.find("baseline"), std::string::npos) << only;
+  EXPECT_NE(only.find("| 268435456 | 21000.0 | 10000.0 | 1.0 | 12.78 | 0.48 |"),
+            std::string::npos)
+      << only;
 }
 
 TEST(NcclPerfUtil, RoundsTableShowsEveryRunAndMarksFailedOnes) {

@@ -8,7 +8,8 @@
 // the bound and small sizes show each transport's latency.
 //
 // The parent process only forks: for each round, for each --nets entry (the
-// first is the subject, the rest its baselines), it sets that transport's
+// first is the subject; the rest its baselines, its variants (UCCL+VAR=value)
+// and floors (SHM, P2P: no network)), it sets that transport's
 // NCCL environment and forks one rank per GPU. Rank 0 makes the unique id and
 // pipes it to the others; each rank times every size with CUDA events,
 // checks every element of its output, and rank 0 pipes the rows back. The

@@ -45,8 +45,12 @@ UCCL_KNOB(std::string, knob_core_lock_dir, "UCCL_CORE_LOCK_DIR", "/dev/shm",
           "transport_test client and server) claim cores with lock files "
           "(uccl-core-<n>.lock, released when the process exits); empty: "
           "no cross-process claims.");
-UCCL_KNOB(int64_t, knob_chunk_kb, "UCCL_CHUNK_KB", 64,
-          "Chunk size in KiB: each chunk is one RDMA_WRITE_WITH_IMM.", 1, 4096);
+UCCL_KNOB(
+    int64_t, knob_chunk_kb, "UCCL_CHUNK_KB", 64,
+    "Largest chunk in KiB: each chunk is one RDMA_WRITE_WITH_IMM. Rounded "
+    "down to whole packets of the device's payload MTU (the software "
+    "NIC on lo: 65408 B, so 64 KiB gives one datagram per chunk).",
+    1, 4096);
 UCCL_KNOB(int64_t, knob_paths, "UCCL_PATHS", 4,
           "Queue pairs (paths) per connection; chunks are sprayed over them.",
           1, kMaxPaths);
@@ -494,6 +498,9 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     impl->engines.push_back(std::move(*e));
   }
   const transport::DeviceInfo& di = impl->engines[0]->device_info();
+  // What the engines use: whole packets of the device's MTU per chunk.
+  c.chunk_bytes = impl->engines[0]->chunk_bytes();
+  eager = impl->engines[0]->eager_bytes();
   double gbps = c.link_gbps > 0 ? c.link_gbps : knob_link_gbps().get();
   double line = gbps > 0 ? gbps * 1e9 : di.link_speed_mbps * 1e6;
   // Congestion control and the pull pacer count payload bytes: take the
@@ -523,8 +530,8 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
             << di.link_speed_mbps << " Mb/s), " << c.num_engines
             << " engine(s) on cores " << format_cpu_list(cores) << ", "
             << c.paths << " paths, " << (c.rc_mode ? "RC" : "UC") << " mode, "
-            << "chunk " << c.chunk_bytes / 1024 << " KiB, cc " << c.cc
-            << ", eager " << eager << " B"
+            << "chunk " << c.chunk_bytes << " B, cc " << c.cc << ", eager "
+            << eager << " B"
             << (knob_drive_nic().get() ? "" : ", NIC driven by CQ polls");
   return std::unique_ptr<Endpoint>(new Endpoint(std::move(impl)));
 }

@@ -67,6 +67,11 @@ bool RequestAccess::wait(Request* r, uint64_t timeout_ns) {
 
 // ------------------------------------------------------------- creation
 
+uint32_t whole_packet_chunk_bytes(uint32_t chunk_bytes, uint32_t mtu_bytes) {
+  if (mtu_bytes == 0 || chunk_bytes <= mtu_bytes) return chunk_bytes;
+  return chunk_bytes - chunk_bytes % mtu_bytes;
+}
+
 Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
     const EngineConfig& cfg, const std::string& device,
     const transport::DeviceOptions& dev_opts, ConnRecord* records,
@@ -78,6 +83,14 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
   e->regions_ = regions;
   UCCL_ASSIGN_OR_RETURN(e->dev_, transport::open_device(device, dev_opts));
   e->dev_->set_owner_driven(cfg.drive_nic);
+  e->cfg_.chunk_bytes =
+      whole_packet_chunk_bytes(cfg.chunk_bytes, e->dev_->info().mtu_bytes);
+  if (e->cfg_.chunk_bytes > sizeof(EagerHdr)) {  // an eager send is one chunk
+    e->cfg_.eager_bytes = std::min<uint32_t>(
+        cfg.eager_bytes, e->cfg_.chunk_bytes - sizeof(EagerHdr));
+  } else {
+    e->cfg_.eager_bytes = 0;
+  }
   UCCL_ASSIGN_OR_RETURN(e->pd_, e->dev_->alloc_pd());
   UCCL_ASSIGN_OR_RETURN(e->scq_, e->dev_->create_cq(kCqDepth));
   UCCL_ASSIGN_OR_RETURN(e->rcq_, e->dev_->create_cq(kCqDepth));

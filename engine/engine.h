@@ -22,9 +22,18 @@
 
 namespace uccl::engine {
 
+// The chunk size an engine uses: `chunk_bytes` rounded down to whole packets
+// of `mtu_bytes` payload (0: unknown, unchanged), never below one packet. A
+// chunk just over a multiple of the MTU costs a short tail packet per chunk:
+// 64 KiB over lo's 65408-byte payload MTU was two datagrams, 65408 B and
+// 128 B, each a full trip through the kernel's stack.
+uint32_t whole_packet_chunk_bytes(uint32_t chunk_bytes, uint32_t mtu_bytes);
+
 struct EngineConfig {
   int index = 0;
   int core = -1;  // -1: not pinned
+  // Largest chunk (one WRITE_WITH_IMM); the engine uses
+  // whole_packet_chunk_bytes() of it for its device's MTU.
   uint32_t chunk_bytes = 64 << 10;
   bool rc_mode = false;
   std::string cc_name = "none";
@@ -143,6 +152,9 @@ class UcclRDMAEngine {
   transport::ProtectionDomain* pd() { return pd_.get(); }
   const transport::DeviceInfo& device_info() const { return dev_->info(); }
   int index() const { return cfg_.index; }
+  // In effect (after create): whole packets of the device's MTU.
+  uint32_t chunk_bytes() const { return cfg_.chunk_bytes; }
+  uint32_t eager_bytes() const { return cfg_.eager_bytes; }
   bool windows_supported() const { return windows_; }
   std::string device_counters();
 

@@ -18,7 +18,7 @@ OUT=${OUT:-/tmp/uccl-out}
 mkdir -p "$OUT"
 PY=python3
 [ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
-C=$PWD/gpu_carry
+C=${C:-$PWD/gpu_carry}  # the carried build (C=other_carry to compare two)
 # The server's received Gb/s from a --json run's output on stdin.
 server_rx_gbps() {
   grep '"role":"server"' | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/'

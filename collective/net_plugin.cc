@@ -7,15 +7,17 @@
 // flight per channel, so per-message latency is what bounds its bandwidth).
 // Neither side knows the other's size (NCCL posts a receive of the slot's
 // size and sends what the step holds), so the cut depends only on a fixed
-// stripe S: part j is bytes [j*S, (j+1)*S) and the last part the rest, of
-// the message at the sender and of the buffer at the receiver; parts past
-// the message's end are sent empty. Messages shorter than S go whole on
-// connection 0 instead (one engine, no fan-out: small-message latency). The
-// receiver posts part 0 (bytes [0, S) of its buffer) first and the other
-// parts once part 0 completes: a full part 0 means the sender striped. Both
-// sides post the parts of a comm's messages in NCCL's order (receivers
-// expand in the order of part 0's completions, which is that order too), so
-// each connection pairs them FIFO, with no tags.
+// stripe S, the receiving side's (its listen handle carries S and K to the
+// sender; by default S = 1 MiB / K, NCCL's large all_reduce message over
+// the K engines): part j is bytes [j*S, (j+1)*S) and the last part the
+// rest, of the message at the sender and of the buffer at the receiver;
+// parts past the message's end are sent empty. Messages shorter than S go
+// whole on connection 0 instead (one engine, no fan-out: small-message
+// latency). The receiver posts part 0 (bytes [0, S) of its buffer) first
+// and the other parts once part 0 completes: a full part 0 means the sender
+// striped. Both sides post the parts of a comm's messages in NCCL's order
+// (receivers expand in the order of part 0's completions, which is that
+// order too), so each connection pairs them FIFO, with no tags.
 // With UCCL_NCCL_MAX_RECVS > 1 NCCL may group receives with tags; such comms
 // use one connection (K = 1) and the engine matches the tags.
 #include "collective/net_plugin.h"
@@ -55,11 +57,14 @@ UCCL_KNOB(int64_t, knob_max_recvs, "UCCL_NCCL_MAX_RECVS", 1,
           "NCCL plugin: grouped receives offered to NCCL (maxRecvs). Above 1 "
           "each comm uses a single connection (tags then pick buffers).",
           1, kMaxRecvsPerRequest);
-UCCL_KNOB(int64_t, knob_stripe_kb, "UCCL_NCCL_STRIPE_KB", 128,
-          "NCCL plugin: bytes of each message per connection of its comm "
-          "(the last connection takes the rest); shorter messages go whole "
-          "on one connection.",
-          4, 1 << 20);
+UCCL_KNOB(int64_t, knob_stripe_kb, "UCCL_NCCL_STRIPE_KB", 0,
+          "NCCL plugin: KiB of each message per connection of its comm (the "
+          "last connection takes the rest); shorter messages go whole on one "
+          "connection. 0: NCCL's 1 MiB all_reduce message (4 MiB buffers, "
+          "Simple) over the comm's K connections, 1 MiB / K rounded up to "
+          "1 KiB: 128 KiB with 8 engines, 86 KiB with 12. The receiving "
+          "side's stripe travels in the connect handle: senders use it.",
+          0, 1 << 20);
 UCCL_KNOB(int64_t, knob_speed_mbps, "UCCL_NCCL_SPEED_MBPS", 0,
           "NCCL plugin: link speed reported to NCCL, Mb/s (0: the device's "
           "link speed, or 400000 where the link has none, as on lo and "
@@ -94,7 +99,11 @@ UCCL_KNOB(int64_t, knob_max_bytes, "UCCL_NCCL_MAX_BYTES", int64_t{1} << 30,
 // took 82 against 77 us.
 constexpr uint64_t kUnknownSpeedMbps = 400000;
 constexpr uint32_t kHandleMagic = 0x55434e48;  // "UCNH"
-constexpr uint16_t kHandleVersion = 1;
+constexpr uint16_t kHandleVersion = 2;         // 2: the acceptor's stripe
+// The message a default stripe is cut for: NCCL's all_reduce slice at its
+// default NCCL_BUFFSIZE (4 MiB, 8 steps, 2 steps per slice), which is what
+// large all_reduce sends (BENCHMARKS.md, session 18).
+constexpr size_t kNcclSliceBytes = size_t{1} << 20;
 constexpr uint64_t kStageMagic = 0x5543434f4e4e4543ull;
 
 // The handshake tag of a comm's connection i (a listen comm's tag below
@@ -115,9 +124,11 @@ struct ConnectHandle {
   uint64_t tag;        // the listen comm; connection i sends conn_tag(tag, i)
   uint64_t stage_magic;
   ConnectStage* stage;
+  uint32_t stripe_bytes;  // the acceptor's: connectors cut messages by it
 };
 static_assert(sizeof(ConnectHandle) <= kHandleMaxSize, "NCCL handle size");
 static_assert(offsetof(ConnectHandle, stage) == 32, "handle layout");
+static_assert(offsetof(ConnectHandle, stripe_bytes) == 40, "handle layout");
 
 }  // namespace
 
@@ -140,6 +151,7 @@ struct PluginComm {
   Endpoint* ep = nullptr;
   bool is_send = false;
   std::vector<ConnId> conns;
+  size_t stripe = 0;  // bytes per connection: the receiving side's
   int pool_size = 0;
   std::unique_ptr<PluginRequest[]> pool;
   // A request whose parts are not all posted yet (an engine's queue was
@@ -155,6 +167,7 @@ struct PluginListen {
   PluginDevice* dev = nullptr;
   Endpoint* ep = nullptr;
   uint64_t tag = 0;
+  size_t stripe = 0;          // offered in the handle
   std::vector<ConnId> conns;  // by index; 0 = not accepted yet
   bool placed = false;        // its tags have engine placements
 };
@@ -164,17 +177,19 @@ struct ConnectStage {
   Endpoint* ep = nullptr;
   std::vector<uint64_t> pending;
   std::vector<ConnId> conns;
+  size_t stripe = 0;  // from the handle
 };
 
 namespace {
 
 PluginComm* make_comm(PluginDevice* d, Endpoint* ep, bool is_send,
-                      std::vector<ConnId> conns, int max_recvs) {
+                      std::vector<ConnId> conns, size_t stripe, int max_recvs) {
   auto* c = new PluginComm;
   c->dev = d;
   c->ep = ep;
   c->is_send = is_send;
   c->conns = std::move(conns);
+  c->stripe = stripe;
   // NCCL keeps up to 32 requests per comm; a sender may see 32 x maxRecvs.
   c->pool_size = kMaxRequests * max_recvs;
   c->pool.reset(new PluginRequest[c->pool_size]);
@@ -301,7 +316,7 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
                         ? static_cast<int>(knob_conns().get())
                         : static_cast<int>(knob_engines().get());
   max_bytes_ = static_cast<uint64_t>(knob_max_bytes().get());
-  stripe_bytes_ = static_cast<size_t>(knob_stripe_kb().get()) * 1024;
+  stripe_bytes_ = stripe_for(conns_per_comm_);
   small_whole_ = knob_small_whole().get();
   spread_ = knob_spread().get();
   std::random_device rd;
@@ -311,8 +326,8 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
   log(kLogInfo, __FILE__, __LINE__,
       "devices:" + list + "; " + std::to_string(knob_engines().get()) +
           " engines per device, " + std::to_string(conns_per_comm_) +
-          " connections per comm (" + std::to_string(stripe_bytes_ / 1024) +
-          " KiB stripes), maxRecvs " + std::to_string(max_recvs_));
+          " connections per comm (" + std::to_string(stripe_bytes_) +
+          " B stripes), maxRecvs " + std::to_string(max_recvs_));
   inited_ = true;
   return kSuccess;
 }
@@ -391,8 +406,16 @@ void NetPlugin::log_comm(const PluginComm* c) {
   log(kLogInfo, __FILE__, __LINE__,
       std::string(c->is_send ? "send comm to " : "recv comm from ") +
           c->ep->peer_ip(c->conns[0]) + ": " + std::to_string(c->conns.size()) +
-          " connections, connection 0 on engine " +
+          " connections, " + std::to_string(c->stripe) +
+          " B stripes, connection 0 on engine " +
           (e.ok() ? std::to_string(*e) : std::string("?")));
+}
+
+size_t NetPlugin::stripe_for(int k) {
+  const int64_t kb = knob_stripe_kb().get();
+  if (kb > 0) return static_cast<size_t>(kb) * 1024;
+  const size_t per = (kNcclSliceBytes + k - 1) / static_cast<size_t>(k);
+  return (per + 1023) / 1024 * 1024;
 }
 
 Endpoint* NetPlugin::endpoint_for_testing(int dev) {
@@ -412,6 +435,7 @@ NcclResult NetPlugin::listen(int dev, void* handle, void** listen_comm) {
   l->dev = d;
   l->ep = *ep;
   l->tag = next_tag_.fetch_add(1) & ((1ull << 56) - 1);
+  l->stripe = stripe_bytes_;
   l->conns.assign(conns_per_comm_, 0);
   if (spread_) {
     const uint32_t lane = next_lane(d);
@@ -436,6 +460,7 @@ NcclResult NetPlugin::listen(int dev, void* handle, void** listen_comm) {
   h.port = d->port;
   h.max_recvs = static_cast<uint16_t>(max_recvs_);
   h.tag = l->tag;
+  h.stripe_bytes = static_cast<uint32_t>(l->stripe);
   std::memcpy(handle, &h, sizeof(h));
   *listen_comm = l;
   return kSuccess;
@@ -446,7 +471,8 @@ NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
   *send_comm = nullptr;
   ConnectHandle* h = static_cast<ConnectHandle*>(handle);
   if (h->magic != kHandleMagic || h->version != kHandleVersion ||
-      h->nconns < 1 || h->nconns > 16) {
+      h->nconns < 1 || h->nconns > 16 || h->stripe_bytes < 1024 ||
+      h->stripe_bytes > (1u << 30)) {
     return fail("connect",
                 ProtocolError("handle is not from a UCCL listen "
                               "of this version"),
@@ -477,6 +503,7 @@ NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
       st->pending.push_back(*p);
     }
     st->conns.assign(h->nconns, 0);
+    st->stripe = h->stripe_bytes;
     h->stage = st.release();
     h->stage_magic = kStageMagic;
   }
@@ -503,7 +530,8 @@ NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
     }
   }
   if (ready < static_cast<int>(st->conns.size())) return kSuccess;  // later
-  *send_comm = make_comm(st->dev, st->ep, true, st->conns, max_recvs_);
+  *send_comm =
+      make_comm(st->dev, st->ep, true, st->conns, st->stripe, max_recvs_);
   log_comm(static_cast<PluginComm*>(*send_comm));
   h->stage_magic = 0;
   h->stage = nullptr;
@@ -530,7 +558,7 @@ NcclResult NetPlugin::accept(void* listen_comm, void** recv_comm) {
     }
   }
   if (ready < static_cast<int>(l->conns.size())) return kSuccess;  // later
-  *recv_comm = make_comm(l->dev, l->ep, false, l->conns, max_recvs_);
+  *recv_comm = make_comm(l->dev, l->ep, false, l->conns, l->stripe, max_recvs_);
   log_comm(static_cast<PluginComm*>(*recv_comm));
   l->conns.assign(l->conns.size(), 0);  // handed over
   return kSuccess;
@@ -581,12 +609,11 @@ PluginRequest* NetPlugin::alloc_request(PluginComm* c) {
   return nullptr;
 }
 
-void NetPlugin::part_range(size_t len, int j, int k, size_t* off,
-                           size_t* n) const {
-  const size_t lo = std::min(static_cast<size_t>(j) * stripe_bytes_, len);
+void NetPlugin::part_range(size_t len, int j, int k, size_t stripe, size_t* off,
+                           size_t* n) {
+  const size_t lo = std::min(static_cast<size_t>(j) * stripe, len);
   const size_t hi =
-      j == k - 1 ? len
-                 : std::min(static_cast<size_t>(j + 1) * stripe_bytes_, len);
+      j == k - 1 ? len : std::min(static_cast<size_t>(j + 1) * stripe, len);
   *off = lo;
   *n = hi - lo;
 }
@@ -596,7 +623,7 @@ bool NetPlugin::post_parts(PluginComm* c, PluginRequest* r, Status* err) {
   while (r->posted < r->parts) {
     const int j = r->posted;
     size_t off, n;
-    part_range(r->len, j, k, &off, &n);
+    part_range(r->len, j, k, c->stripe, &off, &n);
     void* p = r->base ? r->base + off : nullptr;
     MrHandle* mh = n ? r->mh : nullptr;
     Status st = r->is_send ? c->ep->send_async(c->conns[j], p, n, mh,
@@ -621,7 +648,7 @@ bool NetPlugin::expand_receives(PluginComm* c, Status* err) {
     c->expand_head = (c->expand_head + 1) % c->pool_size;
     --c->expand_count;
     r->expanding = false;
-    if (r->reqs[0].status().ok() && r->reqs[0].size(0) == stripe_bytes_) {
+    if (r->reqs[0].status().ok() && r->reqs[0].size(0) == c->stripe) {
       r->parts = static_cast<int>(c->conns.size());  // the sender striped
       if (!post_parts(c, r, err)) return false;
     }
@@ -650,9 +677,8 @@ NcclResult NetPlugin::isend(void* send_comm, void* data, size_t size, int tag,
   r->n = 1;
   r->expanding = false;
   // Shorter than a stripe: whole, on connection 0 (see the file comment).
-  r->parts = small_whole_ && size < stripe_bytes_
-                 ? 1
-                 : static_cast<int>(c->conns.size());
+  r->parts =
+      small_whole_ && size < c->stripe ? 1 : static_cast<int>(c->conns.size());
   r->posted = 0;
   r->base = static_cast<uint8_t*>(data);
   r->len = size;

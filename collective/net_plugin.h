@@ -103,7 +103,11 @@ class NetPlugin {
   // engine cannot take now stay for later (the comm's backlog).
   bool post_parts(PluginComm* c, PluginRequest* r, Status* err);
   // The byte range of part j of a message of `len` bytes over k stripes.
-  void part_range(size_t len, int j, int k, size_t* off, size_t* n) const;
+  static void part_range(size_t len, int j, int k, size_t stripe, size_t* off,
+                         size_t* n);
+  // The stripe this process offers for comms of k connections: the knob, or
+  // NCCL's 1 MiB all_reduce message over k.
+  static size_t stripe_for(int k);
   // Receive comms: in posting order, the requests whose part 0 completed
   // learn whether the sender striped (part 0 full: post parts 1..K-1) or
   // sent the message whole. False on an error (logged).

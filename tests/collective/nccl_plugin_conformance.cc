@@ -730,14 +730,29 @@ void twoproc_sender(Api& a, const std::string& hexhandle) {
   a.close_send(sc);
 }
 
+// CONFORMANCE_SENDER_ENV="VAR=value,..." gives the sending process its own
+// settings (a rank whose UCCL_* knobs differ from the receiver's).
 void scenario_twoproc(Api& a, const std::string& self) {
   char handle[kHandleMaxSize];
   void* lc = nullptr;
   REQUIRE(a.listen(0, handle, &lc) == kSuccess, "listen");
-  uccl::testing::Subprocess child({self, "--scenario=twoproc_sender",
-                                   "--plugin=" + g_plugin,
-                                   "--version=" + std::to_string(a.version),
-                                   "--handle=" + hex(handle, sizeof(handle))});
+  std::vector<std::string> argv = {"/usr/bin/env"};
+  if (const char* e = std::getenv("CONFORMANCE_SENDER_ENV")) {
+    std::string s = e;
+    for (size_t at = 0; at < s.size();) {
+      size_t comma = s.find(',', at);
+      if (comma == std::string::npos) comma = s.size();
+      if (comma > at) argv.push_back(s.substr(at, comma - at));
+      at = comma + 1;
+    }
+  }
+  for (std::string x :
+       {self, std::string("--scenario=twoproc_sender"), "--plugin=" + g_plugin,
+        "--version=" + std::to_string(a.version),
+        "--handle=" + hex(handle, sizeof(handle))}) {
+    argv.push_back(x);
+  }
+  uccl::testing::Subprocess child(argv);
   REQUIRE(child.started(), "spawn");
   struct ShowChild {  // on any failure, what the sender said
     uccl::testing::Subprocess* c;
@@ -1084,6 +1099,13 @@ int main(int argc, char** argv) {
       {"data", 11, {"UCCL_FAULT_TX=drop=0.01", "UCCL_FAULT_SEED=7"}});
   runs.push_back(
       {"twoproc", 11, {"UCCL_FAULT_TX=drop=0.01", "UCCL_FAULT_SEED=9"}});
+  // The receiver's connection count and stripe win: 12 connections cut at
+  // its default 86 KiB, though the sender's own knobs say 8 and 32 KiB.
+  runs.push_back({"twoproc",
+                  11,
+                  {"UCCL_NCCL_ENGINES=12",
+                   "CONFORMANCE_SENDER_ENV=UCCL_NCCL_ENGINES=8,"
+                   "UCCL_NCCL_STRIPE_KB=32"}});
   int failed = 0;
   for (const Run& r : runs) {
     std::vector<std::string> args = {"/usr/bin/env"};

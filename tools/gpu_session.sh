@@ -18,7 +18,10 @@ OUT=${OUT:-/tmp/uccl-out}
 mkdir -p "$OUT"
 PY=python3
 [ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
-C=${C:-$PWD/gpu_carry}  # the carried build (C=other_carry to compare two)
+# The carried build (C=other_carry to compare two), as an absolute path:
+# nccl_perf finds the plugin next to its own binary.
+C=${C:-gpu_carry}
+case "$C" in /*) ;; *) C=$PWD/$C ;; esac
 # The server's received Gb/s from a --json run's output on stdin.
 server_rx_gbps() {
   grep '"role":"server"' | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/'

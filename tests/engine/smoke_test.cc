@@ -58,9 +58,9 @@ TEST(EngineChunks, WholePacketsOfTheMtu) {
   EXPECT_EQ(whole_packet_chunk_bytes(2815, 1408), 1408u);  // never below one
 }
 
-// On lo (payload MTU 65408 B) a 1 MiB message is 17 datagrams: 16 chunks of
-// 65408 B and one of 1024 B, where 64 KiB chunks took 32 (65408 + 128 B
-// each). The message arrives intact.
+// On lo (payload MTU 65408 B) a 1 MiB message is 17 chunks of one datagram
+// each: 16 of 65408 B and one of 1024 B, where 64 KiB chunks took 16 chunks
+// of two datagrams (65408 + 128 B). The message arrives intact.
 TEST(EngineChunks, OneMegabyteIsSeventeenDatagramsOnLoopback) {
   EndpointConfig cfg = test_config(/*engines=*/1, /*paths=*/1);
   cfg.eager_bytes = 0;
@@ -68,18 +68,23 @@ TEST(EngineChunks, OneMegabyteIsSeventeenDatagramsOnLoopback) {
   ASSERT_TRUE(p);
   const size_t kLen = 1 << 20;
   Buf sb(p->client.get(), kLen), rb(p->server.get(), kLen);
-  // With eager sends off the client sends the message's chunks (and their
-  // retransmissions, if any) and the software NIC's ACK of the receive
-  // descriptor (its control QP is RC), counted apart here.
+  // With eager sends off the client sends the message's chunks and the
+  // software NIC's ACK of the receive descriptor (its control QP is RC),
+  // counted apart here. A stalled run (a sanitizer on a loaded host) may
+  // add retransmissions of either kind, which make the count inexact.
   auto data_packets = [&] {
     const std::string t = p->client->nic_counters();
     return nic_counter(t, "tx_packets") - nic_counter(t, "acks_sent") -
            nic_counter(t, "naks_sent") - nic_counter(t, "rnr_naks_sent");
   };
+  auto rc_retransmits = [&] {
+    return nic_counter(p->client->nic_counters(), "rc_retransmits");
+  };
   Request rr, sr;
   ASSERT_TRUE(
       p->server->recv_async(p->s_conns[0], rb.ptr(), kLen, rb.mh, &rr).ok());
   const uint64_t before = data_packets();
+  const uint64_t rc_before = rc_retransmits();
   fill_pattern(sb.ptr(), kLen, 17);
   ASSERT_TRUE(
       p->client->send_async(p->c_conns[0], sb.ptr(), kLen, sb.mh, &sr).ok());
@@ -88,9 +93,12 @@ TEST(EngineChunks, OneMegabyteIsSeventeenDatagramsOnLoopback) {
   EXPECT_EQ(find_pattern_mismatch(rb.ptr(), kLen, 17), -1);
   auto st = p->client->conn_stats(p->c_conns[0]);
   ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->tx_chunks, 17u);
   const uint64_t retx =
       st->fast_retransmits + st->rto_retransmits + st->tlp_retransmits;
-  EXPECT_EQ(data_packets() - before - retx, 17u) << p->client->nic_counters();
+  if (retx == 0 && rc_retransmits() == rc_before) {
+    EXPECT_EQ(data_packets() - before, 17u) << p->client->nic_counters();
+  }
 }
 
 }  // namespace

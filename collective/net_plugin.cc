@@ -167,7 +167,6 @@ struct PluginListen {
   PluginDevice* dev = nullptr;
   Endpoint* ep = nullptr;
   uint64_t tag = 0;
-  size_t stripe = 0;          // offered in the handle
   std::vector<ConnId> conns;  // by index; 0 = not accepted yet
   bool placed = false;        // its tags have engine placements
 };
@@ -196,6 +195,15 @@ PluginComm* make_comm(PluginDevice* d, Endpoint* ep, bool is_send,
   for (int i = 0; i < c->pool_size; ++i) c->pool[i].comm = c;
   c->expand.reset(new PluginRequest*[c->pool_size]);
   return c;
+}
+
+// The stripe this process offers comms of k connections: the knob, or
+// NCCL's 1 MiB all_reduce message over k, rounded up to 1 KiB.
+size_t stripe_for(int k) {
+  const int64_t kb = knob_stripe_kb().get();
+  if (kb > 0) return static_cast<size_t>(kb) * 1024;
+  const size_t per = (kNcclSliceBytes + k - 1) / static_cast<size_t>(k);
+  return (per + 1023) / 1024 * 1024;
 }
 
 void forward_log(int severity, const char* file, int line, const char* msg,
@@ -411,13 +419,6 @@ void NetPlugin::log_comm(const PluginComm* c) {
           (e.ok() ? std::to_string(*e) : std::string("?")));
 }
 
-size_t NetPlugin::stripe_for(int k) {
-  const int64_t kb = knob_stripe_kb().get();
-  if (kb > 0) return static_cast<size_t>(kb) * 1024;
-  const size_t per = (kNcclSliceBytes + k - 1) / static_cast<size_t>(k);
-  return (per + 1023) / 1024 * 1024;
-}
-
 Endpoint* NetPlugin::endpoint_for_testing(int dev) {
   std::lock_guard<std::mutex> lock(mu_);
   if (dev < 0 || dev >= static_cast<int>(devs_.size())) return nullptr;
@@ -435,7 +436,6 @@ NcclResult NetPlugin::listen(int dev, void* handle, void** listen_comm) {
   l->dev = d;
   l->ep = *ep;
   l->tag = next_tag_.fetch_add(1) & ((1ull << 56) - 1);
-  l->stripe = stripe_bytes_;
   l->conns.assign(conns_per_comm_, 0);
   if (spread_) {
     const uint32_t lane = next_lane(d);
@@ -460,7 +460,7 @@ NcclResult NetPlugin::listen(int dev, void* handle, void** listen_comm) {
   h.port = d->port;
   h.max_recvs = static_cast<uint16_t>(max_recvs_);
   h.tag = l->tag;
-  h.stripe_bytes = static_cast<uint32_t>(l->stripe);
+  h.stripe_bytes = static_cast<uint32_t>(stripe_bytes_);
   std::memcpy(handle, &h, sizeof(h));
   *listen_comm = l;
   return kSuccess;
@@ -558,7 +558,8 @@ NcclResult NetPlugin::accept(void* listen_comm, void** recv_comm) {
     }
   }
   if (ready < static_cast<int>(l->conns.size())) return kSuccess;  // later
-  *recv_comm = make_comm(l->dev, l->ep, false, l->conns, l->stripe, max_recvs_);
+  *recv_comm =
+      make_comm(l->dev, l->ep, false, l->conns, stripe_bytes_, max_recvs_);
   log_comm(static_cast<PluginComm*>(*recv_comm));
   l->conns.assign(l->conns.size(), 0);  // handed over
   return kSuccess;

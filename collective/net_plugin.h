@@ -105,9 +105,6 @@ class NetPlugin {
   // The byte range of part j of a message of `len` bytes over k stripes.
   static void part_range(size_t len, int j, int k, size_t stripe, size_t* off,
                          size_t* n);
-  // The stripe this process offers for comms of k connections: the knob, or
-  // NCCL's 1 MiB all_reduce message over k.
-  static size_t stripe_for(int k);
   // Receive comms: in posting order, the requests whose part 0 completed
   // learn whether the sender striped (part 0 full: post parts 1..K-1) or
   // sent the message whole. False on an error (logged).
@@ -127,7 +124,7 @@ class NetPlugin {
   std::atomic<ncclabi::ProfilerCallback> profiler_{nullptr};
   std::vector<std::unique_ptr<PluginDevice>> devs_;
   int conns_per_comm_ = 1;
-  size_t stripe_bytes_ = 0;
+  size_t stripe_bytes_ = 0;  // stripe_for(conns_per_comm_): in every handle
   bool small_whole_ = true;
   bool spread_ = true;  // UCCL_NCCL_SPREAD
   int max_recvs_ = 1;

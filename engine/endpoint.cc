@@ -432,8 +432,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
         "credit per posted receive); set UCCL_EAGER_BYTES=0");
   }
   if (eager < 0) eager = soft && c.cc != "credit" ? 16384 : 0;
-  // An eager message is one chunk: header and payload.
-  eager = std::min<int64_t>(eager, c.chunk_bytes - sizeof(engine::EagerHdr));
+  // Each engine clamps it to one chunk of the size it uses (engine.cc).
 
   transport::DeviceOptions dopt;
   if (!c.fault_tx.empty() || !c.fault_rx.empty() || c.fault_seed) {

@@ -746,12 +746,10 @@ void scenario_twoproc(Api& a, const std::string& self) {
       at = comma + 1;
     }
   }
-  for (std::string x :
-       {self, std::string("--scenario=twoproc_sender"), "--plugin=" + g_plugin,
-        "--version=" + std::to_string(a.version),
-        "--handle=" + hex(handle, sizeof(handle))}) {
-    argv.push_back(x);
-  }
+  argv.insert(argv.end(),
+              {self, "--scenario=twoproc_sender", "--plugin=" + g_plugin,
+               "--version=" + std::to_string(a.version),
+               "--handle=" + hex(handle, sizeof(handle))});
   uccl::testing::Subprocess child(argv);
   REQUIRE(child.started(), "spawn");
   struct ShowChild {  // on any failure, what the sender said

@@ -142,7 +142,13 @@ struct QpInfo {
   uint32_t psn = 0;        // first packet sequence number we send
   uint32_t mtu_bytes = 0;  // path MTU we support
   QpType type = QpType::kUC;
-  uint8_t pad[3] = {};
+  uint8_t flags = 0;  // QpInfoFlags
+  uint8_t pad[2] = {};
+};
+enum QpInfoFlags : uint8_t {
+  // Software NIC: takes payloads without a CRC from a peer on its host
+  // (transport/udp/wire.h, "Unsummed payloads"). Peers that predate it send 0.
+  kQpInfoTakesUnsummed = 1u << 0,
 };
 static_assert(sizeof(PortAddress) == 24,
               "PortAddress is exchanged on the wire");
@@ -309,6 +315,9 @@ struct DeviceOptions {
   // Software NIC: smallest WRITE payload (bytes) the kernel places straight
   // into its destination; 0 = never; < 0: UCCL_SOFTNIC_DIRECT_RX_BYTES.
   int64_t direct_rx_bytes = -1;
+  // Software NIC: 1 = sum every payload; 0 = leave the CRC out between QPs
+  // of this host that agree to; < 0: UCCL_SOFTNIC_LOCAL_CRC.
+  int local_crc = -1;
 };
 
 // An opened device context (ibv_context + port). Owns nothing it hands out:

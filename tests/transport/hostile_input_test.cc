@@ -254,6 +254,47 @@ TEST_F(HostileInputTest, CorruptedCopyNeverOverwritesDeliveredBytes) {
   expect_canaries_intact();
 }
 
+// An unsummed payload (wire.h, "Unsummed payloads") is placed only by a QP
+// that offered to take one from its peer on this host; one that did not
+// (UCCL_SOFTNIC_LOCAL_CRC on) drops it as a bad CRC and writes nothing.
+TEST_F(HostileInputTest, UnsummedPayloadIsTakenOnlyWhereOffered) {
+  std::vector<uint8_t> data(1000);
+  fill_pattern(data.data(), data.size(), 5);
+  std::memset(region_, 0, 2 * kPage);
+  ASSERT_NE(rx_->qp->local_info().flags & kQpInfoTakesUnsummed, 0);
+  WireHeader h = good_write(1000);
+  h.flags |= udp::kFlagUnsummed;  // payload_crc stays 0
+  send_packet(h, data.data(), 1000, true, /*fix_payload_crc=*/false);
+  settle();
+  EXPECT_EQ(c("drop_bad_crc"), 0);
+  EXPECT_EQ(std::memcmp(region_, data.data(), 1000), 0);
+
+  // The same datagram to a QP that did not offer.
+  DeviceOptions o = Side::no_faults();
+  o.local_crc = 1;
+  auto rx2 = Side::make(QpType::kUC, 2 * kPage, o);
+  auto peer2 = Side::make(QpType::kUC, 0);
+  ASSERT_TRUE(rx2 && peer2);
+  connect_pair(rx2.get(), peer2.get());
+  EXPECT_EQ(rx2->qp->local_info().flags & kQpInfoTakesUnsummed, 0);
+  std::memset(rx2->buf.data(), 0, rx2->buf.size());
+  h.dst_qpn = rx2->qp->qpn();
+  h.src_qpn = peer2->qp->qpn();
+  h.psn = 0;
+  h.remote_addr = rx2->addr();
+  h.rkey = rx2->mr->rkey();
+  dst_.sin_port =
+      htons(static_cast<udp::SoftDevice*>(rx2->dev.get())->udp_port());
+  send_packet(h, data.data(), 1000, true, /*fix_payload_crc=*/false);
+  ASSERT_TRUE(drive({rx2.get()},
+                    [&] { return counter(*rx2->dev, "rx_packets") >= 1; }));
+  EXPECT_EQ(counter(*rx2->dev, "drop_bad_crc"), 1);
+  for (size_t i = 0; i < 1000; ++i) {
+    ASSERT_EQ(rx2->buf[i], 0) << "placed byte " << i;
+  }
+  expect_canaries_intact();
+}
+
 TEST_F(HostileInputTest, MutationFuzzNeverWritesOutsideTheRegion) {
   std::mt19937_64 rng(2024);
   uint8_t data[1024];

@@ -877,5 +877,59 @@ TEST(DeviceTest, RateLimitIsEnforced) {
   ASSERT_EQ(a->send_wcs.size(), 1u);
 }
 
+// Between QPs of one host the payload CRC is left out where both agree
+// (wire.h, "Unsummed payloads"): the sender's knob, the receiver's offer in
+// its QpInfo, and no injected faults. Every case delivers byte for byte.
+TEST(UnsummedTest, LocalPeersLeaveOutThePayloadCrcOnlyWhenBothAgree) {
+  constexpr uint32_t kBytes = 1 << 20;  // several datagrams, even on lo
+  struct Case {
+    int sender_crc, receiver_crc;
+    bool sender_tx_faults;
+    bool unsummed;
+  };
+  const Case cases[] = {
+      {0, 0, false, true},   // the default between processes of a host
+      {1, 0, false, false},  // the sender sums anyway
+      {0, 1, false, false},  // the receiver did not offer
+      {0, 0, true, false},   // injected TX faults: corruption must be caught
+  };
+  uint32_t seed = 40;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(::testing::Message()
+                 << "sender_crc " << k.sender_crc << " receiver_crc "
+                 << k.receiver_crc << " tx_faults " << k.sender_tx_faults);
+    DeviceOptions so = Side::no_faults(), ro = Side::no_faults();
+    so.local_crc = k.sender_crc;
+    ro.local_crc = k.receiver_crc;
+    // Seeded corruption of a fifth of the datagrams: RC resends them.
+    if (k.sender_tx_faults) so.faults.tx = *FaultSpec::parse("corrupt=0.2");
+    auto a = Side::make(QpType::kRC, kBytes, so);
+    auto b = Side::make(QpType::kRC, kBytes, ro);
+    ASSERT_TRUE(a && b);
+    connect_pair(a.get(), b.get());
+    EXPECT_EQ((b->qp->local_info().flags & kQpInfoTakesUnsummed) != 0,
+              k.receiver_crc == 0);
+    fill_pattern(a->buf.data(), kBytes, ++seed);
+    std::memset(b->buf.data(), 0, kBytes);
+    ASSERT_TRUE(
+        a->post_send(WrOpcode::kWrite, 1, 0, kBytes, b->addr(), b->mr->rkey())
+            .ok());
+    ASSERT_TRUE(
+        drive({a.get(), b.get()}, [&] { return !a->send_wcs.empty(); }));
+    ASSERT_EQ(a->send_wcs[0].status, WcStatus::kSuccess);
+    EXPECT_EQ(find_pattern_mismatch(b->buf.data(), kBytes, seed), -1);
+    // The sender sends only WRITE datagrams (the RC ACKs come back).
+    const int64_t writes = counter(*a->dev, "tx_packets");
+    EXPECT_GT(writes, 1);
+    EXPECT_EQ(counter(*a->dev, "tx_unsummed"), k.unsummed ? writes : 0);
+    // Injected corruption is caught by the sum, and only then is any dropped.
+    if (k.sender_tx_faults) {
+      EXPECT_GT(counter(*b->dev, "drop_bad_crc"), 0);
+    } else {
+      EXPECT_EQ(counter(*b->dev, "drop_bad_crc"), 0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace uccl::transport::testing

@@ -41,6 +41,15 @@ UCCL_KNOB(int64_t, knob_softnic_direct_rx_bytes, "UCCL_SOFTNIC_DIRECT_RX_BYTES",
           "receive into place) instead of through a staging buffer; checked "
           "there before it counts (transport/udp/wire.h). 0 = always staged.",
           0, kMaxFragmentPayload);
+UCCL_KNOB(bool, knob_softnic_local_crc, "UCCL_SOFTNIC_LOCAL_CRC", false,
+          "Software NIC: payload CRC32C also between QPs of this host. "
+          "false (default): a datagram to a peer on this host (the kernel "
+          "routes it through loopback, memory to memory, as it does without "
+          "a UDP checksum) carries none where the peer offered to take it "
+          "so; a peer that injects receive faults does not offer. true: "
+          "every payload is summed (transport/udp/wire.h, \"Unsummed "
+          "payloads\").",
+          false, true);
 UCCL_KNOB(int64_t, knob_softnic_tx_budget, "UCCL_SOFTNIC_TX_BUDGET", 32,
           "Software NIC: most datagrams one QP sends per progress call.", 1,
           4096);
@@ -213,6 +222,8 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
   }
   if (opts.mtu_bytes > 0) d->mtu_cap_ = std::min(d->mtu_cap_, opts.mtu_bytes);
   d->mtu_ = std::min(payload_mtu_for(nif.mtu ? nif.mtu : 1500), d->mtu_cap_);
+  d->local_unsummed_ = opts.local_crc >= 0 ? opts.local_crc == 0
+                                           : !knob_softnic_local_crc().get();
 
   d->info_.name = name;
   d->info_.backend = "udp";
@@ -625,10 +636,17 @@ void SoftDevice::handle_datagram(uint8_t* buf, uint32_t len, uint64_t now) {
 // --------------------------------------------------------------- transmit
 
 void SoftDevice::send_datagram(WireHeader* hdr, const iovec* payload, int niov,
-                               int fd, const sockaddr_in* dest) {
+                               int fd, const sockaddr_in* dest, bool unsummed) {
+  FaultInjector* f = faults_.get();
   uint32_t pcrc = 0;
-  for (int i = 0; i < niov; ++i) {
-    pcrc = crc32c(pcrc, payload[i].iov_base, payload[i].iov_len);
+  if (unsummed && !f->enabled(Direction::kTx)) {
+    // The peer, on this host, agreed to take it (wire.h, "Unsummed").
+    hdr->flags |= kFlagUnsummed;
+    ++counters_.tx_unsummed;
+  } else {
+    for (int i = 0; i < niov; ++i) {
+      pcrc = crc32c(pcrc, payload[i].iov_base, payload[i].iov_len);
+    }
   }
   hdr->magic = kWireMagic;
   hdr->version = kWireVersion;
@@ -640,7 +658,6 @@ void SoftDevice::send_datagram(WireHeader* hdr, const iovec* payload, int niov,
   counters_.tx_bytes += hdr->payload_len;
   if (rate_bytes_per_ns_ > 0) tokens_ -= hdr->payload_len + sizeof(WireHeader);
 
-  FaultInjector* f = faults_.get();
   FaultDecision d;
   if (f->enabled(Direction::kTx)) {
     const uint64_t fnow = now_ns();
@@ -805,6 +822,7 @@ std::string SoftDevice::counters_text() const {
   UCCL_COUNTER(rx_packets);
   UCCL_COUNTER(rx_bytes);
   UCCL_COUNTER(rx_direct);
+  UCCL_COUNTER(tx_unsummed);
   UCCL_COUNTER(drop_malformed);
   UCCL_COUNTER(drop_bad_version);
   UCCL_COUNTER(drop_bad_crc);

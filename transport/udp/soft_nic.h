@@ -33,6 +33,9 @@ struct SoftCounters {
   // Of rx_packets: WRITE fragments the kernel copied straight into their
   // destination (UCCL_SOFTNIC_DIRECT_RX_BYTES), skipping the staging copy.
   uint64_t rx_direct = 0;
+  // Of tx_packets: sent without a payload CRC to a peer on this host that
+  // takes that (UCCL_SOFTNIC_LOCAL_CRC; wire.h, "Unsummed payloads").
+  uint64_t tx_unsummed = 0;
   uint64_t drop_malformed = 0;  // short, bad magic/opcode/lengths
   uint64_t drop_bad_version = 0;
   uint64_t drop_bad_crc = 0;      // header or payload CRC32C mismatch
@@ -254,8 +257,13 @@ class SoftQp final : public QueuePair {
   // fragment then goes through on_packet() as usual, with the payload at
   // the returned address.
   uint8_t* direct_dst(const WireHeader& h) const;
+  // Copies `len` bytes into the receive's scatter list at `offset`, after
+  // checking them against header `h`'s payload CRC (nullptr: our own bytes).
   bool place_sges(const RecvEntry& r, uint32_t offset, const uint8_t* src,
-                  uint32_t len, uint32_t crc, bool* bad_key);
+                  uint32_t len, const WireHeader* h, bool* bad_key);
+  // The payload passes: its CRC matches, or it is unsummed from a peer this
+  // QP agreed to take that from (wire.h, "Unsummed payloads").
+  bool payload_ok(const WireHeader& h, const uint8_t* payload) const;
   bool take_recv(RecvEntry* out);
   bool recv_available() const;
   void finish_message(uint64_t now_ns);
@@ -274,6 +282,10 @@ class SoftQp final : public QueuePair {
   QpInfo remote_{};
   sockaddr_in peer_{};
   bool tx_connected_ = false;  // tx_fd_ connected to peer_
+  // Unsummed payloads with a peer on this host (wire.h): we take them (and
+  // offered to), and the peer takes ours.
+  bool take_unsummed_ = false;
+  bool send_unsummed_ = false;
 
   // Send queue ring.
   std::vector<SqEntry> sq_;
@@ -369,9 +381,16 @@ class SoftDevice final : public Device {
   };
 
   // Transmit one datagram [hdr][iov...]: fills CRCs, applies TX faults and
-  // queues it in the current batch (flushed by flush_tx()).
+  // queues it in the current batch (flushed by flush_tx()). `unsummed`: the
+  // peer takes it without a payload CRC (SoftQp::send_unsummed_), unless TX
+  // faults are on (injected corruption must stay detectable).
   void send_datagram(WireHeader* hdr, const iovec* payload, int niov, int fd,
-                     const sockaddr_in* dest);
+                     const sockaddr_in* dest, bool unsummed = false);
+  // Whether this device's QPs offer to take unsummed payloads from a peer on
+  // this host (UCCL_SOFTNIC_LOCAL_CRC off, no receive faults).
+  bool offers_unsummed() const {
+    return local_unsummed_ && !faults_->enabled(Direction::kRx);
+  }
   void flush_tx();
   void raw_send(int fd, const sockaddr_in* dest, const void* data,
                 uint32_t len);
@@ -446,6 +465,7 @@ class SoftDevice final : public Device {
   // handling a received datagram may transmit.
   std::unique_ptr<uint8_t[]> scratch_;
   std::unique_ptr<uint8_t[]> tx_scratch_;
+  bool local_unsummed_ = false;  // !UCCL_SOFTNIC_LOCAL_CRC
 
   // Token bucket (UCCL_SOFTNIC_RATE_GBPS); rate 0 = unlimited.
   double rate_bytes_per_ns_ = 0;

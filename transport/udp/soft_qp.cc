@@ -108,6 +108,9 @@ QpInfo SoftQp::local_info() const {
   // through loopback, whatever interface its address is on).
   i.mtu_bytes = dev_->mtu_cap_;
   i.type = type_;
+  if (type_ != QpType::kUD && dev_->offers_unsummed()) {
+    i.flags |= kQpInfoTakesUnsummed;
+  }
   return i;
 }
 
@@ -131,6 +134,12 @@ Status SoftQp::connect(const QpInfo& remote) {
                            " is not a software-NIC IPv4 address");
   }
   UCCL_ASSIGN_OR_RETURN(uint32_t mtu, dev_->path_mtu_to(ip));
+  // A peer on this host: datagrams go memory to memory (wire.h, "Unsummed").
+  auto route = route_to(ip);
+  const bool local = route.ok() && route->loopback;
+  take_unsummed_ = local && dev_->offers_unsummed();
+  send_unsummed_ =
+      local && dev_->local_unsummed_ && (remote.flags & kQpInfoTakesUnsummed);
   if (remote.mtu_bytes > 0) mtu = std::min(mtu, remote.mtu_bytes);
   mtu_ = std::max<uint32_t>(mtu & ~63u, 64);
   remote_ = remote;
@@ -463,7 +472,7 @@ void SoftQp::emit_fragment(SqEntry& e, uint64_t now) {
   const sockaddr_in* dest = type_ == QpType::kUD ? &e.ud_dest
                             : tx_connected_      ? nullptr
                                                  : &peer_;
-  dev_->send_datagram(&h, iov, niov, tx_fd_, dest);
+  dev_->send_datagram(&h, iov, niov, tx_fd_, dest, send_unsummed_);
 }
 
 void SoftQp::emit_control(AckSyndrome syn, uint32_t psn, uint32_t about) {
@@ -656,12 +665,17 @@ bool SoftQp::take_recv(RecvEntry* out) {
   return srq_ ? srq_->ring().pop(out) : rq_.pop(out);
 }
 
+bool SoftQp::payload_ok(const WireHeader& h, const uint8_t* payload) const {
+  if (h.flags & kFlagUnsummed) return take_unsummed_;
+  return crc32c(0, payload, h.payload_len) == h.payload_crc;
+}
+
 bool SoftQp::place_sges(const RecvEntry& r, uint32_t offset, const uint8_t* src,
-                        uint32_t len, uint32_t crc, bool* bad_key) {
+                        uint32_t len, const WireHeader* h, bool* bad_key) {
   // Verified before any byte is placed (as a RoCE NIC checks the ICRC before
   // its DMA): a corrupted duplicate must not overwrite bytes that already
   // arrived intact.
-  if (crc32c(0, src, len) != crc) return false;
+  if (h != nullptr && !payload_ok(*h, src)) return false;
   for (int i = 0; i < r.num_sge && len > 0; ++i) {
     const Sge& s = r.sge[i];
     if (offset >= s.length) {
@@ -796,9 +810,8 @@ void SoftQp::on_ud(const WireHeader& h, const uint8_t* payload, uint64_t now) {
   PortAddress me = dev_->port_address();
   std::memcpy(grh + 24, me.gid, 16);
   bool bad = false;
-  place_sges(r, 0, grh, kGrhBytes, crc32c(0, grh, kGrhBytes), &bad);
-  if (bad ||
-      !place_sges(r, kGrhBytes, payload, h.payload_len, h.payload_crc, &bad)) {
+  place_sges(r, 0, grh, kGrhBytes, nullptr, &bad);  // our own bytes
+  if (bad || !place_sges(r, kGrhBytes, payload, h.payload_len, &h, &bad)) {
     if (bad) {
       wc.status = WcStatus::kLocalProtectionError;
       ++dev_->counters_.drop_no_access;
@@ -851,7 +864,7 @@ bool SoftQp::place_fragment(const WireHeader& h, const uint8_t* payload,
     // Verified before it is placed (see place_sges): a corrupted copy of a
     // chunk that already arrived must not overwrite it. A payload placed
     // directly (direct_dst) is checked where it landed.
-    if (crc32c(0, payload, h.payload_len) != h.payload_crc) {
+    if (!payload_ok(h, payload)) {
       ++c.drop_bad_crc;
       return false;
     }
@@ -884,8 +897,7 @@ bool SoftQp::place_fragment(const WireHeader& h, const uint8_t* payload,
     }
   }
   bool bad = false;
-  if (!place_sges(msg_.recv, h.frag_offset, payload, h.payload_len,
-                  h.payload_crc, &bad)) {
+  if (!place_sges(msg_.recv, h.frag_offset, payload, h.payload_len, &h, &bad)) {
     if (bad) {
       ++c.drop_no_access;
       *syn = AckSyndrome::kNakInvalid;
@@ -1189,8 +1201,8 @@ void SoftQp::on_read_resp(const WireHeader& h, const uint8_t* payload,
   view.num_sge = e->num_sge;
   std::copy(e->sge, e->sge + e->num_sge, view.sge);
   bool bad = false;
-  if (h.payload_len > 0 && !place_sges(view, h.frag_offset, payload,
-                                       h.payload_len, h.payload_crc, &bad)) {
+  if (h.payload_len > 0 &&
+      !place_sges(view, h.frag_offset, payload, h.payload_len, &h, &bad)) {
     if (bad) {  // local buffer deregistered while the READ ran
       e->status = WcStatus::kLocalProtectionError;
       to_error(now);

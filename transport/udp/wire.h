@@ -41,6 +41,19 @@ namespace uccl::transport::udp {
 // then spoils only bytes of a message that has not completed, which a later
 // copy rewrites: an RC resend of the same PSN, or a resend the sender marks
 // with kFlagRetransmit (verified before it is placed).
+//
+// Unsummed payloads (UCCL_SOFTNIC_LOCAL_CRC): a datagram between two QPs of
+// one host never leaves the kernel; it goes through loopback from memory to
+// memory, which is why the kernel leaves out UDP checksums there. A
+// connected QP whose peer is on its host (the route to it is loopback) and
+// that takes such payloads says so when it connects (QpInfo flags,
+// kQpInfoTakesUnsummed); its peer, likewise local, then sends payloads with
+// kFlagUnsummed and payload_crc 0, skipping the pass over the bytes that the
+// sum costs, and the receiver places them without the check. hdr_crc is
+// always there. A receiver drops an unsummed payload (as a bad CRC) on a QP
+// that did not offer, or whose peer is not on its host. A QP that injects
+// receive faults does not offer, and a sender that injects transmit faults
+// sums every payload, so injected corruption is still caught.
 
 constexpr uint32_t kWireMagic = 0x55434C31;  // "UCL1"
 constexpr uint8_t kWireVersion = 1;
@@ -64,6 +77,8 @@ enum WireFlags : uint8_t {
   // verify before placing (no direct placement). Receivers that predate the
   // flag ignore it, as they verify every fragment first.
   kFlagRetransmit = 1u << 3,
+  // payload_crc was not computed (is 0): see "Unsummed payloads".
+  kFlagUnsummed = 1u << 4,
 };
 
 enum class AckSyndrome : uint32_t {

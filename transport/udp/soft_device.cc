@@ -316,11 +316,12 @@ Result<std::unique_ptr<SharedReceiveQueue>> SoftDevice::create_srq(
   return std::unique_ptr<SharedReceiveQueue>(new SoftSrq(spd, max_wr, max_sge));
 }
 
-Result<uint32_t> SoftDevice::path_mtu_to(uint32_t ipv4_be) const {
+Result<uint32_t> SoftDevice::path_mtu_to(uint32_t ipv4_be, bool* local) const {
   uint32_t mtu = mtu_;
   // Wildcard device: the interface the route takes. Any device: a peer on
   // this host is reached through loopback (its MTU, often 64 KiB).
   auto nif = route_to(ipv4_be);
+  if (local != nullptr) *local = nif.ok() && nif->loopback;
   if (nif.ok() && (local_.sin_addr.s_addr == 0 || nif->loopback)) {
     mtu = payload_mtu_for(nif->mtu ? nif->mtu : 1500);
   } else if (!nif.ok() && local_.sin_addr.s_addr == 0) {

@@ -420,7 +420,9 @@ class SoftDevice final : public Device {
   void mark_pending(SoftQp* qp);
   uint64_t now_ns() const { return clock_->now_ns(); }
   uint64_t kernel_drops() const;
-  Result<uint32_t> path_mtu_to(uint32_t ipv4_be) const;
+  // Payload bytes per packet towards `ipv4_be`; `*local` (if given): the
+  // route is loopback, i.e. the peer is on this host.
+  Result<uint32_t> path_mtu_to(uint32_t ipv4_be, bool* local = nullptr) const;
 
   DeviceInfo info_;
   Clock* clock_ = nullptr;

@@ -133,10 +133,9 @@ Status SoftQp::connect(const QpInfo& remote) {
                            remote.addr.to_string() +
                            " is not a software-NIC IPv4 address");
   }
-  UCCL_ASSIGN_OR_RETURN(uint32_t mtu, dev_->path_mtu_to(ip));
   // A peer on this host: datagrams go memory to memory (wire.h, "Unsummed").
-  auto route = route_to(ip);
-  const bool local = route.ok() && route->loopback;
+  bool local = false;
+  UCCL_ASSIGN_OR_RETURN(uint32_t mtu, dev_->path_mtu_to(ip, &local));
   take_unsummed_ = local && dev_->offers_unsummed();
   send_unsummed_ =
       local && dev_->local_unsummed_ && (remote.flags & kQpInfoTakesUnsummed);

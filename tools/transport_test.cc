@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -653,13 +654,20 @@ int Runner::finish(double secs, const std::vector<double>* lat_us) {
     lost = 1;
     std::printf("  MISMATCH between what was sent and what was received\n");
   }
-  // The NIC's drop counters, where any are non-zero.
+  // The NIC's drop counters, where any are non-zero, and how many received
+  // datagrams the kernel copied straight to their destination.
   std::string nic = ep_->nic_counters(), line, drops;
+  unsigned long long rx_packets = 0, rx_direct = 0;
   for (size_t pos = 0; pos < nic.size();) {
     size_t e = nic.find('\n', pos);
     line =
         nic.substr(pos, e == std::string::npos ? std::string::npos : e - pos);
     pos = e == std::string::npos ? nic.size() : e + 1;
+    const size_t sp = line.rfind(' ');
+    if (sp != std::string::npos && line.rfind("rx_packets ", 0) == 0)
+      rx_packets += std::strtoull(line.c_str() + sp + 1, nullptr, 10);
+    if (sp != std::string::npos && line.rfind("rx_direct ", 0) == 0)
+      rx_direct += std::strtoull(line.c_str() + sp + 1, nullptr, 10);
     if ((line.rfind("drop_", 0) == 0 ||
          line.rfind("fault_tx_dropped", 0) == 0) &&
         line.substr(line.rfind(' ') + 1) != "0") {
@@ -667,6 +675,10 @@ int Runner::finish(double secs, const std::vector<double>* lat_us) {
     }
   }
   if (!drops.empty()) std::printf("  NIC drops:%s\n", drops.c_str());
+  if (rx_packets > 0) {
+    std::printf("  NIC rx: %llu datagrams, %llu placed directly (%.1f%%)\n",
+                rx_packets, rx_direct, 100.0 * rx_direct / rx_packets);
+  }
   std::printf(
       "  retransmits fast %llu rto %llu tlp %llu; integrity errors %llu\n",
       static_cast<unsigned long long>(fast),

@@ -106,8 +106,11 @@ class CraftedPeer {
   static constexpr size_t kGuard = 64 << 10;
   static constexpr size_t kRegion = 256 << 10;
 
-  explicit CraftedPeer(QpType type) {
-    side_ = Side::make(type, 0, direct_opts(16384));
+  // `clock`: the device's clock (nullptr: the system's).
+  explicit CraftedPeer(QpType type, Clock* clock = nullptr) {
+    DeviceOptions o = direct_opts(16384);
+    o.clock = clock;
+    side_ = Side::make(type, 0, o);
     if (!side_) return;
     mem_.assign(kRegion + 2 * kGuard, 0xEE);
     auto mr = side_->pd->reg_mr(mem_.data() + kGuard, kRegion,
@@ -176,6 +179,21 @@ class CraftedPeer {
         10000));
   }
 
+  // Sends `n` datagrams of 16 bytes (too short for a header: counted as
+  // malformed) and waits until the device took them.
+  void small(int n) {
+    const uint8_t junk[16] = {};
+    for (int i = 0; i < n; ++i) {
+      const uint64_t before = counters().rx_packets;
+      ASSERT_EQ(sendto(fd_, junk, sizeof(junk), 0,
+                       reinterpret_cast<sockaddr*>(&to_), sizeof(to_)),
+                static_cast<ssize_t>(sizeof(junk)));
+      ASSERT_TRUE(drive(
+          {side_.get()}, [&] { return counters().rx_packets == before + 1; },
+          10000));
+    }
+  }
+
   // True when the bytes around the region are as they were.
   bool guards_intact() const {
     for (size_t i = 0; i < kGuard; ++i) {
@@ -238,6 +256,37 @@ TEST(DirectCraftedTest, UcPlacesOnlyPsnsBeyondEverySeenOne) {
   p.write(psn + 6, 192 << 10, k32K, 4, false, udp::kFlagRetransmit);
   EXPECT_EQ(p.counters().rx_direct, 3u);
   EXPECT_EQ(find_pattern_mismatch(p.region() + (192 << 10), k32K, 4), -1);
+  EXPECT_TRUE(p.guards_intact());
+}
+
+// Where data and small datagrams (ACKs, descriptors) share the socket, as
+// with traffic both ways, direct placement stays on through runs of small
+// ones; it goes back to batched receives only once no large datagram came
+// for kDirectRxQuietNs (device clock) as well.
+TEST(DirectCraftedTest, SmallDatagramsBetweenLargeOnesKeepDirectPlacement) {
+  ManualClock clock(1000000000);
+  CraftedPeer p(QpType::kUC, &clock);
+  ASSERT_TRUE(p.ok());
+  uint32_t psn = CraftedPeer::kFirstPsn;
+  p.write(psn++, 0, k32K, 1);  // batched: turns direct placement on
+  ASSERT_EQ(p.counters().rx_direct, 0u);
+  // Twice the miss count of small datagrams, no time passing: still direct.
+  p.small(32);
+  clock.advance_ns(udp::SoftDevice::kDirectRxQuietNs / 2);
+  p.write(psn++, 64 << 10, k32K, 2);
+  EXPECT_EQ(p.counters().rx_direct, 1u);
+  // Quiet for the whole interval, then small ones: batched again, so the
+  // next large datagram is staged (and turns direct placement back on).
+  clock.advance_ns(udp::SoftDevice::kDirectRxQuietNs);
+  p.small(32);
+  p.write(psn++, 128 << 10, k32K, 3);
+  EXPECT_EQ(p.counters().rx_direct, 1u);
+  p.write(psn++, 192 << 10, k32K, 4);
+  EXPECT_EQ(p.counters().rx_direct, 2u);
+  EXPECT_EQ(p.counters().drop_malformed, 64u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(find_pattern_mismatch(p.region() + (i << 16), k32K, 1 + i), -1);
+  }
   EXPECT_TRUE(p.guards_intact());
 }
 

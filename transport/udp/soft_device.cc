@@ -530,6 +530,7 @@ int SoftDevice::receive_batch(uint64_t now) {
          buf[5] == static_cast<uint8_t>(WireOp::kWriteImm)) &&
         !f->enabled(Direction::kRx)) {
       direct_mode_ = true;
+      direct_large_ns_ = now;
     }
   }
   return n < kRxBatch ? -1 : n;
@@ -551,6 +552,7 @@ int SoftDevice::receive_direct(uint64_t now) {
     uint8_t* dst = nullptr;
     if (len >= min_len) {
       direct_misses_ = 0;
+      direct_large_ns_ = now;
       if (header_problem(h, len) == nullptr) {
         auto it = qps_.find(h.dst_qpn);
         if (it != qps_.end()) {
@@ -558,8 +560,9 @@ int SoftDevice::receive_direct(uint64_t now) {
           dst = qp->direct_dst(h);
         }
       }
-    } else if (++direct_misses_ >= kDirectRxMisses) {
-      direct_mode_ = false;  // small datagrams: batched receives again
+    } else if (++direct_misses_ >= kDirectRxMisses &&
+               now - direct_large_ns_ >= kDirectRxQuietNs) {
+      direct_mode_ = false;  // small datagrams only: batched receives again
       direct_misses_ = 0;
       return k + 1;
     }

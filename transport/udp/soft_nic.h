@@ -334,6 +334,15 @@ class SoftQp final : public QueuePair {
 
 class SoftDevice final : public Device {
  public:
+  // Direct placement (wire.h) is on while large WRITE fragments arrive and
+  // goes off, back to batched receives that serve small datagrams better,
+  // once kDirectRxMisses datagrams in a row were too small for it and none
+  // was large for kDirectRxQuietNs. The time rule keeps it on where data
+  // and ACKs share the socket (traffic both ways): leaving on misses alone
+  // staged ~70% of a two-way stream's data, each datagram then copied twice.
+  static constexpr uint32_t kDirectRxMisses = 16;
+  static constexpr uint64_t kDirectRxQuietNs = 200000;
+
   // Binds the receive socket on `nif` (ipv4 0 = every interface).
   static Result<std::unique_ptr<SoftDevice>> open(const NetIf& nif,
                                                   const std::string& name,
@@ -445,13 +454,12 @@ class SoftDevice final : public Device {
   std::unique_ptr<uint8_t[]> rx_bufs_;
   mmsghdr rx_msgs_[kRxBatch];
   iovec rx_iov_[kRxBatch];
-  // Direct placement: smallest payload placed directly (0 = off); on while
-  // large WRITE fragments arrive, off after kDirectRxMisses datagrams in a
-  // row that are too small for it (batched receives serve those better).
-  static constexpr uint32_t kDirectRxMisses = 16;
+  // Direct placement: smallest payload placed directly (0 = off); see
+  // kDirectRxMisses for when it is on.
   uint32_t direct_rx_bytes_ = 0;
   bool direct_mode_ = false;
   uint32_t direct_misses_ = 0;
+  uint64_t direct_large_ns_ = 0;  // when the last large datagram was seen
 
   // Transmit batch (sendmmsg).
   static constexpr int kTxBatch = 32;

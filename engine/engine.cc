@@ -439,6 +439,10 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
   q.max_inline_data = 0;
   q.own_source_port = true;
   q.rc.timeout = 10;  // ~4 ms: RC mode relies on the NIC's retransmission
+  // The software NIC doubles its timeout per retry up to 64x (~268 ms): 25
+  // retries are ~5.4 s, like UCCL_MAX_RETRIES in UC mode (7, IB's maximum,
+  // were 0.8 s, which a stalled host can reach). Verbs: 7 x 4 ms.
+  q.rc.retry_cnt = dev_->info().backend == "udp" ? 25 : 7;
   for (uint32_t p = 0; p < s->paths && st.ok(); ++p) {
     auto qp = dev_->create_qp(q);
     if (!qp.ok()) {

@@ -442,7 +442,8 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
   // The software NIC doubles its timeout per retry up to 64x (~268 ms): 25
   // retries are ~5.4 s, like UCCL_MAX_RETRIES in UC mode (7, IB's maximum,
   // were 0.8 s, which a stalled host can reach). Verbs: 7 x 4 ms.
-  q.rc.retry_cnt = dev_->info().backend == "udp" ? 25 : 7;
+  const bool soft = dev_->info().backend == "udp";
+  q.rc.retry_cnt = soft ? 25 : 7;
   for (uint32_t p = 0; p < s->paths && st.ok(); ++p) {
     auto qp = dev_->create_qp(q);
     if (!qp.ok()) {
@@ -468,7 +469,6 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
     // retry up to 64x: 50 retries are about 3 s; a spurious retry costs a
     // duplicate the peer drops). Verbs: 16.7 ms x 7 retries (IB's
     // retry_cnt has 3 bits, and NICs do not double).
-    const bool soft = dev_->info().backend == "udp";
     cq.rc.timeout = soft ? 8 : 12;
     cq.rc.retry_cnt = soft ? 50 : 7;
     auto qp = dev_->create_qp(cq);

@@ -663,14 +663,15 @@ int Runner::finish(double secs, const std::vector<double>* lat_us) {
     line =
         nic.substr(pos, e == std::string::npos ? std::string::npos : e - pos);
     pos = e == std::string::npos ? nic.size() : e + 1;
-    const size_t sp = line.rfind(' ');
-    if (sp != std::string::npos && line.rfind("rx_packets ", 0) == 0)
+    const size_t sp = line.rfind(' ');  // "name value" lines
+    if (sp == std::string::npos) continue;
+    if (line.rfind("rx_packets ", 0) == 0)
       rx_packets += std::strtoull(line.c_str() + sp + 1, nullptr, 10);
-    if (sp != std::string::npos && line.rfind("rx_direct ", 0) == 0)
+    if (line.rfind("rx_direct ", 0) == 0)
       rx_direct += std::strtoull(line.c_str() + sp + 1, nullptr, 10);
     if ((line.rfind("drop_", 0) == 0 ||
          line.rfind("fault_tx_dropped", 0) == 0) &&
-        line.substr(line.rfind(' ') + 1) != "0") {
+        line.substr(sp + 1) != "0") {
       drops += "  " + line;
     }
   }

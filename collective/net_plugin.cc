@@ -27,6 +27,7 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <unordered_set>
 
 #include "transport/nic.h"
 #include "transport/udp/netif.h"
@@ -161,6 +162,11 @@ struct PluginComm {
   // posting order (a ring of pool_size entries; indices below pool_size).
   std::unique_ptr<PluginRequest*[]> expand;
   int expand_head = 0, expand_count = 0;
+  // Registrations made on this comm and not deregistered yet; closing the
+  // comm deregisters what is left (NCCL deregisters first, but a failing
+  // caller may not).
+  std::mutex mrs_mu;
+  std::unordered_set<PluginMr*> mrs;
 };
 
 struct PluginListen {
@@ -586,6 +592,10 @@ NcclResult NetPlugin::reg_mr(void* comm, void* data, size_t size, int type,
     }
     m->mh = *mh;
   }
+  {
+    std::lock_guard<std::mutex> lock(c->mrs_mu);
+    c->mrs.insert(m);
+  }
   *mhandle = m;
   return kSuccess;
 }
@@ -594,6 +604,15 @@ NcclResult NetPlugin::dereg_mr(void* comm, void* mhandle) {
   if (comm == nullptr || mhandle == nullptr) return kInternalError;
   auto* c = static_cast<PluginComm*>(comm);
   auto* m = static_cast<PluginMr*>(mhandle);
+  {
+    std::lock_guard<std::mutex> lock(c->mrs_mu);
+    if (c->mrs.erase(m) == 0) {
+      return fail("deregMr",
+                  InvalidArgument("memory handle was not registered on this "
+                                  "comm, or was deregistered already"),
+                  kInvalidUsage);
+    }
+  }
   Status st = m->mh ? c->ep->dereg_mr(m->mh) : Status::OK();
   delete m;
   return st.ok() ? kSuccess : fail("deregMr", st);
@@ -858,6 +877,16 @@ NcclResult NetPlugin::close_comm(void* comm) {
         std::this_thread::yield();
       }
     }
+  }
+  // Registrations the caller left behind (nothing posted uses them now).
+  for (PluginMr* m : c->mrs) {
+    if (m->mh) c->ep->dereg_mr(m->mh);
+    delete m;
+  }
+  if (!c->mrs.empty()) {
+    log(kLogInfo, __FILE__, __LINE__,
+        "close: deregistered " + std::to_string(c->mrs.size()) +
+            " memory handle(s) the comm still held");
   }
   delete c;
   return kSuccess;

@@ -80,6 +80,10 @@ class NetPlugin {
   ncclabi::NcclResult iflush(void* recv_comm, int n, void** data,
                              const int* sizes, void** mhandles, void** request);
   ncclabi::NcclResult test(void* request, int* done, int* sizes);
+  // Cancels what is pending, waits (bounded) until the engines let go of
+  // the comm's requests, and deregisters the memory handles still
+  // registered on it. A handle belongs to the comm it was registered on:
+  // deregMr on another comm is an error (kInvalidUsage).
   ncclabi::NcclResult close_comm(void* comm);
   ncclabi::NcclResult close_listen(void* listen_comm);
   ncclabi::NcclResult make_vdevice(int* d, ncclabi::VDeviceProps* props);

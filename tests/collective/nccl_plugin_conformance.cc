@@ -61,11 +61,23 @@ void note_lane(const char* fmt, va_list ap) {
   std::lock_guard<std::mutex> lock(g_lanes_mu);
   g_lanes.push_back(std::atoi(p + std::strlen("connection 0 on engine ")));
 }
+// Memory handles the plugin deregistered itself because a comm was closed
+// with them still registered, from its INFO lines.
+std::atomic<int> g_closed_mrs{0};
+void note_closed_mrs(const char* fmt, va_list ap) {
+  char msg[512];
+  std::vsnprintf(msg, sizeof(msg), fmt, ap);
+  const char* p = std::strstr(msg, "close: deregistered ");
+  if (p != nullptr) g_closed_mrs += std::atoi(p + 20);
+}
 void logger(int level, unsigned long, const char* file, int line,
             const char* fmt, ...) {
   va_list lane_ap;
   va_start(lane_ap, fmt);
   note_lane(fmt, lane_ap);
+  va_end(lane_ap);
+  va_start(lane_ap, fmt);
+  note_closed_mrs(fmt, lane_ap);
   va_end(lane_ap);
   if (level > kLogWarn && std::getenv("CONFORMANCE_VERBOSE") == nullptr) {
     return;
@@ -322,6 +334,33 @@ struct Buffers {
   std::vector<void*> mhs;
 };
 
+// Closes a scenario's comms when it returns early (a REQUIRE failed) with
+// requests perhaps still posted. Declared after the scenario's buffers, it
+// runs before they are freed, so no engine writes into freed memory: NCCL
+// too closes its comms before it frees their buffers. dismiss() where the
+// scenario closes them itself.
+class CloseOnReturn {
+ public:
+  CloseOnReturn(Api& a, std::vector<void*> send, std::vector<void*> recv,
+                std::vector<void*> listen)
+      : a_(a), send_(send), recv_(recv), listen_(listen) {}
+  CloseOnReturn(const CloseOnReturn&) = delete;
+  CloseOnReturn& operator=(const CloseOnReturn&) = delete;
+  ~CloseOnReturn() {
+    if (!armed_) return;
+    std::fprintf(stderr, "  (closing the scenario's comms after a failure)\n");
+    for (void* c : recv_) a_.close_recv(c);
+    for (void* c : send_) a_.close_send(c);
+    for (void* c : listen_) a_.close_listen(c);
+  }
+  void dismiss() { armed_ = false; }
+
+ private:
+  Api& a_;
+  std::vector<void*> send_, recv_, listen_;
+  bool armed_ = true;
+};
+
 // The proxy's pattern: the receiver keeps 8 receives posted (NCCL_STEPS),
 // the sender up to 32 sends; sizes vary (0 B included); every byte checked.
 void scenario_data(Api& a, int steps) {
@@ -331,14 +370,15 @@ void scenario_data(Api& a, int steps) {
   Buffers sb, rb;
   sb.bufs.assign(32, std::vector<uint8_t>(kSlot));
   rb.bufs.assign(8, std::vector<uint8_t>(kSlot));
+  // One receive region, registered twice below, overlapping (NCCL does this).
+  std::vector<uint8_t> big(8 * kSlot);
+  CloseOnReturn closer(a, {sc}, {rc}, {lc});
   for (auto& b : sb.bufs) {
     void* mh = nullptr;
     REQUIRE(a.reg_mr(sc, b.data(), b.size(), kPtrHost, &mh) == kSuccess,
             "regMr");
     sb.mhs.push_back(mh);
   }
-  // One receive region registered twice, overlapping (NCCL does this).
-  std::vector<uint8_t> big(8 * kSlot);
   void *mh_big = nullptr, *mh_part = nullptr;
   REQUIRE(a.reg_mr(rc, big.data(), big.size(), kPtrHost, &mh_big) == kSuccess,
           "regMr big");
@@ -407,6 +447,7 @@ void scenario_data(Api& a, int steps) {
   }
   CHECK_THAT(sdone == steps && rdone == steps, "sends %d/%d receives %d/%d",
              sdone, steps, rdone, steps);
+  closer.dismiss();
   for (void* mh : sb.mhs) CHECK_THAT(a.dereg_mr(sc, mh) == kSuccess, "deregMr");
   CHECK_THAT(a.dereg_mr(rc, mh_part) == kSuccess, "deregMr");
   CHECK_THAT(a.dereg_mr(rc, mh_big) == kSuccess, "deregMr");
@@ -420,11 +461,11 @@ void scenario_data(Api& a, int steps) {
 void scenario_backpressure(Api& a) {
   void *sc, *rc, *lc;
   REQUIRE(connect_pair(a, 0, &sc, &rc, &lc), "connect/accept");
-  std::vector<uint8_t> b(64 * 1024);
+  std::vector<uint8_t> b(64 * 1024), rbuf(64 * 1024 * 8);
+  CloseOnReturn closer(a, {sc}, {rc}, {lc});
   void *smh, *rmh;
   REQUIRE(a.reg_mr(sc, b.data(), b.size(), kPtrHost, &smh) == kSuccess,
           "regMr");
-  std::vector<uint8_t> rbuf(64 * 1024 * 8);
   REQUIRE(a.reg_mr(rc, rbuf.data(), rbuf.size(), kPtrHost, &rmh) == kSuccess,
           "regMr");
   uccl::fill_pattern(b.data(), b.size(), 5);
@@ -467,6 +508,7 @@ void scenario_backpressure(Api& a) {
   for (void* x : s)
     CHECK_THAT(wait_req(a, x, nullptr) == kSuccess, "send done");
   CHECK_THAT(done == kMaxRequests, "received %d", done);
+  closer.dismiss();
   a.dereg_mr(sc, smh);
   a.dereg_mr(rc, rmh);
   a.close_send(sc);
@@ -479,6 +521,7 @@ void scenario_truncation(Api& a) {
   void *sc, *rc, *lc;
   REQUIRE(connect_pair(a, 0, &sc, &rc, &lc), "connect/accept");
   std::vector<uint8_t> sbuf(8192), rbuf(8192);
+  CloseOnReturn closer(a, {sc}, {rc}, {lc});
   void *smh, *rmh;
   REQUIRE(a.reg_mr(sc, sbuf.data(), sbuf.size(), kPtrHost, &smh) == kSuccess,
           "regMr");
@@ -495,6 +538,7 @@ void scenario_truncation(Api& a) {
   CHECK_THAT(wait_req(a, rr, nullptr) > 0, "receiver must see an error");
   CHECK_THAT(wait_req(a, sr, nullptr) > 0, "sender must see an error");
   CHECK_THAT(g_warnings.load() > g0, "the error must be logged (WARN)");
+  closer.dismiss();
   a.dereg_mr(sc, smh);
   a.dereg_mr(rc, rmh);
   a.close_send(sc);
@@ -510,6 +554,8 @@ void scenario_placement(Api& a) {
   for (int i = 0; i < 2; ++i) {
     REQUIRE(connect_pair(a, 0, &sc[i], &rc[i], &lc[i]), "connect/accept %d", i);
   }
+  std::vector<uint8_t> sbufs[2], rbufs[2];
+  CloseOnReturn closer(a, {sc[0], sc[1]}, {rc[0], rc[1]}, {lc[0], lc[1]});
   {
     std::lock_guard<std::mutex> lock(g_lanes_mu);
     REQUIRE(g_lanes.size() == 4, "%zu comms logged their engines",
@@ -523,7 +569,10 @@ void scenario_placement(Api& a) {
     }
   }
   for (int i = 0; i < 2; ++i) {
-    std::vector<uint8_t> sbuf(3000), rbuf(4096, 0);
+    std::vector<uint8_t>& sbuf = sbufs[i];
+    std::vector<uint8_t>& rbuf = rbufs[i];
+    sbuf.assign(3000, 0);
+    rbuf.assign(4096, 0);
     for (size_t k = 0; k < sbuf.size(); ++k) sbuf[k] = uint8_t(k * 7 + i);
     void *smh, *rmh;
     REQUIRE(
@@ -550,6 +599,7 @@ void scenario_placement(Api& a) {
     a.dereg_mr(sc[i], smh);
     a.dereg_mr(rc[i], rmh);
   }
+  closer.dismiss();
   for (int i = 0; i < 2; ++i) {
     a.close_send(sc[i]);
     a.close_recv(rc[i]);
@@ -567,6 +617,7 @@ void scenario_grouped(Api& a) {
   REQUIRE(connect_pair(a, 0, &sc, &rc, &lc), "connect/accept");
   const int n = 4;
   std::vector<uint8_t> sbuf(4 * 65536), rbuf(4 * 65536);
+  CloseOnReturn closer(a, {sc}, {rc}, {lc});
   void *smh, *rmh;
   REQUIRE(a.reg_mr(sc, sbuf.data(), sbuf.size(), kPtrHost, &smh) == kSuccess,
           "regMr");
@@ -609,6 +660,7 @@ void scenario_grouped(Api& a) {
     }
     for (void* r : sr) CHECK_THAT(wait_req(a, r, nullptr) == kSuccess, "send");
   }
+  closer.dismiss();
   a.dereg_mr(sc, smh);
   a.dereg_mr(rc, rmh);
   a.close_send(sc);
@@ -624,6 +676,7 @@ void scenario_close(Api& a) {
     REQUIRE(connect_pair(a, 0, &sc, &rc, &lc), "connect/accept");
     // Separate buffers: the two sides run on different engine threads.
     std::vector<uint8_t> sbuf(1 << 20), buf(1 << 20);
+    CloseOnReturn closer(a, {sc}, {rc}, {lc});
     void *smh, *rmh;
     REQUIRE(a.reg_mr(sc, sbuf.data(), sbuf.size(), kPtrHost, &smh) == kSuccess,
             "regMr");
@@ -640,7 +693,18 @@ void scenario_close(Api& a) {
             "isend");
     CHECK_THAT(wait_req(a, rr, nullptr) == kSuccess, "recv");
     CHECK_THAT(wait_req(a, sr, nullptr) == kSuccess, "send");
+    // A handle belongs to the comm it was registered on; one left
+    // registered on each comm is deregistered by the close.
+    void *left_s = nullptr, *left_r = nullptr;
+    REQUIRE(a.reg_mr(sc, sbuf.data(), 8192, kPtrHost, &left_s) == kSuccess,
+            "regMr");
+    REQUIRE(a.reg_mr(rc, buf.data(), 8192, kPtrHost, &left_r) == kSuccess,
+            "regMr");
+    CHECK_THAT(a.dereg_mr(rc, left_s) != kSuccess,
+               "deregMr of the send comm's handle on the recv comm");
+    const int closed_mrs = g_closed_mrs.load();
     void* pending = nullptr;
+    closer.dismiss();  // each branch closes everything, in its order
     if (order == 0) {
       REQUIRE(a.irecv(rc, 1, &d, &sz, &tag, &rmh, &pending) == kSuccess,
               "irecv");
@@ -658,6 +722,9 @@ void scenario_close(Api& a) {
       CHECK_THAT(a.close_recv(rc) == kSuccess, "closeRecv after the peer left");
     }
     CHECK_THAT(a.close_listen(lc) == kSuccess, "closeListen");
+    CHECK_THAT(g_closed_mrs.load() == closed_mrs + 2,
+               "closing freed %d memory handles, want 2",
+               g_closed_mrs.load() - closed_mrs);
   }
   char handle[kHandleMaxSize];
   void* lc = nullptr;
@@ -699,6 +766,7 @@ void twoproc_sender(Api& a, const std::string& hexhandle) {
   }
   REQUIRE(sc != nullptr, "connect did not finish");
   std::vector<std::vector<uint8_t>> bufs(32, std::vector<uint8_t>(4 << 20));
+  CloseOnReturn closer(a, {sc}, {}, {});
   std::vector<void*> mhs;
   for (auto& b : bufs) {
     void* mh;
@@ -726,6 +794,7 @@ void twoproc_sender(Api& a, const std::string& hexhandle) {
     }
   }
   CHECK_THAT(done == kTwoProcSteps, "sent %d", done);
+  closer.dismiss();
   for (void* mh : mhs) a.dereg_mr(sc, mh);
   a.close_send(sc);
 }
@@ -770,6 +839,7 @@ void scenario_twoproc(Api& a, const std::string& self) {
   REQUIRE(rc != nullptr, "accept did not finish:\n%s", child.output().c_str());
   const size_t kSlot = 4 << 20;
   std::vector<uint8_t> big(8 * kSlot);
+  CloseOnReturn closer(a, {}, {rc}, {lc});
   void* mh;
   REQUIRE(a.reg_mr(rc, big.data(), big.size(), kPtrHost, &mh) == kSuccess,
           "regMr");
@@ -799,6 +869,7 @@ void scenario_twoproc(Api& a, const std::string& self) {
     }
   }
   CHECK_THAT(done == kTwoProcSteps, "received %d", done);
+  closer.dismiss();
   const int rc_child = child.wait(60000);
   CHECK_THAT(rc_child == 0, "sender process exited %d:\n%s", rc_child,
              child.output().c_str());

@@ -12,6 +12,10 @@
 #                                 Socket / Socket 4x4, and the host-memory
 #                                 floor (SHM), in $ROUNDS interleaved rounds,
 #                                 then the loop's floor (P2P)
+#   tools/gpu_session.sh faults   NCCL correctness over UCCL with injected
+#                                 drop, corruption, reordering and duplicates
+#                                 (one fault each, $FAULTS), then nccl_perf
+#                                 with 0.1% and 1% drop against no faults
 set -u
 PART=${1:-nccl}
 OUT=${OUT:-/tmp/uccl-out}
@@ -111,6 +115,32 @@ case "$PART" in
       timeout 120 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --nets=P2P --rounds=1 \
         --sizes="${FLOOR_SIZES:-4,64,1K,16K,64K}" 2>&1 | tee "$OUT/perf_floor.md"
     fi
+    ;;
+  faults)
+    # Each fault alone, from the sender's side of every engine (seeded);
+    # the check compares every element, as without faults.
+    fails=0
+    for spec in ${FAULTS:-drop=0.01 corrupt=0.001 reorder=0.01:4 dup=0.01}; do
+      echo "== check, UCCL_FAULT_TX=$spec"
+      t0=$(date +%s)
+      UCCL_FAULT_TX=$spec UCCL_FAULT_SEED=${SEED:-5} timeout 300 "$PY" tools/nccl_test.py \
+        check --plugin "$C/libnccl-net-uccl.so" >"$OUT/faults_${spec%%=*}.txt" 2>&1
+      rc=$?
+      echo "rc=$rc, $(($(date +%s) - t0)) s"
+      [ $rc -eq 0 ] || fails=$((fails + 1))
+      grep -E "CHECK|plugin loaded" "$OUT/faults_${spec%%=*}.txt" | head -4
+    done
+    NCCL_LIB=libnccl.so.2
+    for d in /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/lib; do
+      [ -e "$d/libnccl.so.2" ] && NCCL_LIB="$d/libnccl.so.2"
+    done
+    echo "== nccl_perf under loss"
+    timeout 400 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" \
+      --rounds="${ROUNDS:-2}" --sizes="${SIZES:-64K,1M,256M}" \
+      --nets="UCCL,UCCL+UCCL_FAULT_TX=drop=0.001,UCCL+UCCL_FAULT_TX=drop=0.01,Socket4x4" \
+      --json="$OUT/faults_perf.json" 2>&1 | tee "$OUT/faults_perf.md"
+    echo "fault checks failed: $fails"
+    [ $fails -eq 0 ]
     ;;
   tune)
     # Configurations separated by ';' in $TUNE (default: a few knobs); one

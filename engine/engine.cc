@@ -439,11 +439,13 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
   q.max_inline_data = 0;
   q.own_source_port = true;
   q.rc.timeout = 10;  // ~4 ms: RC mode relies on the NIC's retransmission
-  // The software NIC doubles its timeout per retry up to 64x (~268 ms): 25
-  // retries are ~5.4 s, like UCCL_MAX_RETRIES in UC mode (7, IB's maximum,
-  // were 0.8 s, which a stalled host can reach). Verbs: 7 x 4 ms.
+  // The software NIC starts from the measured RTT where that is shorter
+  // (200 us at least) and doubles its timeout per retry, each wait at most
+  // 64x this (~268 ms): 30 retries are ~5.5-6.7 s, like UCCL_MAX_RETRIES in
+  // UC mode (7, IB's maximum, were 0.8 s, which a stalled host can reach).
+  // Verbs: 7 x 4 ms.
   const bool soft = dev_->info().backend == "udp";
-  q.rc.retry_cnt = soft ? 25 : 7;
+  q.rc.retry_cnt = soft ? 30 : 7;
   for (uint32_t p = 0; p < s->paths && st.ok(); ++p) {
     auto qp = dev_->create_qp(q);
     if (!qp.ok()) {
@@ -465,12 +467,13 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
     // (the engine's own liveness check finds dead peers): about 3 s of
     // retries. A lost descriptor that nothing follows on the QP (no
     // sequence NAK) waits one timeout, and the sender's data waits with
-    // it, so the software NIC starts at 1 ms (its timeout doubles per
-    // retry up to 64x: 50 retries are about 3 s; a spurious retry costs a
-    // duplicate the peer drops). Verbs: 16.7 ms x 7 retries (IB's
-    // retry_cnt has 3 bits, and NICs do not double).
+    // it, so the software NIC starts at 1 ms, or at the measured RTT's
+    // timeout where shorter (200 us at least; its timeout doubles per
+    // retry, each wait at most 64x 1 ms: 55 retries are about 3.1-3.4 s; a
+    // spurious retry costs a duplicate the peer drops). Verbs: 16.7 ms x 7
+    // retries (IB's retry_cnt has 3 bits, and NICs do not double).
     cq.rc.timeout = soft ? 8 : 12;
-    cq.rc.retry_cnt = soft ? 50 : 7;
+    cq.rc.retry_cnt = soft ? 55 : 7;
     auto qp = dev_->create_qp(cq);
     if (qp.ok()) {
       s->ctrl = (*qp)->local_info();

@@ -657,7 +657,7 @@ int Runner::finish(double secs, const std::vector<double>* lat_us) {
   // The NIC's drop counters, where any are non-zero, and how many received
   // datagrams the kernel copied straight to their destination.
   std::string nic = ep_->nic_counters(), line, drops;
-  unsigned long long rx_packets = 0, rx_direct = 0;
+  unsigned long long rx_packets = 0, rx_direct = 0, rc_timeouts = 0;
   for (size_t pos = 0; pos < nic.size();) {
     size_t e = nic.find('\n', pos);
     line =
@@ -669,6 +669,8 @@ int Runner::finish(double secs, const std::vector<double>* lat_us) {
       rx_packets += std::strtoull(line.c_str() + sp + 1, nullptr, 10);
     if (line.rfind("rx_direct ", 0) == 0)
       rx_direct += std::strtoull(line.c_str() + sp + 1, nullptr, 10);
+    if (line.rfind("rc_timeouts ", 0) == 0)
+      rc_timeouts += std::strtoull(line.c_str() + sp + 1, nullptr, 10);
     if ((line.rfind("drop_", 0) == 0 ||
          line.rfind("fault_tx_dropped", 0) == 0) &&
         line.substr(sp + 1) != "0") {
@@ -676,6 +678,9 @@ int Runner::finish(double secs, const std::vector<double>* lat_us) {
     }
   }
   if (!drops.empty()) std::printf("  NIC drops:%s\n", drops.c_str());
+  // RC QPs' retransmission timeouts in the NIC (the control QPs' in UC
+  // mode): lost descriptors, or a peer slow to acknowledge them.
+  if (rc_timeouts > 0) std::printf("  NIC RC timeouts: %llu\n", rc_timeouts);
   if (rx_packets > 0) {
     std::printf("  NIC rx: %llu datagrams, %llu placed directly (%.1f%%)\n",
                 rx_packets, rx_direct, 100.0 * rx_direct / rx_packets);

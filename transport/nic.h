@@ -156,8 +156,10 @@ static_assert(sizeof(QpInfo) == 40, "QpInfo is exchanged on the wire");
 
 // RC timers, in verbs' encodings (timeout: 4.096 us * 2^timeout).
 struct RcAttrs {
-  uint8_t timeout = 14;        // ~67 ms; the software NIC doubles it per
-                               // retry (up to 64x), see udp/soft_qp.cc
+  // 4.096 us << timeout: ~67 ms. The software NIC starts from the measured
+  // RTT where that is shorter, doubles per retry and waits at most 64x
+  // this (udp/soft_qp.cc, UCCL_SOFTNIC_RC_MIN_TIMEOUT_US).
+  uint8_t timeout = 14;
   uint8_t retry_cnt = 7;       // retransmissions before kRetryExceeded
   uint8_t rnr_retry = 7;       // 7 = retry forever
   uint8_t min_rnr_timer = 12;  // 0.64 ms

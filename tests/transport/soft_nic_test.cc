@@ -542,6 +542,79 @@ TEST(RcReliabilityTest, ReadIsRetriedAfterALaterWriteIsAcked) {
   EXPECT_EQ(cnt(a.get()).rc_timeouts, 1u);
 }
 
+// The retransmission timeout follows the measured RTT once there is one
+// (srtt + 4 rttvar, at least UCCL_SOFTNIC_RC_MIN_TIMEOUT_US, 200 us), not
+// the configured verbs timeout (here ~67 ms), so a lost packet that nothing
+// follows is resent after a fraction of a millisecond. Before any sample
+// the configured timeout rules. Time moves only when the test moves it.
+TEST(RcReliabilityTest, TimeoutFollowsMeasuredRtt) {
+  ManualClock clock;
+  DeviceOptions o = Side::no_faults();
+  o.clock = &clock;
+  QpConfig cfg;
+  cfg.rc.timeout = 14;  // ~67 ms
+  cfg.rc.retry_cnt = 3;
+  auto a = Side::make(QpType::kRC, 1 << 16, o, cfg);
+  auto b = Side::make(QpType::kRC, 1 << 16, o, cfg);
+  connect_pair(a.get(), b.get());
+  FaultInjector* fa = a->dev->fault_injector();
+  // Posts a WRITE whose only packet is dropped, and lets the NIC send it.
+  auto post_lost_write = [&](uint64_t wr_id, uint64_t off) {
+    fa->set_spec(Direction::kTx, *FaultSpec::parse("drop=1"));
+    fill_pattern(a->buf.data() + off, 1000, static_cast<uint32_t>(wr_id));
+    ASSERT_TRUE(a->post_send(WrOpcode::kWrite, wr_id, off, 1000, b->addr(off),
+                             b->mr->rkey())
+                    .ok());
+    ASSERT_TRUE(drive({a.get(), b.get()}, [&] {
+      return fa->counters(Direction::kTx).dropped >= wr_id;
+    }));
+    fa->set_spec(Direction::kTx, FaultSpec());
+  };
+  // Polls both sides a while at the current (frozen) time.
+  auto settle = [&] {
+    for (int i = 0; i < 200; ++i) {
+      a->poll();
+      b->poll();
+    }
+  };
+
+  // No RTT measured yet: 250 us is far short of the configured timeout.
+  post_lost_write(1, 0);
+  clock.advance_ns(250000);
+  settle();
+  EXPECT_EQ(cnt(a.get()).rc_timeouts, 0u);
+  clock.advance_ns(70000000);  // past ~67 ms
+  ASSERT_TRUE(
+      drive({a.get(), b.get()}, [&] { return a->send_wcs.size() == 1; }));
+  EXPECT_EQ(cnt(a.get()).rc_timeouts, 1u);
+
+  // Eight WRITEs each acknowledged 50 us after it left.
+  for (uint64_t i = 0; i < 8; ++i) {
+    ASSERT_TRUE(a->post_send(WrOpcode::kWrite, 10 + i, 4096, 100, b->addr(4096),
+                             b->mr->rkey())
+                    .ok());
+    a->poll();  // transmits at the current time
+    clock.advance_ns(50000);
+    ASSERT_TRUE(
+        drive({a.get(), b.get()}, [&] { return a->send_wcs.size() == 2 + i; }));
+  }
+
+  // Now a lost WRITE is resent after the 200 us floor, not after ~67 ms.
+  post_lost_write(2, 8192);
+  clock.advance_ns(150000);
+  settle();
+  EXPECT_EQ(cnt(a.get()).rc_timeouts, 1u) << "resent before the floor";
+  clock.advance_ns(100000);  // 250 us after it left
+  ASSERT_TRUE(
+      drive({a.get(), b.get()}, [&] { return a->send_wcs.size() == 10; }));
+  EXPECT_EQ(cnt(a.get()).rc_timeouts, 2u);
+  for (const auto& wc : a->send_wcs) {
+    EXPECT_EQ(wc.status, WcStatus::kSuccess) << wc_status_name(wc.status);
+  }
+  EXPECT_EQ(find_pattern_mismatch(b->buf.data(), 1000, 1), -1);
+  EXPECT_EQ(find_pattern_mismatch(b->buf.data() + 8192, 1000, 2), -1);
+}
+
 TEST(UcSemanticsTest, LostFragmentMeansNoCompletion) {
   auto a = Side::make(QpType::kUC, 1 << 20);
   auto b = Side::make(QpType::kUC, 1 << 20);

@@ -233,6 +233,11 @@ class SoftQp final : public QueuePair {
   uint32_t ack_point(uint32_t psn) const;
   void rewind_to(uint32_t psn);
   void on_timer(uint64_t now_ns);
+  // The wait before the next retransmission: the RTT-based timeout (or the
+  // configured one before any sample), doubled per retry, at most 64x the
+  // configured one.
+  uint64_t retransmit_timeout_ns() const;
+  void rtt_sample(uint64_t rtt_ns);
   void flush(uint64_t now_ns);
   void to_error(uint64_t now_ns);
   uint32_t packets_for(const SqEntry& e) const;
@@ -307,7 +312,17 @@ class SoftQp final : public QueuePair {
   uint32_t retries_ = 0;
   uint32_t rnr_retries_ = 0;
   uint64_t rnr_until_ns_ = 0;
-  uint64_t rto_ns_ = 0;
+  uint64_t rto_ns_ = 0;  // the configured timeout (QpConfig::rc.timeout)
+  // Measured RTT (one packet timed at a time, none across a resend, as
+  // Karn's rule says) and the timeout it gives, srtt + 4 rttvar, at least
+  // min_rto_ns_ and at most rto_ns_, once rtt_valid_.
+  uint64_t min_rto_ns_ = 0;
+  bool rtt_valid_ = false;
+  uint64_t srtt_ns_ = 0;
+  uint64_t rttvar_ns_ = 0;
+  bool rtt_timing_ = false;
+  uint32_t rtt_psn_ = 0;
+  uint64_t rtt_sent_ns_ = 0;
   uint32_t window_pkts_ = 0;
 
   // Receive side.

@@ -18,6 +18,20 @@ UCCL_KNOB(int64_t, knob_softnic_rc_window, "UCCL_SOFTNIC_RC_WINDOW", 64,
           "Software NIC RC: most unacknowledged packets per QP (go-back-N "
           "window).",
           1, 1 << 20);
+// The timeout an RC QP starts from follows its measured RTT (srtt + 4
+// rttvar, RFC 6298) when that is shorter than the configured one, so a lost
+// packet that nothing follows (a lone receive descriptor, the tail of a
+// message) is resent after a few RTTs, not after the verbs timeout, which
+// engines set for dead peers and stalled hosts. The floor keeps scheduling
+// jitter on busy hosts from firing it early; at or above the configured
+// timeout, RTTs change nothing. Retries double it, each wait at most 64x
+// the configured timeout, so a dead peer still takes about as long to find.
+UCCL_KNOB(int64_t, knob_softnic_rc_min_timeout_us,
+          "UCCL_SOFTNIC_RC_MIN_TIMEOUT_US", 200,
+          "Software NIC RC: the least retransmission timeout the measured "
+          "RTT may give, microseconds (at or above a QP's configured "
+          "timeout: no RTT-based timeout).",
+          1, 100000000);
 
 namespace {
 
@@ -87,6 +101,8 @@ SoftQp::SoftQp(SoftDevice* dev, const QpConfig& cfg, uint32_t qpn, int tx_fd)
   mtu_ = dev->mtu_;
   window_pkts_ = static_cast<uint32_t>(knob_softnic_rc_window().get());
   rto_ns_ = 4096ull << std::min<uint8_t>(cfg.rc.timeout, 31);
+  min_rto_ns_ =
+      static_cast<uint64_t>(knob_softnic_rc_min_timeout_us().get()) * 1000;
 }
 
 SoftQp::~SoftQp() {
@@ -465,8 +481,14 @@ void SoftQp::emit_fragment(SqEntry& e, uint64_t now) {
     // Recovering: have every resent packet acknowledged, so one that gets
     // through restarts progress even if the next ones are lost.
     h.flags |= kFlagAckReq;
+    rtt_timing_ = false;  // an ACK now may be for either copy
   } else if (type_ == QpType::kRC) {
     highest_sent_psn_ = h.psn;
+    if (!rtt_timing_) {
+      rtt_timing_ = true;
+      rtt_psn_ = h.psn;
+      rtt_sent_ns_ = now;
+    }
   }
   const sockaddr_in* dest = type_ == QpType::kUD ? &e.ud_dest
                             : tx_connected_      ? nullptr
@@ -592,11 +614,10 @@ void SoftQp::on_timer(uint64_t now) {
       psn_le(h.first_psn + h.npkts - 1, acked_psn_)) {
     return;  // acknowledged; waiting for room in the CQ
   }
-  // Unlike an IB NIC, the timeout doubles with each retry (up to 64x): a
-  // software NIC's peer is a process that may be descheduled or flooded
-  // for tens of milliseconds, which must not break the connection.
-  const uint64_t rto = rto_ns_ << std::min<uint32_t>(retries_, 6);
-  if (now - last_progress_ns_ < rto || now < rnr_until_ns_) return;
+  if (now - last_progress_ns_ < retransmit_timeout_ns() ||
+      now < rnr_until_ns_) {
+    return;
+  }
   ++dev_->counters_.rc_timeouts;
   if (++retries_ > cfg_.rc.retry_cnt) {
     VLOG(kVlogLifecycle) << "QP " << qpn_ << ": retry count exceeded";
@@ -607,6 +628,32 @@ void SoftQp::on_timer(uint64_t now) {
   }
   rewind_to(h.opcode == WrOpcode::kRead ? h.first_psn : acked_psn_ + 1);
   last_progress_ns_ = now;
+}
+
+uint64_t SoftQp::retransmit_timeout_ns() const {
+  uint64_t base = rto_ns_;
+  if (rtt_valid_) {
+    base = std::min(base, std::max(min_rto_ns_, srtt_ns_ + 4 * rttvar_ns_));
+  }
+  // Unlike an IB NIC, the timeout doubles with each retry: a software NIC's
+  // peer is a process that may be descheduled or flooded for tens of
+  // milliseconds, which must not break the connection.
+  const uint64_t cap = rto_ns_ << 6;
+  const uint64_t rto = base << std::min<uint32_t>(retries_, 20);
+  return std::min(rto, cap);
+}
+
+void SoftQp::rtt_sample(uint64_t rtt_ns) {
+  if (!rtt_valid_) {
+    rtt_valid_ = true;
+    srtt_ns_ = rtt_ns;
+    rttvar_ns_ = rtt_ns / 2;
+    return;
+  }
+  const uint64_t dev =
+      srtt_ns_ > rtt_ns ? srtt_ns_ - rtt_ns : rtt_ns - srtt_ns_;
+  rttvar_ns_ = (3 * rttvar_ns_ + dev) / 4;
+  srtt_ns_ = (7 * srtt_ns_ + rtt_ns) / 8;
 }
 
 void SoftQp::to_error(uint64_t now) {
@@ -1127,6 +1174,10 @@ void SoftQp::on_rc_ack(const WireHeader& h, uint64_t now) {
     acked_psn_ = ack;
     last_progress_ns_ = now;
     retries_ = 0;
+    if (rtt_timing_ && psn_le(rtt_psn_, acked_psn_)) {
+      rtt_timing_ = false;
+      rtt_sample(now - rtt_sent_ns_);
+    }
     if (syn == AckSyndrome::kAck) rnr_retries_ = 0;
   }
   const uint32_t about = h.aux2;

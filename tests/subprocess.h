@@ -49,6 +49,14 @@ class Subprocess {
   Subprocess& operator=(const Subprocess&) = delete;
 
   bool started() const { return pid_ > 0; }
+  // SIGKILL now, as a crash would end it, and reap it.
+  void kill_now() {
+    if (pid_ <= 0 || exited_) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    exited_ = true;
+    status_ = 128 + SIGKILL;
+  }
   const std::string& output() const { return out_; }
 
   // Reads output until it contains `needle` (true) or `timeout_ms` passes.

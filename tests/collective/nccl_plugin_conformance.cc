@@ -879,6 +879,171 @@ void scenario_twoproc(Api& a, const std::string& self) {
   std::printf("  %d messages from another process checked\n", done);
 }
 
+// A peer process that dies (SIGKILL) with a request pending: the request
+// fails, with an error, within seconds (the engine sees the bootstrap
+// socket close), not never; later calls fail too, and the close succeeds.
+// Both ways: the child sends and this process receives, then the reverse.
+// The child does two exchanges first (the connection works), says so on
+// its output, and then waits to be killed.
+const int kKilledWarmup = 2;
+const size_t kKilledBytes = 65536;
+
+void killed_child(Api& a, const std::string& role, const std::string& hexh) {
+  const bool sends = role == "send";
+  void* comm = nullptr;
+  void* lc = nullptr;
+  char handle[kHandleMaxSize];
+  const uint64_t until = uccl::monotonic_ns() + 20000000000ull;
+  if (sends) {
+    REQUIRE(unhex(hexh, handle, sizeof(handle)), "handle");
+    while (comm == nullptr && uccl::monotonic_ns() < until) {
+      REQUIRE(a.connect(0, handle, &comm) == kSuccess, "connect");
+    }
+  } else {
+    REQUIRE(a.listen(0, handle, &lc) == kSuccess, "listen");
+    std::printf("HANDLE=%s\n", hex(handle, sizeof(handle)).c_str());
+    std::fflush(stdout);
+    while (comm == nullptr && uccl::monotonic_ns() < until) {
+      REQUIRE(a.accept(lc, &comm) == kSuccess, "accept");
+    }
+  }
+  REQUIRE(comm != nullptr, "no connection");
+  std::vector<uint8_t> buf(kKilledWarmup * kKilledBytes);
+  void* mh = nullptr;
+  REQUIRE(a.reg_mr(comm, buf.data(), buf.size(), kPtrHost, &mh) == kSuccess,
+          "regMr");
+  for (int i = 0; i < kKilledWarmup; ++i) {
+    uint8_t* p = buf.data() + i * kKilledBytes;
+    void* r = nullptr;
+    if (sends) {
+      uccl::fill_pattern(p, kKilledBytes, 3000 + i);
+      REQUIRE(a.isend(comm, p, kKilledBytes, 0, mh, &r) == kSuccess && r,
+              "isend");
+    } else {
+      void* d = p;
+      size_t sz = kKilledBytes;
+      int tag = 0;
+      REQUIRE(a.irecv(comm, 1, &d, &sz, &tag, &mh, &r) == kSuccess && r,
+              "irecv");
+    }
+    REQUIRE(wait_req(a, r, nullptr) == kSuccess, "exchange %d", i);
+    if (!sends) {
+      REQUIRE(uccl::find_pattern_mismatch(p, kKilledBytes, 4000 + i) < 0,
+              "bytes of message %d", i);
+    }
+  }
+  std::printf("WARMED\n");
+  std::fflush(stdout);
+  sleep(120);  // the parent kills us long before
+}
+
+void scenario_killed_peer(Api& a, const std::string& self) {
+  for (const std::string role : {"send", "recv"}) {
+    // role: what the child does; this process does the other.
+    const bool child_sends = role == "send";
+    char handle[kHandleMaxSize];
+    void* lc = nullptr;
+    std::vector<std::string> argv = {self, "--scenario=killed_child",
+                                     "--role=" + role, "--plugin=" + g_plugin,
+                                     "--version=" + std::to_string(a.version)};
+    if (child_sends) {
+      REQUIRE(a.listen(0, handle, &lc) == kSuccess, "listen");
+      argv.push_back("--handle=" + hex(handle, sizeof(handle)));
+    }
+    uccl::testing::Subprocess child(argv);
+    REQUIRE(child.started(), "spawn");
+    struct ShowChild {
+      uccl::testing::Subprocess* c;
+      ~ShowChild() {
+        if (g_failures) {
+          c->wait(5000);
+          std::fprintf(stderr, "---- child process ----\n%s\n",
+                       c->output().c_str());
+        }
+      }
+    } show{&child};
+    void* comm = nullptr;
+    const uint64_t until = uccl::monotonic_ns() + 20000000000ull;
+    if (child_sends) {
+      while (comm == nullptr && uccl::monotonic_ns() < until) {
+        REQUIRE(a.accept(lc, &comm) == kSuccess, "accept");
+      }
+    } else {
+      REQUIRE(child.wait_for_output("HANDLE=", 20000), "no handle from child");
+      const std::string& out = child.output();
+      const size_t at = out.find("HANDLE=") + 7;
+      REQUIRE(unhex(out.substr(at, 2 * sizeof(handle)), handle, sizeof(handle)),
+              "handle");
+      while (comm == nullptr && uccl::monotonic_ns() < until) {
+        REQUIRE(a.connect(0, handle, &comm) == kSuccess, "connect");
+      }
+    }
+    REQUIRE(comm != nullptr, "connection to the child did not finish");
+    std::vector<uint8_t> buf((kKilledWarmup + 2) * kKilledBytes);
+    CloseOnReturn closer(
+        a, child_sends ? std::vector<void*>{} : std::vector<void*>{comm},
+        child_sends ? std::vector<void*>{comm} : std::vector<void*>{},
+        lc ? std::vector<void*>{lc} : std::vector<void*>{});
+    void* mh = nullptr;
+    REQUIRE(a.reg_mr(comm, buf.data(), buf.size(), kPtrHost, &mh) == kSuccess,
+            "regMr");
+    // Posts exchange i from our side: a receive if the child sends.
+    auto post = [&](int i, void** r) {
+      uint8_t* p = buf.data() + i * kKilledBytes;
+      if (child_sends) {
+        void* d = p;
+        size_t sz = kKilledBytes;
+        int tag = 0;
+        return a.irecv(comm, 1, &d, &sz, &tag, &mh, r);
+      }
+      uccl::fill_pattern(p, kKilledBytes, 4000 + i);
+      return a.isend(comm, p, kKilledBytes, 0, mh, r);
+    };
+    for (int i = 0; i < kKilledWarmup; ++i) {
+      void* r = nullptr;
+      REQUIRE(post(i, &r) == kSuccess && r, "post %d", i);
+      REQUIRE(wait_req(a, r, nullptr, 20000) == kSuccess, "exchange %d", i);
+      if (child_sends) {
+        CHECK_THAT(uccl::find_pattern_mismatch(buf.data() + i * kKilledBytes,
+                                               kKilledBytes, 3000 + i) < 0,
+                   "bytes of message %d", i);
+      }
+    }
+    REQUIRE(child.wait_for_output("WARMED", 20000), "child not warmed up");
+    // One more request that the child will never match, then the crash.
+    void* pending = nullptr;
+    REQUIRE(post(kKilledWarmup, &pending) == kSuccess && pending, "post");
+    child.kill_now();
+    const uint64_t t0 = uccl::monotonic_ns();
+    const int g0 = g_warnings.load();
+    const int r = wait_req(a, pending, nullptr, 20000);
+    const double took_s = (uccl::monotonic_ns() - t0) / 1e9;
+    CHECK_THAT(r != kSuccess && r != -1,
+               "%s: the pending request must fail once the peer is killed "
+               "(test returned %d after %.1f s)",
+               role.c_str(), r, took_s);
+    CHECK_THAT(took_s < 10, "%s: the failure took %.1f s", role.c_str(),
+               took_s);
+    CHECK_THAT(g_warnings.load() > g0, "%s: the failure must be logged (WARN)",
+               role.c_str());
+    // Later requests on the dead comm fail too (at the call or the test).
+    void* late = nullptr;
+    const int pr = post(kKilledWarmup + 1, &late);
+    CHECK_THAT(pr != kSuccess ||
+                   (late != nullptr && wait_req(a, late, nullptr, 20000) > 0),
+               "%s: a request posted after the failure must fail",
+               role.c_str());
+    closer.dismiss();
+    CHECK_THAT(a.dereg_mr(comm, mh) == kSuccess, "deregMr");
+    CHECK_THAT(
+        (child_sends ? a.close_recv(comm) : a.close_send(comm)) == kSuccess,
+        "close after the peer died");
+    if (lc) CHECK_THAT(a.close_listen(lc) == kSuccess, "closeListen");
+    std::printf("  child %s killed: pending request failed after %.3f s\n",
+                role.c_str(), took_s);
+  }
+}
+
 // The tuner exported beside the net plugin (ncclTunerPlugin_v4), driven the
 // way NCCL drives it: init per communicator, getCollInfo per collective on
 // a float[7][3] cost table, destroy. The net plugin is initialised first
@@ -1074,8 +1239,8 @@ std::string flag(int argc, char** argv, const std::string& name,
 }
 
 int run_scenario(const std::string& plugin, const std::string& name,
-                 int version, const std::string& self,
-                 const std::string& hexh) {
+                 int version, const std::string& self, const std::string& hexh,
+                 const std::string& role) {
   Api a;
   g_plugin = plugin;
   if (!load_api(plugin, version, &a)) return 2;
@@ -1103,6 +1268,10 @@ int run_scenario(const std::string& plugin, const std::string& name,
     scenario_twoproc(a, self);
   else if (name == "twoproc_sender")
     twoproc_sender(a, hexh);
+  else if (name == "killed_peer")
+    scenario_killed_peer(a, self);
+  else if (name == "killed_child")
+    killed_child(a, role, hexh);
   else {
     std::fprintf(stderr, "unknown scenario %s\n", name.c_str());
     return 2;
@@ -1132,9 +1301,9 @@ int main(int argc, char** argv) {
   const std::string plugin = flag(argc, argv, "plugin", UCCL_PLUGIN_PATH);
   const std::string scenario = flag(argc, argv, "scenario", "");
   if (!scenario.empty()) {
-    return run_scenario(plugin, scenario,
-                        std::atoi(flag(argc, argv, "version", "11").c_str()),
-                        self, flag(argc, argv, "handle", ""));
+    return run_scenario(
+        plugin, scenario, std::atoi(flag(argc, argv, "version", "11").c_str()),
+        self, flag(argc, argv, "handle", ""), flag(argc, argv, "role", ""));
   }
   // Everything, each in a fresh process with its own UCCL_* environment.
   struct Run {
@@ -1147,7 +1316,8 @@ int main(int argc, char** argv) {
     runs.push_back({"props", v, {}});
     runs.push_back({"data", v, {}});
   }
-  for (const char* s : {"backpressure", "truncation", "close", "twoproc"}) {
+  for (const char* s :
+       {"backpressure", "truncation", "close", "twoproc", "killed_peer"}) {
     runs.push_back({s, 11, {}});
   }
   runs.push_back({"props", 11, {"UCCL_NCCL_DEVICES=udp:lo"}});

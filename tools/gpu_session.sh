@@ -26,6 +26,14 @@ PY=python3
 # nccl_perf finds the plugin next to its own binary.
 C=${C:-gpu_carry}
 case "$C" in /*) ;; *) C=$PWD/$C ;; esac
+# The NCCL that PyTorch ships (the one the torch runs use), else the system's.
+nccl_lib() {
+  local lib=libnccl.so.2 d
+  for d in /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/lib; do
+    [ -e "$d/libnccl.so.2" ] && lib="$d/libnccl.so.2"
+  done
+  echo "$lib"
+}
 # The server's received Gb/s from a --json run's output on stdin.
 server_rx_gbps() {
   grep '"role":"server"' | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/'
@@ -101,10 +109,7 @@ case "$PART" in
     done
     ;;
   perf)
-    NCCL_LIB=libnccl.so.2
-    for d in /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/lib; do
-      [ -e "$d/libnccl.so.2" ] && NCCL_LIB="$d/libnccl.so.2"
-    done
+    NCCL_LIB=$(nccl_lib)
     echo "== nccl_perf, $NCCL_LIB"
     timeout 560 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" \
       --rounds="${ROUNDS:-3}" --nets="${NETS:-UCCL,Socket,Socket4x4,SHM}" \
@@ -130,10 +135,7 @@ case "$PART" in
       [ $rc -eq 0 ] || fails=$((fails + 1))
       grep -E "CHECK|plugin loaded" "$OUT/faults_${spec%%=*}.txt" | head -4
     done
-    NCCL_LIB=libnccl.so.2
-    for d in /opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/lib; do
-      [ -e "$d/libnccl.so.2" ] && NCCL_LIB="$d/libnccl.so.2"
-    done
+    NCCL_LIB=$(nccl_lib)
     echo "== nccl_perf under loss"
     timeout 400 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" \
       --rounds="${ROUNDS:-2}" --sizes="${SIZES:-64K,1M,256M}" \

@@ -754,6 +754,21 @@ bool unhex(const std::string& s, void* out, size_t n) {
   return true;
 }
 
+// On any failure of the scenario, what the child process said (after it
+// ends, or `wait_ms`).
+struct ShowChildOnFailure {
+  uccl::testing::Subprocess* c;
+  const char* who;
+  int wait_ms;
+  ~ShowChildOnFailure() {
+    if (g_failures) {
+      c->wait(wait_ms);
+      std::fprintf(stderr, "---- %s process ----\n%s\n", who,
+                   c->output().c_str());
+    }
+  }
+};
+
 const int kTwoProcSteps = 64;
 
 void twoproc_sender(Api& a, const std::string& hexhandle) {
@@ -821,16 +836,7 @@ void scenario_twoproc(Api& a, const std::string& self) {
                "--handle=" + hex(handle, sizeof(handle))});
   uccl::testing::Subprocess child(argv);
   REQUIRE(child.started(), "spawn");
-  struct ShowChild {  // on any failure, what the sender said
-    uccl::testing::Subprocess* c;
-    ~ShowChild() {
-      if (g_failures) {
-        c->wait(20000);
-        std::fprintf(stderr, "---- sender process ----\n%s\n",
-                     c->output().c_str());
-      }
-    }
-  } show{&child};
+  ShowChildOnFailure show{&child, "sender", 20000};
   void* rc = nullptr;
   const uint64_t until = uccl::monotonic_ns() + 20000000000ull;
   while (rc == nullptr && uccl::monotonic_ns() < until) {
@@ -952,16 +958,7 @@ void scenario_killed_peer(Api& a, const std::string& self) {
     }
     uccl::testing::Subprocess child(argv);
     REQUIRE(child.started(), "spawn");
-    struct ShowChild {
-      uccl::testing::Subprocess* c;
-      ~ShowChild() {
-        if (g_failures) {
-          c->wait(5000);
-          std::fprintf(stderr, "---- child process ----\n%s\n",
-                       c->output().c_str());
-        }
-      }
-    } show{&child};
+    ShowChildOnFailure show{&child, "child", 5000};
     void* comm = nullptr;
     const uint64_t until = uccl::monotonic_ns() + 20000000000ull;
     if (child_sends) {

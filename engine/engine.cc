@@ -1372,6 +1372,10 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
   // Once: the software NIC reads the kernel's count with a syscall, and a
   // drop between two reads would be missing from every interval.
   const uint64_t drops = dev_->drops();
+  // The NIC's RC retransmission timeouts (the control QPs' in UC mode):
+  // descriptors lost, or acknowledged later than the timeout.
+  const uint64_t rc_timeouts =
+      transport::counter_sum(dev_->counters_text(), "rc_timeouts");
   // Of the wall time since the last line (BusyMeter: loops that did work).
   const uint64_t run = busy_.run_ns() - last_stats_run_ns_;
   const int busy_pct =
@@ -1391,13 +1395,15 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
             << " us eager " << f.sends_eager << " held " << f.eager_held
             << " rtt p50/p99 " << f.rtt_p50_ns / 1000 << "/"
             << f.rtt_p99_ns / 1000 << " us nic drops "
-            << drops - last_stats_drops_ << " loops "
+            << drops - last_stats_drops_ << " rc timeouts "
+            << rc_timeouts - last_stats_rc_timeouts_ << " loops "
             << loops_ - last_stats_loops_ << " idle "
             << idle_loops_ - last_stats_idle_ << " busy " << busy_pct
             << "% protocol errors " << protocol_errors_ << " " << f.cc_state;
   last_stats_busy_ns_ = busy_.busy_ns();
   last_stats_run_ns_ = busy_.run_ns();
   last_stats_drops_ = drops;
+  last_stats_rc_timeouts_ = rc_timeouts;
   last_stats_loops_ = loops_;
   last_stats_idle_ = idle_loops_;
   last_stats_tx_ = f.tx_bytes;

@@ -258,6 +258,7 @@ class UcclRDMAEngine {
   bool windows_ = false;
   std::unique_ptr<cc::PullPacer> pacer_;  // cc == credit
   uint64_t last_stats_drops_ = 0;
+  uint64_t last_stats_rc_timeouts_ = 0;
   uint64_t last_stats_loops_ = 0, last_stats_idle_ = 0;
   uint64_t last_stats_busy_ns_ = 0, last_stats_run_ns_ = 0;
   size_t rr_start_ = 0;      // first connection served by the next loop

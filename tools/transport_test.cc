@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/nic.h"
 #include "uccl/endpoint.h"
 #include "util/clock.h"
 #include "util/cpu.h"
@@ -657,7 +658,12 @@ int Runner::finish(double secs, const std::vector<double>* lat_us) {
   // The NIC's drop counters, where any are non-zero, and how many received
   // datagrams the kernel copied straight to their destination.
   std::string nic = ep_->nic_counters(), line, drops;
-  unsigned long long rx_packets = 0, rx_direct = 0, rc_timeouts = 0;
+  const unsigned long long rx_packets =
+      uccl::transport::counter_sum(nic, "rx_packets");
+  const unsigned long long rx_direct =
+      uccl::transport::counter_sum(nic, "rx_direct");
+  const unsigned long long rc_timeouts =
+      uccl::transport::counter_sum(nic, "rc_timeouts");
   for (size_t pos = 0; pos < nic.size();) {
     size_t e = nic.find('\n', pos);
     line =
@@ -665,12 +671,6 @@ int Runner::finish(double secs, const std::vector<double>* lat_us) {
     pos = e == std::string::npos ? nic.size() : e + 1;
     const size_t sp = line.rfind(' ');  // "name value" lines
     if (sp == std::string::npos) continue;
-    if (line.rfind("rx_packets ", 0) == 0)
-      rx_packets += std::strtoull(line.c_str() + sp + 1, nullptr, 10);
-    if (line.rfind("rx_direct ", 0) == 0)
-      rx_direct += std::strtoull(line.c_str() + sp + 1, nullptr, 10);
-    if (line.rfind("rc_timeouts ", 0) == 0)
-      rc_timeouts += std::strtoull(line.c_str() + sp + 1, nullptr, 10);
     if ((line.rfind("drop_", 0) == 0 ||
          line.rfind("fault_tx_dropped", 0) == 0) &&
         line.substr(sp + 1) != "0") {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "transport/null/null_nic.h"
@@ -43,6 +44,21 @@ const char* wr_opcode_name(WrOpcode op) {
       return "RDMA_READ";
   }
   return "?";
+}
+
+uint64_t counter_sum(const std::string& text, const std::string& name) {
+  uint64_t sum = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    if (end - pos > name.size() + 1 &&
+        text.compare(pos, name.size(), name) == 0 &&
+        text[pos + name.size()] == ' ') {
+      sum += std::strtoull(text.c_str() + pos + name.size() + 1, nullptr, 10);
+    }
+    pos = end + 1;
+  }
+  return sum;
 }
 
 const char* wc_status_name(WcStatus s) {

@@ -62,6 +62,11 @@ enum class WcStatus : uint8_t {
 };
 const char* wc_status_name(WcStatus s);
 
+// The sum of the values of the "name value" lines called `name` in a
+// Device::counters_text() (a wrapped device lists its inner device's too);
+// 0 if there are none.
+uint64_t counter_sum(const std::string& counters_text, const std::string& name);
+
 // MR access rights (same meaning as IBV_ACCESS_*).
 enum Access : uint32_t {
   kAccessLocalWrite = 1u << 0,
@@ -362,6 +367,7 @@ class Device {
     (void)ctx;
   }
   // Counters as "name value" lines (packets, bytes, drops by reason, faults).
+  // counter_sum() reads one back.
   virtual std::string counters_text() const = 0;
   // Received packets dropped for any reason (the kernel's socket overflow
   // included) and packets that could not be sent, for health log lines.

@@ -18,6 +18,20 @@ namespace {
 
 using udp::MrTable;
 
+// Reading one counter back from counters_text(): every line of that name is
+// summed (a fault-wrapped device lists its inner device's), a name that is
+// a prefix of another, or a line without a value, adds nothing.
+TEST(CounterSumTest, SumsLinesOfThatNameOnly) {
+  const std::string text =
+      "rx_packets 10\nrx_packets_direct 7\nrc_timeouts 3\nrx_packets\n"
+      "fault_tx_dropped 2\nrc_timeouts 4";
+  EXPECT_EQ(counter_sum(text, "rx_packets"), 10u);
+  EXPECT_EQ(counter_sum(text, "rc_timeouts"), 7u);
+  EXPECT_EQ(counter_sum(text, "rx"), 0u);
+  EXPECT_EQ(counter_sum(text, "missing"), 0u);
+  EXPECT_EQ(counter_sum("", "rx_packets"), 0u);
+}
+
 TEST(MrTableTest, BoundsKeysAndAccess) {
   MrTable t;
   auto k = t.add(0x10000, 0x1000, kAccessLocalWrite | kAccessRemoteWrite);

@@ -49,8 +49,10 @@ asan-test: deps
 	@$(MAKE) --no-print-directory test BUILD=build-asan \
 	    CMAKE_ARGS="-DUCCL_SANITIZE=asan -DCMAKE_BUILD_TYPE=RelWithDebInfo"
 
+# tests/tsan.supp: races inside uninstrumented system libraries only.
 tsan-test: deps
-	@$(MAKE) --no-print-directory test BUILD=build-tsan \
+	@TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp $$TSAN_OPTIONS" \
+	    $(MAKE) --no-print-directory test BUILD=build-tsan \
 	    CMAKE_ARGS="-DUCCL_SANITIZE=tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo"
 
 clean:

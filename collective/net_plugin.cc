@@ -390,12 +390,15 @@ uccl::Result<Endpoint*> NetPlugin::endpoint(PluginDevice* d) {
   EndpointConfig cfg = EndpointConfig::from_knobs();
   cfg.device = d->ep_name;
   cfg.num_engines = static_cast<int>(knob_engines().get());
-  // Engines never sleep here unless UCCL_IDLE_SLEEP_US says so: with the
-  // 20 us idle sleep, NCCL runs of small messages fell, about one process
-  // pair in four (7 of 26), into a steady ~100 us per hop (all_reduce
-  // 216-600 us instead of ~20 us up to 4 KiB); with no sleep, none of 19
-  // did (BENCHMARKS.md, session 7). Idle engines still yield their cores.
-  if (cfg.idle_sleep_us < 0) cfg.idle_sleep_us = 0;
+  // Engines sleep only after a second with nothing to do, unless
+  // UCCL_IDLE_SLEEP_AFTER_MS / UCCL_IDLE_SLEEP_US say otherwise: sleeping
+  // after the default 20000 empty loops (a few ms), NCCL runs of small
+  // messages fell, about one process pair in four (7 of 26), into a steady
+  // ~100 us per hop (all_reduce 216-600 us instead of ~20 us up to 4 KiB;
+  // BENCHMARKS.md, session 7), while never sleeping kept every engine of
+  // every rank spinning for the life of the job. Idle engines yield their
+  // cores before that.
+  if (cfg.idle_sleep_after_ms < 0) cfg.idle_sleep_after_ms = 1000;
   auto ep = Endpoint::create(cfg);
   if (!ep.ok()) return ep.status().with_context("device " + d->name);
   auto port = (*ep)->listen(0);

@@ -145,6 +145,13 @@ UCCL_KNOB(int64_t, knob_idle_yield, "UCCL_IDLE_YIELD_LOOPS", 64,
 UCCL_KNOB(int64_t, knob_idle_sleep_us, "UCCL_IDLE_SLEEP_US", 20,
           "Engine: sleep per empty loop once idle, us (0 = always spin).", 0,
           1000000);
+// The NCCL plugin sets 1000 unless this is given (collective/net_plugin.cc):
+// its engines sleep only after a second with nothing to do.
+UCCL_KNOB(int64_t, knob_idle_sleep_after_ms, "UCCL_IDLE_SLEEP_AFTER_MS", 0,
+          "Engine: sleep only once idle this long as well, ms (0: "
+          "UCCL_IDLE_SPIN_LOOPS empty loops alone decide; the NCCL plugin: "
+          "1000).",
+          0, 3600000);
 UCCL_KNOB(
     std::string, knob_trace_file, "UCCL_TRACE_FILE", "",
     "Write a Chrome trace of chunk events to <file>.<pid>.<n>.<engine>.json.");
@@ -185,6 +192,9 @@ EndpointConfig EndpointConfig::from_knobs() {
   // Only when set, so a caller can tell "not asked for" (-1) apart.
   if (knob_idle_sleep_us().info().from_env) {
     c.idle_sleep_us = knob_idle_sleep_us().get();
+  }
+  if (knob_idle_sleep_after_ms().info().from_env) {
+    c.idle_sleep_after_ms = knob_idle_sleep_after_ms().get();
   }
   return c;
 }
@@ -426,6 +436,10 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
   if (c.idle_sleep_us > 1000000) {
     return InvalidArgument("idle sleep must be at most 1000000 us");
   }
+  if (c.idle_sleep_after_ms > 3600000) {
+    return InvalidArgument(
+        "idle time before sleeping must be at most 3600000 ms");
+  }
   const bool soft = c.device.rfind("udp", 0) == 0;
   int64_t eager = c.eager_bytes >= 0 ? c.eager_bytes : knob_eager_bytes().get();
   if (eager > static_cast<int64_t>(engine::kMaxEagerBytes)) {
@@ -492,6 +506,11 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
                                                  ? c.idle_sleep_us
                                                  : knob_idle_sleep_us().get()) *
                        1000;
+    ec.idle_sleep_after_ns =
+        static_cast<uint64_t>(c.idle_sleep_after_ms >= 0
+                                  ? c.idle_sleep_after_ms
+                                  : knob_idle_sleep_after_ms().get()) *
+        1000000;
     ec.drive_nic = knob_drive_nic().get();
     ec.eager_bytes = static_cast<uint32_t>(eager);
     ec.trace_file =

@@ -260,7 +260,8 @@ void UcclRDMAEngine::run() {
   }
   VLOG(kVlogLifecycle) << "engine " << cfg_.index << " running on cpu "
                        << current_cpu();
-  uint64_t idle = 0;
+  uint64_t idle = 0;           // empty loops in a row
+  uint64_t idle_since_ns = 0;  // when the first of them began
   trace_t0_ = clock_->now_ns();
   busy_.start(trace_t0_);
   while (!stop_.load(std::memory_order_acquire)) {
@@ -301,12 +302,16 @@ void UcclRDMAEngine::run() {
     ++loops_;
     if (work == 0) {
       // Spin briefly, then yield each empty loop (free when the core is
-      // ours, essential when it is shared), then sleep once long idle.
+      // ours, essential when it is shared), then sleep once long idle: past
+      // idle_spin_loops empty loops and idle_sleep_after_ns of idle time.
       ++idle_loops_;
-      ++idle;
-      if (idle > cfg_.idle_spin_loops && cfg_.idle_sleep_ns > 0) {
-        timespec ts{0, static_cast<long>(cfg_.idle_sleep_ns)};
+      if (idle++ == 0) idle_since_ns = now;
+      if (idle > cfg_.idle_spin_loops && cfg_.idle_sleep_ns > 0 &&
+          now - idle_since_ns >= cfg_.idle_sleep_after_ns) {
+        timespec ts{static_cast<time_t>(cfg_.idle_sleep_ns / 1000000000),
+                    static_cast<long>(cfg_.idle_sleep_ns % 1000000000)};
         nanosleep(&ts, nullptr);
+        ++idle_sleeps_;
       } else if (idle > cfg_.idle_yield_loops) {
         sched_yield();
       }
@@ -338,9 +343,11 @@ void UcclRDMAEngine::handle(const Command& cmd) {
     if (q->conn < 0) {
       q->engine.loops = loops_;
       q->engine.idle_loops = idle_loops_;
+      q->engine.idle_sleeps = idle_sleeps_;
       q->engine.busy_ns = busy_.busy_ns();
       q->engine.run_ns = busy_.run_ns();
       q->engine.idle_sleep_ns = cfg_.idle_sleep_ns;
+      q->engine.idle_sleep_after_ns = cfg_.idle_sleep_after_ns;
       q->engine.commands = commands_;
       q->engine.protocol_errors = protocol_errors_;
       fill_stats(UINT32_MAX, &q->engine.total);

@@ -56,6 +56,8 @@ struct EngineConfig {
   uint64_t idle_spin_loops = 20000;
   uint64_t idle_yield_loops = 64;  // empty loops before yielding each loop
   uint64_t idle_sleep_ns = 20000;
+  uint64_t idle_sleep_after_ns = 0;  // and only once idle this long (0: the
+                                     // loop count alone decides)
   // Software NIC: the engine drives it once per loop (receive and handle
   // everything, then transmit the loop's posts in one round, descriptors and
   // ACKs after data) instead of every CQ poll driving it in post order.
@@ -286,7 +288,7 @@ class UcclRDMAEngine {
   uint64_t next_stats_ns_ = 0;
 
   // Statistics (engine thread only; read through kQuery commands).
-  uint64_t loops_ = 0, idle_loops_ = 0, commands_ = 0;
+  uint64_t loops_ = 0, idle_loops_ = 0, commands_ = 0, idle_sleeps_ = 0;
   BusyMeter busy_;
   uint64_t protocol_errors_ = 0;
   std::atomic<uint32_t> wire_fault_{0};  // WireFault, test hook

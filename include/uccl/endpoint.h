@@ -50,6 +50,10 @@ struct EndpointConfig {
   int64_t idle_sleep_us = -1;  // an idle engine's sleep per empty loop, us
                                // (0: never sleeps); -1 = UCCL_IDLE_SLEEP_US
                                // (from_knobs() fills it only when set)
+  int64_t idle_sleep_after_ms = -1;  // and only once idle this long, ms (0:
+                                     // the empty-loop count alone decides);
+                                     // -1 = UCCL_IDLE_SLEEP_AFTER_MS (filled
+                                     // by from_knobs() only when set)
 
   // Builds a config from UCCL_* knobs; fields set above override them.
   static EndpointConfig from_knobs();
@@ -141,6 +145,7 @@ struct FlowStats {
 
 struct EngineStats {
   uint64_t loops = 0, idle_loops = 0;
+  uint64_t idle_sleeps = 0;  // empty loops that slept (idle_sleep_ns)
   // Wall time since the engine started (run_ns), and the part of it spent
   // in loops that did work or moved packets (busy_ns; engine/busy_meter.h).
   // An engine near 100% busy is saturated; empty-loop counts do not show
@@ -149,8 +154,10 @@ struct EngineStats {
   double busy_percent() const {
     return run_ns ? 100.0 * static_cast<double>(busy_ns) / run_ns : 0.0;
   }
-  // The engine's sleep per empty loop once long idle (0: never sleeps).
+  // The engine's sleep per empty loop once long idle (0: never sleeps), and
+  // the idle time before it sleeps at all (0: empty loops alone decide).
   uint64_t idle_sleep_ns = 0;
+  uint64_t idle_sleep_after_ns = 0;
   uint64_t commands = 0;
   // Packets that broke the protocol: malformed or unknown control messages,
   // grants and eager headers (each fails its connection), and ACKs or

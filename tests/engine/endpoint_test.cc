@@ -507,6 +507,61 @@ TEST(EndpointTest, IdleSleepIsConfigurable) {
   }
 }
 
+// With idle_sleep_after_ms, an engine sleeps only once it has had nothing
+// to do for that long, however many empty loops it ran before: one with a
+// 100 ms threshold sleeps once past it, one with a one-minute threshold
+// never sleeps in the test (it keeps polling and yielding). Both still carry
+// a message afterwards. (Reading stats is a command, which is work: it
+// restarts the idle time.)
+TEST(EndpointTest, IdleSleepWaitsForIdleTime) {
+  std::unique_ptr<Pair> pairs[2];
+  const int64_t after_ms[2] = {100, 60000};
+  for (int i = 0; i < 2; ++i) {
+    EndpointConfig c = test_config(1, 1);
+    c.idle_sleep_us = 1000;
+    c.idle_sleep_after_ms = after_ms[i];
+    pairs[i] = Pair::make(c, test_config(1, 1));
+    ASSERT_TRUE(pairs[i]);
+    EXPECT_EQ(pairs[i]->server->engine_stats()[0].idle_sleep_after_ns,
+              static_cast<uint64_t>(after_ms[i]) * 1000000);
+  }
+  // The sleeper also needs UCCL_IDLE_SPIN_LOOPS empty loops first, which a
+  // loaded host can stretch: look again after longer and longer idle
+  // windows (each look is a command, which restarts the idle time).
+  EngineStats s[2];
+  for (int window_ms = 600; window_ms <= 9600; window_ms *= 2) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(window_ms));
+    for (int i = 0; i < 2; ++i) s[i] = pairs[i]->server->engine_stats()[0];
+    if (s[0].idle_sleeps > 0) break;
+  }
+  EXPECT_GT(s[0].idle_sleeps, 0u) << "idle long past its 100 ms threshold";
+  EXPECT_EQ(s[1].idle_sleeps, 0u) << "idle, but within its 1 min threshold";
+  // (It ran past UCCL_IDLE_SPIN_LOOPS, after which it used to sleep, unless
+  // the host starved it.)
+  if (s[1].idle_loops <= 20000) {
+    std::printf("  note: only %llu empty loops (a loaded host)\n",
+                static_cast<unsigned long long>(s[1].idle_loops));
+  }
+  // Both still carry a message (the sleeper wakes within its 1 ms sleep).
+  for (auto& p : pairs) {
+    std::vector<uint8_t> src(4096), dst(4096, 0);
+    fill_pattern(src.data(), src.size(), 9);
+    auto smr = p->client->reg_mr(src.data(), src.size());
+    auto rmr = p->server->reg_mr(dst.data(), dst.size());
+    ASSERT_TRUE(smr.ok() && rmr.ok());
+    Request rr, sr;
+    ASSERT_TRUE(
+        p->server->recv_async(p->s_conns[0], dst.data(), dst.size(), *rmr, &rr)
+            .ok());
+    ASSERT_TRUE(
+        p->client->send_async(p->c_conns[0], src.data(), src.size(), *smr, &sr)
+            .ok());
+    ASSERT_TRUE(p->server->wait(&rr, 20000).ok());
+    ASSERT_TRUE(p->client->wait(&sr, 20000).ok());
+    EXPECT_EQ(find_pattern_mismatch(dst.data(), dst.size(), 9), -1);
+  }
+}
+
 // Engine threads carry their names ("uccl-eng-<index>") for top -H, ps -L
 // and perf; a thread names itself as it starts, so wait for it (bounded).
 TEST(EndpointTest, EngineThreadsAreNamed) {

@@ -586,7 +586,6 @@ NcclResult NetPlugin::reg_mr(void* comm, void* data, size_t size, int type,
                 kInternalError);
   }
   auto* m = new PluginMr;
-  m->dev = c->dev;
   if (size > 0 && data != nullptr) {
     auto mh = c->ep->reg_mr(data, size);
     if (!mh.ok()) {

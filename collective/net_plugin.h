@@ -51,10 +51,10 @@ struct PluginRequest {
   void* event = nullptr;  // profiler handle
 };
 
-// What a regMr returns: the registration on the comm's endpoint.
+// What a regMr returns: the registration on the comm's endpoint (owned by
+// that comm until deregMr or its close).
 struct PluginMr {
   MrHandle* mh = nullptr;
-  PluginDevice* dev = nullptr;
 };
 
 class NetPlugin {

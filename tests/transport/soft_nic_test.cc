@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 #include "tests/transport/nic_test_util.h"
 #include "transport/udp/wire.h"
@@ -494,6 +495,21 @@ TEST(RcReliabilityTest, LargeWritesAndReadsUnderLoss) {
   }
 }
 
+// Two connected RC sides with 64 KiB buffers on `clock` (time moves only
+// when the test moves it), the QP timeout attribute `timeout`, 3 retries.
+std::pair<std::unique_ptr<Side>, std::unique_ptr<Side>> clocked_rc_pair(
+    ManualClock* clock, uint8_t timeout) {
+  DeviceOptions o = Side::no_faults();
+  o.clock = clock;
+  QpConfig cfg;
+  cfg.rc.timeout = timeout;
+  cfg.rc.retry_cnt = 3;
+  auto a = Side::make(QpType::kRC, 1 << 16, o, cfg);
+  auto b = Side::make(QpType::kRC, 1 << 16, o, cfg);
+  connect_pair(a.get(), b.get());
+  return {std::move(a), std::move(b)};
+}
+
 // An ACK that covers a READ's PSN (here: the WRITE posted after it) says the
 // responder saw the request, not that its response arrived. The READ whose
 // response was lost must still be asked again after one timeout, and the
@@ -501,14 +517,9 @@ TEST(RcReliabilityTest, LargeWritesAndReadsUnderLoss) {
 // Time moves only when the test moves it.
 TEST(RcReliabilityTest, ReadIsRetriedAfterALaterWriteIsAcked) {
   ManualClock clock;
-  DeviceOptions o = Side::no_faults();
-  o.clock = &clock;
-  QpConfig cfg;
-  cfg.rc.timeout = 6;  // ~262 us
-  cfg.rc.retry_cnt = 3;
-  auto a = Side::make(QpType::kRC, 1 << 16, o, cfg);
-  auto b = Side::make(QpType::kRC, 1 << 16, o, cfg);
-  connect_pair(a.get(), b.get());
+  auto sides = clocked_rc_pair(&clock, 6);  // ~262 us
+  auto& a = sides.first;
+  auto& b = sides.second;
   const uint32_t len = 8000;
   fill_pattern(b->buf.data(), len, 5);
   fill_pattern(a->buf.data() + 32768, 100, 6);
@@ -549,14 +560,9 @@ TEST(RcReliabilityTest, ReadIsRetriedAfterALaterWriteIsAcked) {
 // the configured timeout rules. Time moves only when the test moves it.
 TEST(RcReliabilityTest, TimeoutFollowsMeasuredRtt) {
   ManualClock clock;
-  DeviceOptions o = Side::no_faults();
-  o.clock = &clock;
-  QpConfig cfg;
-  cfg.rc.timeout = 14;  // ~67 ms
-  cfg.rc.retry_cnt = 3;
-  auto a = Side::make(QpType::kRC, 1 << 16, o, cfg);
-  auto b = Side::make(QpType::kRC, 1 << 16, o, cfg);
-  connect_pair(a.get(), b.get());
+  auto sides = clocked_rc_pair(&clock, 14);  // ~67 ms
+  auto& a = sides.first;
+  auto& b = sides.second;
   FaultInjector* fa = a->dev->fault_injector();
   // Posts a WRITE whose only packet is dropped, and lets the NIC send it.
   auto post_lost_write = [&](uint64_t wr_id, uint64_t off) {

@@ -16,6 +16,7 @@
 #                                 drop, corruption, reordering and duplicates
 #                                 (one fault each, $FAULTS), then nccl_perf
 #                                 with 0.1% and 1% drop against no faults
+# GPUS=N runs N ranks (one GPU each) in the NCCL modes; default 2.
 set -u
 PART=${1:-nccl}
 OUT=${OUT:-/tmp/uccl-out}
@@ -48,7 +49,7 @@ case "$PART" in
     echo "rc=$?"
     tail -18 "$OUT/conformance.txt"
     echo "== NCCL suite"
-    timeout 540 "$PY" tools/nccl_test.py suite --iters "${ITERS:-100}" --plugin "$C/libnccl-net-uccl.so" \
+    timeout 540 "$PY" tools/nccl_test.py suite --world "${GPUS:-2}" --iters "${ITERS:-100}" --plugin "$C/libnccl-net-uccl.so" \
       --json "$OUT/suite.json" 2>&1 | tee "$OUT/suite.md" | grep -v "^\[" | tail -120
     cp -r /tmp/uccl-nccl-* "$OUT/" 2>/dev/null
     ;;
@@ -112,7 +113,7 @@ case "$PART" in
     NCCL_LIB=$(nccl_lib)
     echo "== nccl_perf, $NCCL_LIB"
     timeout 560 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" \
-      --rounds="${ROUNDS:-3}" --nets="${NETS:-UCCL,Socket,Socket4x4,SHM}" \
+      --rounds="${ROUNDS:-3}" --nets="${NETS:-UCCL,Socket,Socket4x4,SHM}" --gpus="${GPUS:-2}" \
       ${SIZES:+--sizes=$SIZES} ${ITERS:+--iters=$ITERS} --json="$OUT/perf.json" 2>&1 |
       tee "$OUT/perf.md"
     if [ -z "${NO_FLOOR:-}" ]; then
@@ -129,7 +130,7 @@ case "$PART" in
       echo "== check, UCCL_FAULT_TX=$spec"
       t0=$(date +%s)
       UCCL_FAULT_TX=$spec UCCL_FAULT_SEED=${SEED:-5} timeout 300 "$PY" tools/nccl_test.py \
-        check --plugin "$C/libnccl-net-uccl.so" >"$OUT/faults_${spec%%=*}.txt" 2>&1
+        check --world "${GPUS:-2}" --plugin "$C/libnccl-net-uccl.so" >"$OUT/faults_${spec%%=*}.txt" 2>&1
       rc=$?
       echo "rc=$rc, $(($(date +%s) - t0)) s"
       [ $rc -eq 0 ] || fails=$((fails + 1))
@@ -138,7 +139,7 @@ case "$PART" in
     NCCL_LIB=$(nccl_lib)
     echo "== nccl_perf under loss"
     timeout 400 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" \
-      --rounds="${ROUNDS:-2}" --sizes="${SIZES:-64K,1M,256M}" \
+      --rounds="${ROUNDS:-2}" --sizes="${SIZES:-64K,1M,256M}" --gpus="${GPUS:-2}" \
       --nets="UCCL,UCCL+UCCL_FAULT_TX=drop=0.001,UCCL+UCCL_FAULT_TX=drop=0.01,Socket4x4" \
       --json="$OUT/faults_perf.json" 2>&1 | tee "$OUT/faults_perf.md"
     echo "fault checks failed: $fails"
@@ -153,7 +154,7 @@ case "$PART" in
       net=${NET:-UCCL}
       case "$cfg" in *NCCL_NET=Socket*) net=Socket ;; esac
       env UCCL_STATS_INTERVAL_S=1 $cfg timeout 200 "$PY" tools/nccl_test.py \
-        bench --net "$net" --plugin "$C/libnccl-net-uccl.so" --iters "${ITERS:-20}" --reps "${REPS:-1}" \
+        bench --world "${GPUS:-2}" --net "$net" --plugin "$C/libnccl-net-uccl.so" --iters "${ITERS:-20}" --reps "${REPS:-1}" \
         --sizes "${SIZES:-4,65536,1048576,16777216,67108864,268435456}" 2>&1 |
         grep -E "^\| [0-9]+ \|"
       # The engines' periodic health lines (throughput, retransmits, drops).

@@ -300,24 +300,29 @@ def main():
                     help="bench: comma-separated byte counts (default 4 B "
                          "to 256 MiB, x4)")
     ap.add_argument("--json", default="", help="write results here")
+    ap.add_argument("--world", type=int, default=2,
+                    help="ranks, one process and GPU each (at most the GPUs "
+                         "this machine has)")
     a = ap.parse_args()
     global BENCH_SIZES
     if a.sizes:
         BENCH_SIZES = [int(x) for x in a.sizes.split(",")]
     import torch
-    world = torch.cuda.device_count()
-    if world < 2:
-        sys.exit("needs 2 GPUs (NCCL refuses two ranks on one GPU)")
-    world = 2
+    gpus = torch.cuda.device_count()
+    world = a.world
+    if world < 2 or world > gpus:
+        sys.exit("--world %d: needs 2 to %d ranks here (one GPU each: NCCL "
+                 "refuses two ranks on one GPU; this machine has %d)" %
+                 (world, max(gpus, 2), gpus))
     if a.plugin:
         a.plugin = os.path.abspath(a.plugin)
         if not os.path.exists(a.plugin):
             sys.exit("no plugin at %s" % a.plugin)
     elif a.mode != "bench" or a.net == "UCCL":
         sys.exit("--plugin is required")
-    print("torch %s, NCCL %s, %d GPUs (%s)\n" % (
+    print("torch %s, NCCL %s, %d ranks on %d GPUs (%s)\n" % (
         torch.__version__, ".".join(map(str, torch.cuda.nccl.version())),
-        torch.cuda.device_count(), torch.cuda.get_device_name(0)))
+        world, gpus, torch.cuda.get_device_name(0)))
     tmp = tempfile.mkdtemp(prefix="uccl-nccl-")
     ok = True
     summary = {}

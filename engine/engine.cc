@@ -153,6 +153,7 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
   }
   e->conns_.resize(Imm::kMaxFlows);
   e->live_.reserve(Imm::kMaxFlows);
+  e->active_.reserve(Imm::kMaxFlows);
   e->qpn_map_.assign(8192, QpnEntry{0, 0, false});
   if (!cfg.trace_file.empty()) {
     e->trace_.resize(1u << 20);
@@ -280,21 +281,38 @@ void UcclRDMAEngine::run() {
       int n = pacer_->poll(now, g, 16);
       for (int i = 0; i < n; ++i) {
         Conn* c = conns_[g[i].flow].get();
-        if (c && c->established) c->rx.credit_granted += g[i].bytes;
+        if (c && c->established) {
+          c->rx.credit_granted += g[i].bytes;
+          activate(c);
+        }
       }
     }
     if (now >= next_timer_ns_) {
       timers(now);
       next_timer_ns_ = now + kTimerIntervalNs;
     }
-    // Connections take turns at the NIC queue: start one further each loop.
-    const size_t nlive = live_.size();
-    if (nlive) rr_start_ = (rr_start_ + 1) % nlive;
-    for (size_t k = 0; k < nlive; ++k) {
-      Conn* c = conns_[live_[(rr_start_ + k) % nlive]].get();
-      work += transmit(c, now);
-      maybe_send_ack(c, now, false);
-      flush_ctrl(c);
+    // Active connections take turns at the NIC queue: start one further
+    // each loop. Then the quiescent ones leave the list.
+    const size_t nact = active_.size();
+    if (nact) {
+      rr_start_ = (rr_start_ + 1) % nact;
+      for (size_t k = 0; k < nact; ++k) {
+        Conn* c = conns_[active_[(rr_start_ + k) % nact]].get();
+        work += transmit(c, now);
+        maybe_send_ack(c, now, false);
+        flush_ctrl(c);
+      }
+      conn_visits_ += nact;
+      size_t keep = 0;
+      for (size_t k = 0; k < active_.size(); ++k) {
+        Conn* c = conns_[active_[k]].get();
+        if (quiescent(*c)) {
+          c->active = false;
+        } else {
+          active_[keep++] = active_[k];
+        }
+      }
+      active_.resize(keep);
     }
     // The loop's posts, data first.
     const uint32_t tx_io = cfg_.drive_nic ? dev_->flush() : 0;
@@ -344,6 +362,7 @@ void UcclRDMAEngine::handle(const Command& cmd) {
       q->engine.loops = loops_;
       q->engine.idle_loops = idle_loops_;
       q->engine.idle_sleeps = idle_sleeps_;
+      q->engine.conn_visits = conn_visits_;
       q->engine.busy_ns = busy_.busy_ns();
       q->engine.run_ns = busy_.run_ns();
       q->engine.idle_sleep_ns = cfg_.idle_sleep_ns;
@@ -416,6 +435,7 @@ void UcclRDMAEngine::handle(const Command& cmd) {
     default:
       break;
   }
+  activate(c);
 }
 
 // ---------------------------------------------------- connections
@@ -605,6 +625,7 @@ void UcclRDMAEngine::connect_conn(ConnSetup* s) {
   c->established = true;
   c->tx.last_progress_ns = clock_->now_ns();
   live_.push_back(c->index);
+  activate(c);
   VLOG(kVlogLifecycle) << "engine " << cfg_.index << ": connection " << c->index
                        << " established, " << c->qps.size()
                        << " paths, peer flow " << c->peer_flow;
@@ -663,6 +684,8 @@ void UcclRDMAEngine::close_conn(uint32_t idx, Status why) {
   if (c->ctrl) qpn_erase(c->ctrl->qpn());
   if (c->tcp_fd >= 0) close(c->tcp_fd);
   live_.erase(std::remove(live_.begin(), live_.end(), idx), live_.end());
+  active_.erase(std::remove(active_.begin(), active_.end(), idx),
+                active_.end());
   // Its chunks still inside the NIC no longer count against the engine's
   // NIC queue (their completions will find no connection).
   for (uint32_t q : conns_[idx]->qp_outstanding) {
@@ -760,6 +783,7 @@ int UcclRDMAEngine::poll_recv_cq(uint64_t now) {
       if (c && c->established && !c->failed && w.wr_id < kCtrlBufs) {
         on_ctrl_batch(c, ctrl_bufs_.data() + w.wr_id * kCtrlBufBytes,
                       std::min<uint32_t>(w.byte_len, kCtrlBufBytes));
+        activate(c);
       }
     } else if (w.status != WcStatus::kSuccess && e && e->ctrl &&
                w.status != WcStatus::kWrFlushError) {
@@ -802,6 +826,7 @@ void UcclRDMAEngine::on_chunk(const WorkCompletion& wc, uint64_t now) {
   }
   Conn* c = conns_[e->conn].get();
   if (c == nullptr || !c->established || c->failed) return;
+  activate(c);
   RxFlow& rx = c->rx;
   const uint32_t delta = (imm.csn - rx.rcv_cum) & (Imm::kCsnSpace - 1);
   if (delta >= kMaxChunksInFlight) {  // behind rcv_cum: a late duplicate
@@ -1114,7 +1139,24 @@ void UcclRDMAEngine::send_ctrl(Conn* c, const CtrlMsg& m) {
   }
   std::memcpy(c->ctrl_out + c->ctrl_out_len, out, len);
   c->ctrl_out_len += len;
+  activate(c);
   trace_now("ctrl_tx", c->index, m.slot);
+}
+
+void UcclRDMAEngine::activate(Conn* c) {
+  if (c->active) return;
+  c->active = true;
+  active_.push_back(c->index);
+}
+
+bool UcclRDMAEngine::quiescent(const Conn& c) const {
+  if (c.failed || !c.established) return true;
+  const TxFlow& tx = c.tx;
+  const RxFlow& rx = c.rx;
+  return !tx.rto_urgent && tx.pull_bytes == 0 && tx.retx_head == tx.retx_tail &&
+         tx.msg_chunk == tx.msg_tail && rx.unacked == 0 && !rx.ack_now &&
+         !rx.ack_due && rx.credit_granted == rx.credit_acked &&
+         c.ctrl_out_len == 0;
 }
 
 // Test hook (inject_wire_fault): spoils a copy of one outgoing descriptor

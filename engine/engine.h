@@ -222,6 +222,13 @@ class UcclRDMAEngine {
   void take_grants(Conn* c, const RecvBuf* g, uint32_t n);
   void finish_buf(Conn* c, int slot, int buf);
   int transmit(Conn* c, uint64_t now);
+  // The loop's pass visits only active connections: one joins active_ on
+  // any event that may give it work (a command, a completion or ACK for it,
+  // a control message to send, a credit grant, a timer that found work) and
+  // leaves once quiescent(): nothing to send, resend, acknowledge or flush.
+  // An idle connection then costs nothing per loop, only the timer scan.
+  void activate(Conn* c);
+  bool quiescent(const Conn& c) const;
   bool post_chunk(Conn* c, uint32_t csn, uint16_t path, uint64_t now);
   void ack_chunk(Conn* c, uint32_t csn, uint64_t now);
   void complete_tx_msg(Conn* c, TxMsg& m);
@@ -269,7 +276,9 @@ class UcclRDMAEngine {
   ConnRecord* records_ = nullptr;  // kMaxFlows, Endpoint-owned
   Region* regions_ = nullptr;      // kMaxRegions, Endpoint-owned
   std::vector<std::unique_ptr<Conn>> conns_;
-  std::vector<uint32_t> live_;  // indices of connections in use
+  std::vector<uint32_t> live_;    // indices of connections in use
+  std::vector<uint32_t> active_;  // of those, the ones the pass visits
+  uint64_t conn_visits_ = 0;      // connections the loop's passes visited
   struct QpnEntry {
     uint32_t qpn;
     uint32_t conn;

@@ -61,6 +61,7 @@ struct UcclRDMAEngine::Conn {
   uint32_t index = 0;
   bool established = false;
   bool failed = false;
+  bool active = false;  // in the engine's active_ list
   Status fail_status;
   ConnRecord* rec = nullptr;
   std::vector<std::unique_ptr<transport::QueuePair>> qps;  // data paths

@@ -446,6 +446,7 @@ void UcclRDMAEngine::on_ack(const AckPacket& a, uint64_t now) {
     return;
   }
   if (c->failed) return;
+  activate(c);
   TxFlow& tx = c->tx;
   ++tx.acks_rx;
   trace("ack_rx", c->index, a.cum_ack, now);
@@ -571,6 +572,7 @@ int UcclRDMAEngine::poll_send_cq(uint64_t now) {
     if (kind == WrKind::kAck) continue;  // UD: nothing to retire
     Conn* c = conns_[wr_conn(w.wr_id)].get();
     if (c == nullptr) continue;
+    activate(c);
     const bool flushed = w.status == WcStatus::kWrFlushError;
     if (w.status != WcStatus::kSuccess && !flushed && !c->failed) {
       fail_conn(c, RemoteError(std::string(kind == WrKind::kCtrl
@@ -605,9 +607,13 @@ void UcclRDMAEngine::timers(uint64_t now) {
     if (next_stats_ns_) log_stats(now);
     next_stats_ns_ = now + static_cast<uint64_t>(cfg_.stats_interval_s * 1e9);
   }
-  if (cfg_.rc_mode) return;
-  for (size_t i = 0; i < live_.size(); ++i)
-    check_rto(conns_[live_[i]].get(), now);
+  // Every live connection, active or not: its RTO and tail-loss probe, and
+  // (a safety net) whatever work it has joins the loop's pass.
+  for (size_t i = 0; i < live_.size(); ++i) {
+    Conn* c = conns_[live_[i]].get();
+    if (!cfg_.rc_mode) check_rto(c, now);
+    if (!quiescent(*c)) activate(c);
+  }
 }
 
 void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {

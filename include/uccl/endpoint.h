@@ -146,6 +146,10 @@ struct FlowStats {
 struct EngineStats {
   uint64_t loops = 0, idle_loops = 0;
   uint64_t idle_sleeps = 0;  // empty loops that slept (idle_sleep_ns)
+  // Connections the loops' passes visited, summed over loops: only those
+  // with something to send, resend, acknowledge or flush are visited, so an
+  // idle connection adds nothing (engine/engine.h, activate()).
+  uint64_t conn_visits = 0;
   // Wall time since the engine started (run_ns), and the part of it spent
   // in loops that did work or moved packets (busy_ns; engine/busy_meter.h).
   // An engine near 100% busy is saturated; empty-loop counts do not show

@@ -562,6 +562,52 @@ TEST(EndpointTest, IdleSleepWaitsForIdleTime) {
   }
 }
 
+// The engine loop's pass visits only connections with work: 32 connections
+// that carried a message each and then went idle add no visits per loop
+// (visiting every live one, as the loop used to, adds 32 per loop). A
+// message on one of them brings it back into the pass, and arrives intact.
+TEST(EndpointTest, IdleConnectionsAreNotVisitedByTheLoop) {
+  constexpr int kFlows = 32;
+  auto p = Pair::make(test_config(1, 1), test_config(1, 1), kFlows);
+  ASSERT_TRUE(p);
+  const size_t len = 8192;
+  std::vector<uint8_t> src(len), dst(len * kFlows, 0);
+  fill_pattern(src.data(), len, 21);
+  auto smr = p->client->reg_mr(src.data(), src.size());
+  auto rmr = p->server->reg_mr(dst.data(), dst.size());
+  ASSERT_TRUE(smr.ok() && rmr.ok());
+  auto exchange = [&](int i) {
+    Request rr, sr;
+    uint8_t* d = dst.data() + static_cast<size_t>(i) * len;
+    ASSERT_TRUE(p->server->recv_async(p->s_conns[i], d, len, *rmr, &rr).ok());
+    ASSERT_TRUE(
+        p->client->send_async(p->c_conns[i], src.data(), len, *smr, &sr).ok());
+    ASSERT_TRUE(p->server->wait(&rr, 20000).ok());
+    ASSERT_TRUE(p->client->wait(&sr, 20000).ok());
+    EXPECT_EQ(find_pattern_mismatch(d, len, 21), -1) << "flow " << i;
+  };
+  for (int i = 0; i < kFlows; ++i) exchange(i);
+  // Let the last ACKs settle, then count an idle window on both sides.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  Endpoint* eps[2] = {p->server.get(), p->client.get()};
+  EngineStats a[2], b[2];
+  for (int s = 0; s < 2; ++s) a[s] = eps[s]->engine_stats()[0];
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (int s = 0; s < 2; ++s) b[s] = eps[s]->engine_stats()[0];
+  for (int s = 0; s < 2; ++s) {
+    const uint64_t loops = b[s].loops - a[s].loops;
+    ASSERT_GT(loops, 0u);
+    EXPECT_LT(b[s].conn_visits - a[s].conn_visits, loops)
+        << (s ? "client" : "server") << ": " << kFlows
+        << " idle connections visited in " << loops << " loops";
+  }
+  exchange(kFlows / 2);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_GT(eps[s]->engine_stats()[0].conn_visits, b[s].conn_visits)
+        << "the busy connection joins the pass";
+  }
+}
+
 // Engine threads carry their names ("uccl-eng-<index>") for top -H, ps -L
 // and perf; a thread names itself as it starts, so wait for it (bounded).
 TEST(EndpointTest, EngineThreadsAreNamed) {

@@ -310,10 +310,11 @@ def main():
     import torch
     gpus = torch.cuda.device_count()
     world = a.world
+    if gpus < 2:
+        sys.exit("needs 2 GPUs (NCCL refuses two ranks on one GPU); this "
+                 "machine has %d" % gpus)
     if world < 2 or world > gpus:
-        sys.exit("--world %d: needs 2 to %d ranks here (one GPU each: NCCL "
-                 "refuses two ranks on one GPU; this machine has %d)" %
-                 (world, max(gpus, 2), gpus))
+        sys.exit("--world %d: give 2 to %d (one rank per GPU)" % (world, gpus))
     if a.plugin:
         a.plugin = os.path.abspath(a.plugin)
         if not os.path.exists(a.plugin):

@@ -4,8 +4,8 @@
 #include "engine/engine.h"
 
 #include <linux/futex.h>
-#include <poll.h>
 #include <pthread.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -154,6 +154,9 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
   e->conns_.resize(Imm::kMaxFlows);
   e->live_.reserve(Imm::kMaxFlows);
   e->active_.reserve(Imm::kMaxFlows);
+  e->inflight_.reserve(Imm::kMaxFlows);
+  e->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (e->epoll_fd_ < 0) return ErrnoStatus("epoll_create1", errno);
   e->qpn_map_.assign(8192, QpnEntry{0, 0, false});
   if (!cfg.trace_file.empty()) {
     e->trace_.resize(1u << 20);
@@ -167,7 +170,10 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
   return e;
 }
 
-UcclRDMAEngine::~UcclRDMAEngine() { stop(); }
+UcclRDMAEngine::~UcclRDMAEngine() {
+  stop();
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+}
 
 void UcclRDMAEngine::start() {
   if (cfg_.cc_name == "credit") {  // needs the final line rate
@@ -363,6 +369,8 @@ void UcclRDMAEngine::handle(const Command& cmd) {
       q->engine.idle_loops = idle_loops_;
       q->engine.idle_sleeps = idle_sleeps_;
       q->engine.conn_visits = conn_visits_;
+      q->engine.timer_visits = timer_visits_;
+      q->engine.late_activations = late_activations_;
       q->engine.busy_ns = busy_.busy_ns();
       q->engine.run_ns = busy_.run_ns();
       q->engine.idle_sleep_ns = cfg_.idle_sleep_ns;
@@ -620,6 +628,18 @@ void UcclRDMAEngine::connect_conn(ConnSetup* s) {
   c->peer_flow = s->peer_flow;
   c->peer_engine = s->peer_engine;
   c->nonce_lo = static_cast<uint32_t>(s->nonce);
+  // The liveness socket is readable or hung up only when the peer says bye
+  // or goes away (or before the handshake read its ready byte):
+  // check_liveness() looks at it then.
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.u32 = c->index;
+  if (s->tcp_fd >= 0 &&
+      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, s->tcp_fd, &ev) != 0) {
+    s->status = ErrnoStatus("watching the liveness socket", errno);
+    s->done.store(1, std::memory_order_release);
+    return;
+  }
   c->tcp_fd = s->tcp_fd;
   s->tcp_fd = -1;  // ours now
   c->established = true;
@@ -645,7 +665,11 @@ void UcclRDMAEngine::fail_conn(Conn* c, Status why, bool warn) {
                          << c->index << " ended: " << why;
   }
   // Tell the peer through the liveness channel: it sees EOF and fails too.
-  if (c->tcp_fd >= 0) shutdown(c->tcp_fd, SHUT_RDWR);
+  // Our end, now at EOF, is no longer watched.
+  if (c->tcp_fd >= 0) {
+    shutdown(c->tcp_fd, SHUT_RDWR);
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->tcp_fd, nullptr);
+  }
   TxFlow& tx = c->tx;
   for (; tx.pend_head != tx.pend_tail; ++tx.pend_head) {
     PendingSend& p = tx.pending[tx.pend_head % kMaxPendingSends];
@@ -686,6 +710,8 @@ void UcclRDMAEngine::close_conn(uint32_t idx, Status why) {
   live_.erase(std::remove(live_.begin(), live_.end(), idx), live_.end());
   active_.erase(std::remove(active_.begin(), active_.end(), idx),
                 active_.end());
+  inflight_.erase(std::remove(inflight_.begin(), inflight_.end(), idx),
+                  inflight_.end());
   // Its chunks still inside the NIC no longer count against the engine's
   // NIC queue (their completions will find no connection).
   for (uint32_t q : conns_[idx]->qp_outstanding) {
@@ -702,39 +728,25 @@ void UcclRDMAEngine::close_conn(uint32_t idx, Status why) {
 }
 
 void UcclRDMAEngine::check_liveness() {
-  pollfd fds[64];
-  uint32_t ids[64];
-  size_t n = 0;
-  auto flush = [&] {
-    if (n == 0) return;
-    if (::poll(fds, n, 0) > 0) {
-      for (size_t i = 0; i < n; ++i) {
-        if (fds[i].revents == 0) continue;
-        // Peek only: the handshake may not have read its ready byte yet.
-        uint8_t b = 0;
-        ssize_t r = recv(fds[i].fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
-        Conn* c = conns_[ids[i]].get();
-        if (c == nullptr || c->failed) continue;
-        if (r == 1 && b == kBootBye) {
-          fail_conn(c, RemoteError("peer closed the connection"), false);
-        } else if (r == 0 ||
-                   (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
-                   (fds[i].revents & (POLLERR | POLLHUP))) {
-          fail_conn(c, RemoteError("peer went away (process exited or "
-                                   "connection lost)"));
-        }
-      }
+  // Only sockets with news: a bye, EOF, an error (or a ready byte the
+  // handshake has not read yet). More than 64 wait for the next check.
+  epoll_event ev[64];
+  const int n = epoll_wait(epoll_fd_, ev, 64, 0);
+  for (int i = 0; i < n; ++i) {
+    const uint32_t idx = ev[i].data.u32;
+    Conn* c = idx < conns_.size() ? conns_[idx].get() : nullptr;
+    if (c == nullptr || c->failed || c->tcp_fd < 0) continue;
+    // Peek only: the handshake may not have read its ready byte yet.
+    uint8_t b = 0;
+    ssize_t r = recv(c->tcp_fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+    if (r == 1 && b == kBootBye) {
+      fail_conn(c, RemoteError("peer closed the connection"), false);
+    } else if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
+               (ev[i].events & (EPOLLERR | EPOLLHUP))) {
+      fail_conn(c, RemoteError("peer went away (process exited or "
+                               "connection lost)"));
     }
-    n = 0;
-  };
-  for (uint32_t idx : live_) {
-    Conn* c = conns_[idx].get();
-    if (c->failed || c->tcp_fd < 0) continue;
-    fds[n] = pollfd{c->tcp_fd, POLLIN | POLLRDHUP, 0};
-    ids[n++] = idx;
-    if (n == 64) flush();
   }
-  flush();
 }
 
 // ------------------------------------------------------- receive path
@@ -1448,7 +1460,8 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
             << rc_timeouts - last_stats_rc_timeouts_ << " loops "
             << loops_ - last_stats_loops_ << " idle "
             << idle_loops_ - last_stats_idle_ << " busy " << busy_pct
-            << "% protocol errors " << protocol_errors_ << " " << f.cc_state;
+            << "% protocol errors " << protocol_errors_ << " late activations "
+            << late_activations_ << " " << f.cc_state;
   last_stats_busy_ns_ = busy_.busy_ns();
   last_stats_run_ns_ = busy_.run_ns();
   last_stats_drops_ = drops;

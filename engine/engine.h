@@ -278,7 +278,16 @@ class UcclRDMAEngine {
   std::vector<std::unique_ptr<Conn>> conns_;
   std::vector<uint32_t> live_;    // indices of connections in use
   std::vector<uint32_t> active_;  // of those, the ones the pass visits
-  uint64_t conn_visits_ = 0;      // connections the loop's passes visited
+  // Of the live ones, those with chunks unacknowledged (UC mode): the only
+  // ones whose RTO the 50 us timer checks. One joins when a chunk is posted
+  // and leaves at the timer once everything it sent is acknowledged.
+  std::vector<uint32_t> inflight_;
+  uint64_t conn_visits_ = 0;       // connections the loop's passes visited
+  uint64_t timer_visits_ = 0;      // connections the timers visited
+  uint64_t late_activations_ = 0;  // work found by the 1 ms pass alone
+  // The liveness channels (each connection's TCP socket), so that finding
+  // the few with news costs one epoll_wait, not a poll() over all of them.
+  int epoll_fd_ = -1;
   struct QpnEntry {
     uint32_t qpn;
     uint32_t conn;

@@ -33,9 +33,10 @@ constexpr uint32_t kSignalEvery = 64;  // unsignaled WRs between signals
 // would run while it has not left the host).
 constexpr uint32_t kDataSignalEvery = 1;
 constexpr int kPollBatch = 64;
-constexpr uint64_t kTimerIntervalNs = 50000;       // RTO / ACK-delay scan
-constexpr uint64_t kLivenessIntervalNs = 1000000;  // TCP liveness poll
-constexpr uint32_t kChunksPerTransmit = 32;        // per connection per loop
+constexpr uint64_t kTimerIntervalNs = 50000;  // RTO / ACK-delay scan
+// TCP liveness check, and the timers' pass over every live connection.
+constexpr uint64_t kLivenessIntervalNs = 1000000;
+constexpr uint32_t kChunksPerTransmit = 32;  // per connection per loop
 
 // Work-request ids: kind(2) | conn(10) | path(8) | batch(8) | csn(32).
 // `batch` on a signaled WR counts the WRs its completion retires.
@@ -61,7 +62,8 @@ struct UcclRDMAEngine::Conn {
   uint32_t index = 0;
   bool established = false;
   bool failed = false;
-  bool active = false;  // in the engine's active_ list
+  bool active = false;    // in the engine's active_ list
+  bool inflight = false;  // in inflight_: chunks out, unacknowledged
   Status fail_status;
   ConnRecord* rec = nullptr;
   std::vector<std::unique_ptr<transport::QueuePair>> qps;  // data paths

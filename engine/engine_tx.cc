@@ -378,6 +378,11 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path,
   }
   c->qp_unsignaled[path] = wr.signaled ? 0 : unsig;
   trace("chunk_tx", c->index, csn, now);
+  if (!c->inflight && !cfg_.rc_mode) {  // its RTO is checked from now on
+    c->inflight = true;
+    inflight_.push_back(c->index);
+    tx.last_progress_ns = now;  // nothing was out: no stale progress time
+  }
   ++c->qp_outstanding[path];
   ++nic_queued_;
   if (retx) {
@@ -599,20 +604,38 @@ int UcclRDMAEngine::poll_send_cq(uint64_t now) {
 }
 
 void UcclRDMAEngine::timers(uint64_t now) {
-  if (now >= next_liveness_ns_) {
-    check_liveness();
-    next_liveness_ns_ = now + kLivenessIntervalNs;
-  }
   if (cfg_.stats_interval_s > 0 && now >= next_stats_ns_) {
     if (next_stats_ns_) log_stats(now);
     next_stats_ns_ = now + static_cast<uint64_t>(cfg_.stats_interval_s * 1e9);
   }
-  // Every live connection, active or not: its RTO and tail-loss probe, and
-  // (a safety net) whatever work it has joins the loop's pass.
+  // RTOs and tail-loss probes: only connections with chunks out. One whose
+  // chunks are all acknowledged (or that failed) leaves the list.
+  size_t keep = 0;
+  for (size_t i = 0; i < inflight_.size(); ++i) {
+    Conn* c = conns_[inflight_[i]].get();
+    check_rto(c, now);
+    if (!quiescent(*c)) activate(c);  // resends the RTO queued
+    if (c->failed || !c->tx.has_unacked()) {
+      c->inflight = false;
+    } else {
+      inflight_[keep++] = inflight_[i];
+    }
+  }
+  timer_visits_ += inflight_.size();
+  inflight_.resize(keep);
+  if (now < next_liveness_ns_) return;
+  next_liveness_ns_ = now + kLivenessIntervalNs;
+  check_liveness();
+  // Every live connection, at a slower pace: a safety net, so that work an
+  // event failed to activate waits at most this long. It finds none unless
+  // an activate() is missing (late_activations_ counts what it found).
+  timer_visits_ += live_.size();
   for (size_t i = 0; i < live_.size(); ++i) {
     Conn* c = conns_[live_[i]].get();
-    if (!cfg_.rc_mode) check_rto(c, now);
-    if (!quiescent(*c)) activate(c);
+    if (!c->active && !quiescent(*c)) {
+      ++late_activations_;
+      activate(c);
+    }
   }
 }
 

@@ -150,6 +150,11 @@ struct EngineStats {
   // with something to send, resend, acknowledge or flush are visited, so an
   // idle connection adds nothing (engine/engine.h, activate()).
   uint64_t conn_visits = 0;
+  // Connections the timers visited: every 50 us those with chunks
+  // unacknowledged (their RTO), every 1 ms all live ones (a safety net). Of
+  // the latter, late_activations found work that no event had activated:
+  // 0 unless the engine misses an activate() somewhere.
+  uint64_t timer_visits = 0, late_activations = 0;
   // Wall time since the engine started (run_ns), and the part of it spent
   // in loops that did work or moved packets (busy_ns; engine/busy_meter.h).
   // An engine near 100% busy is saturated; empty-loop counts do not show

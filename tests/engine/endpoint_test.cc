@@ -564,8 +564,11 @@ TEST(EndpointTest, IdleSleepWaitsForIdleTime) {
 
 // The engine loop's pass visits only connections with work: 32 connections
 // that carried a message each and then went idle add no visits per loop
-// (visiting every live one, as the loop used to, adds 32 per loop). A
-// message on one of them brings it back into the pass, and arrives intact.
+// (visiting every live one, as the loop used to, adds 32 per loop). The
+// timers visit idle ones only in their 1 ms safety-net pass (the RTO scan,
+// every 50 us, takes only connections with chunks out), and that pass never
+// finds work no event activated. A message on one of them brings it back
+// into the pass, and arrives intact.
 TEST(EndpointTest, IdleConnectionsAreNotVisitedByTheLoop) {
   constexpr int kFlows = 32;
   auto p = Pair::make(test_config(1, 1), test_config(1, 1), kFlows);
@@ -592,14 +595,27 @@ TEST(EndpointTest, IdleConnectionsAreNotVisitedByTheLoop) {
   Endpoint* eps[2] = {p->server.get(), p->client.get()};
   EngineStats a[2], b[2];
   for (int s = 0; s < 2; ++s) a[s] = eps[s]->engine_stats()[0];
+  const auto t0 = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   for (int s = 0; s < 2; ++s) b[s] = eps[s]->engine_stats()[0];
+  // At most one safety-net pass per ms of the window (with one to spare).
+  const uint64_t window_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - t0)
+          .count();
   for (int s = 0; s < 2; ++s) {
+    const char* side = s ? "client" : "server";
     const uint64_t loops = b[s].loops - a[s].loops;
     ASSERT_GT(loops, 0u);
     EXPECT_LT(b[s].conn_visits - a[s].conn_visits, loops)
-        << (s ? "client" : "server") << ": " << kFlows
-        << " idle connections visited in " << loops << " loops";
+        << side << ": " << kFlows << " idle connections visited in " << loops
+        << " loops";
+    EXPECT_LE(b[s].timer_visits - a[s].timer_visits,
+              kFlows * (window_ms + 2))
+        << side << ": the timers visited idle connections more than once "
+        << "per ms over " << window_ms << " ms";
+    EXPECT_EQ(b[s].late_activations, 0u)
+        << side << ": work that only the safety net found";
   }
   exchange(kFlows / 2);
   for (int s = 0; s < 2; ++s) {

@@ -621,6 +621,60 @@ TEST(RcReliabilityTest, TimeoutFollowsMeasuredRtt) {
   EXPECT_EQ(find_pattern_mismatch(b->buf.data() + 8192, 1000, 2), -1);
 }
 
+// progress() runs the RC timers only of QPs with sends outstanding: an idle
+// QP costs nothing per call (an engine has one per connection, and used to
+// visit them all each loop). A send after a long idle spell times out from
+// when it was posted, not from the last time the queue was looked at.
+// Time moves only when the test moves it.
+TEST(RcReliabilityTest, IdleQpsRunNoTimers) {
+  ManualClock clock;
+  auto sides = clocked_rc_pair(&clock, 14);  // ~67 ms
+  auto& a = sides.first;
+  auto& b = sides.second;
+  fill_pattern(a->buf.data(), 1000, 1);
+  ASSERT_TRUE(
+      a->post_send(WrOpcode::kWrite, 1, 0, 1000, b->addr(), b->mr->rkey())
+          .ok());
+  ASSERT_TRUE(
+      drive({a.get(), b.get()}, [&] { return a->send_wcs.size() == 1; }));
+  const uint64_t checks = cnt(a.get()).rc_timer_checks;
+  EXPECT_GT(checks, 0u) << "the WRITE's timer ran while it was outstanding";
+  for (int i = 0; i < 500; ++i) {
+    a->poll();
+    b->poll();
+  }
+  EXPECT_EQ(cnt(a.get()).rc_timer_checks, checks) << "idle QP's timer ran";
+  EXPECT_EQ(cnt(b.get()).rc_timer_checks, 0u) << "b never sent";
+
+  // Ten idle seconds, then a WRITE whose only packet is lost.
+  clock.advance_ns(10000000000ull);
+  FaultInjector* fa = a->dev->fault_injector();
+  fa->set_spec(Direction::kTx, *FaultSpec::parse("drop=1"));
+  fill_pattern(a->buf.data() + 4096, 1000, 2);
+  ASSERT_TRUE(a->post_send(WrOpcode::kWrite, 2, 4096, 1000, b->addr(4096),
+                           b->mr->rkey())
+                  .ok());
+  // Sent at once, as an engine's flush() sends what it posted, so no timer
+  // ran between the post and the packet.
+  a->dev->flush();
+  ASSERT_EQ(fa->counters(Direction::kTx).dropped, 1u);
+  fa->set_spec(Direction::kTx, FaultSpec());
+  for (int i = 0; i < 200; ++i) {
+    a->poll();
+    b->poll();
+  }
+  EXPECT_EQ(cnt(a.get()).rc_timeouts, 0u) << "timed out from a stale time";
+  EXPECT_GT(cnt(a.get()).rc_timer_checks, checks);
+  clock.advance_ns(70000000);  // past ~67 ms
+  ASSERT_TRUE(
+      drive({a.get(), b.get()}, [&] { return a->send_wcs.size() == 2; }));
+  EXPECT_EQ(cnt(a.get()).rc_timeouts, 1u);
+  EXPECT_EQ(a->send_wcs[1].status, WcStatus::kSuccess)
+      << wc_status_name(a->send_wcs[1].status);
+  EXPECT_EQ(find_pattern_mismatch(b->buf.data(), 1000, 1), -1);
+  EXPECT_EQ(find_pattern_mismatch(b->buf.data() + 4096, 1000, 2), -1);
+}
+
 TEST(UcSemanticsTest, LostFragmentMeansNoCompletion) {
   auto a = Side::make(QpType::kUC, 1 << 20);
   auto b = Side::make(QpType::kUC, 1 << 20);

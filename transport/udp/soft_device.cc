@@ -396,7 +396,6 @@ Result<std::unique_ptr<QueuePair>> SoftDevice::create_qp(const QpConfig& cfg) {
   } while (qpn == 0 || qps_.count(qpn));
   auto* qp = new SoftQp(this, cfg, qpn, tx_fd);
   qps_[qpn] = qp;
-  if (cfg.type == QpType::kRC) rc_qps_.push_back(qp);
   VLOG(kVlogLifecycle) << info_.name << ": created " << qp_type_name(cfg.type)
                        << " QP " << qpn;
   return std::unique_ptr<QueuePair>(qp);
@@ -419,7 +418,20 @@ uint32_t SoftDevice::progress() {
   if (held_count_ > 0) release_held(now, false, Direction::kTx);
   if (held_count_ > 0) release_held(now, false, Direction::kRx);
   progress_rx(now);
-  for (SoftQp* qp : rc_qps_) qp->on_timer(now);
+  // RC timers of the QPs with sends outstanding; one whose send queue
+  // emptied leaves (post_send() puts it back).
+  size_t keep = 0;
+  for (size_t i = 0; i < rc_armed_.size(); ++i) {
+    SoftQp* qp = rc_armed_[i];
+    qp->on_timer(now);
+    if (qp->sq_head_ != qp->sq_tail_) {
+      rc_armed_[keep++] = qp;
+    } else {
+      qp->timer_armed_ = false;
+    }
+  }
+  counters_.rc_timer_checks += rc_armed_.size();
+  rc_armed_.resize(keep);
   if (!owner_driven_) transmit_pending(now);  // else at flush()
   in_progress_ = false;
   return static_cast<uint32_t>(counters_.rx_packets + counters_.tx_packets -
@@ -844,6 +856,7 @@ std::string SoftDevice::counters_text() const {
   UCCL_COUNTER(tx_errors);
   UCCL_COUNTER(rc_retransmits);
   UCCL_COUNTER(rc_timeouts);
+  UCCL_COUNTER(rc_timer_checks);
   UCCL_COUNTER(acks_sent);
   UCCL_COUNTER(naks_sent);
   UCCL_COUNTER(rnr_naks_sent);

@@ -53,6 +53,9 @@ struct SoftCounters {
   uint64_t tx_errors = 0;             // sendmsg failed (counted as loss)
   uint64_t rc_retransmits = 0;        // packets sent again (go-back-N)
   uint64_t rc_timeouts = 0;
+  // RC QPs whose timer progress() ran, summed over calls: only those with
+  // sends outstanding, so idle QPs add nothing.
+  uint64_t rc_timer_checks = 0;
   uint64_t acks_sent = 0, naks_sent = 0, rnr_naks_sent = 0;
   uint64_t acks_received = 0;
   uint64_t fault_hold_overflow = 0;  // delay/reorder skipped: pool full
@@ -345,6 +348,7 @@ class SoftQp final : public QueuePair {
   uint32_t reads_head_ = 0, reads_tail_ = 0;
 
   bool in_pending_list_ = false;
+  bool timer_armed_ = false;  // in the device's rc_armed_
 };
 
 class SoftDevice final : public Device {
@@ -459,7 +463,10 @@ class SoftDevice final : public Device {
   std::unordered_map<uint32_t, SoftQp*> qps_;
   std::vector<SoftQp*> pending_;  // QPs with transmit work
   std::vector<SoftQp*> later_;    // this round's low-priority / ACK-only
-  std::vector<SoftQp*> rc_qps_;   // QPs with RC timers
+  // RC QPs with sends not yet retired, whose timers progress() runs (an
+  // RC QP joins at post_send and leaves once its send queue is empty), so
+  // idle QPs cost nothing per call.
+  std::vector<SoftQp*> rc_armed_;
   bool in_progress_ = false;
 
   // Receive staging (recvmmsg batch).

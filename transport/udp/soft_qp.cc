@@ -107,7 +107,7 @@ SoftQp::SoftQp(SoftDevice* dev, const QpConfig& cfg, uint32_t qpn, int tx_fd)
 
 SoftQp::~SoftQp() {
   dev_->qps_.erase(qpn_);
-  auto& rc = dev_->rc_qps_;
+  auto& rc = dev_->rc_armed_;
   rc.erase(std::remove(rc.begin(), rc.end(), this), rc.end());
   auto& p = dev_->pending_;
   p.erase(std::remove(p.begin(), p.end(), this), p.end());
@@ -309,6 +309,14 @@ Status SoftQp::post_send(const SendWr* wr, const SendWr** bad_wr) {
     e.length = static_cast<uint32_t>(total);
     if (op == WrOpcode::kRead) ++reads_in_sq_;
     ++sq_tail_;
+  }
+  if (cfg_.type == QpType::kRC && !timer_armed_ && sq_head_ != sq_tail_) {
+    // Its timer runs from now on. Nothing was outstanding, so the timeout
+    // counts from here (what on_timer() of an empty queue used to record).
+    timer_armed_ = true;
+    dev_->rc_armed_.push_back(this);
+    last_progress_ns_ = dev_->now_ns();
+    retries_ = 0;
   }
   dev_->mark_pending(this);
   return Status::OK();

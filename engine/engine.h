@@ -226,7 +226,8 @@ class UcclRDMAEngine {
   // any event that may give it work (a command, a completion or ACK for it,
   // a control message to send, a credit grant, a timer that found work) and
   // leaves once quiescent(): nothing to send, resend, acknowledge or flush.
-  // An idle connection then costs nothing per loop, only the timer scan.
+  // An idle connection then costs nothing per loop; the timers visit it
+  // only in their 1 ms safety-net pass (timers(), late_activations_).
   void activate(Conn* c);
   bool quiescent(const Conn& c) const;
   bool post_chunk(Conn* c, uint32_t csn, uint16_t path, uint64_t now);

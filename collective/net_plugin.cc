@@ -9,7 +9,8 @@
 // size and sends what the step holds), so the cut depends only on a fixed
 // stripe S, the receiving side's (its listen handle carries S and K to the
 // sender; by default S = 1 MiB / K, NCCL's large all_reduce message over
-// the K engines): part j is bytes [j*S, (j+1)*S) and the last part the
+// the K engines, in whole chunks where that keeps the parts even:
+// collective/stripe.h): part j is bytes [j*S, (j+1)*S) and the last part the
 // rest, of the message at the sender and of the buffer at the receiver;
 // parts past the message's end are sent empty. Messages shorter than S go
 // whole on connection 0 instead (one engine, no fan-out: small-message
@@ -29,6 +30,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "collective/stripe.h"
 #include "transport/nic.h"
 #include "transport/udp/netif.h"
 #include "util/clock.h"
@@ -63,8 +65,10 @@ UCCL_KNOB(int64_t, knob_stripe_kb, "UCCL_NCCL_STRIPE_KB", 0,
           "last connection takes the rest); shorter messages go whole on one "
           "connection. 0: NCCL's 1 MiB all_reduce message (4 MiB buffers, "
           "Simple) over the comm's K connections, 1 MiB / K rounded up to "
-          "1 KiB: 128 KiB with 8 engines, 86 KiB with 12. The receiving "
-          "side's stripe travels in the connect handle: senders use it.",
+          "1 KiB and then down to whole chunks where that keeps the parts "
+          "even (collective/stripe.h): 127.75 KiB (two 65408-byte chunks) "
+          "with 8 engines on lo, 86 KiB with 12. The receiving side's "
+          "stripe travels in the connect handle: senders use it.",
           0, 1 << 20);
 UCCL_KNOB(int64_t, knob_speed_mbps, "UCCL_NCCL_SPEED_MBPS", 0,
           "NCCL plugin: link speed reported to NCCL, Mb/s (0: the device's "
@@ -101,10 +105,6 @@ UCCL_KNOB(int64_t, knob_max_bytes, "UCCL_NCCL_MAX_BYTES", int64_t{1} << 30,
 constexpr uint64_t kUnknownSpeedMbps = 400000;
 constexpr uint32_t kHandleMagic = 0x55434e48;  // "UCNH"
 constexpr uint16_t kHandleVersion = 2;         // 2: the acceptor's stripe
-// The message a default stripe is cut for: NCCL's all_reduce slice at its
-// default NCCL_BUFFSIZE (4 MiB, 8 steps, 2 steps per slice), which is what
-// large all_reduce sends (BENCHMARKS.md, session 18).
-constexpr size_t kNcclSliceBytes = size_t{1} << 20;
 constexpr uint64_t kStageMagic = 0x5543434f4e4e4543ull;
 
 // The handshake tag of a comm's connection i (a listen comm's tag below
@@ -175,6 +175,7 @@ struct PluginListen {
   uint64_t tag = 0;
   std::vector<ConnId> conns;  // by index; 0 = not accepted yet
   bool placed = false;        // its tags have engine placements
+  size_t stripe = 0;          // ours, in the handle: connectors cut by it
 };
 
 struct ConnectStage {
@@ -203,13 +204,14 @@ PluginComm* make_comm(PluginDevice* d, Endpoint* ep, bool is_send,
   return c;
 }
 
-// The stripe this process offers comms of k connections: the knob, or
-// NCCL's 1 MiB all_reduce message over k, rounded up to 1 KiB.
-size_t stripe_for(int k) {
+// The stripe this process offers comms of k connections on an endpoint
+// whose engines cut chunks of chunk_bytes: the knob, or the default
+// (collective/stripe.h: NCCL's 1 MiB all_reduce message over k, in whole
+// chunks where that keeps the parts even).
+size_t stripe_for(int k, uint32_t chunk_bytes) {
   const int64_t kb = knob_stripe_kb().get();
   if (kb > 0) return static_cast<size_t>(kb) * 1024;
-  const size_t per = (kNcclSliceBytes + k - 1) / static_cast<size_t>(k);
-  return (per + 1023) / 1024 * 1024;
+  return default_stripe_bytes(k, chunk_bytes);
 }
 
 void forward_log(int severity, const char* file, int line, const char* msg,
@@ -330,7 +332,6 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
                         ? static_cast<int>(knob_conns().get())
                         : static_cast<int>(knob_engines().get());
   max_bytes_ = static_cast<uint64_t>(knob_max_bytes().get());
-  stripe_bytes_ = stripe_for(conns_per_comm_);
   small_whole_ = knob_small_whole().get();
   spread_ = knob_spread().get();
   std::random_device rd;
@@ -340,8 +341,11 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
   log(kLogInfo, __FILE__, __LINE__,
       "devices:" + list + "; " + std::to_string(knob_engines().get()) +
           " engines per device, " + std::to_string(conns_per_comm_) +
-          " connections per comm (" + std::to_string(stripe_bytes_) +
-          " B stripes), maxRecvs " + std::to_string(max_recvs_));
+          " connections per comm (" +
+          (knob_stripe_kb().get() > 0
+               ? std::to_string(knob_stripe_kb().get() * 1024) + " B stripes"
+               : std::string("stripes of 1 MiB / K in whole chunks")) +
+          "), maxRecvs " + std::to_string(max_recvs_));
   inited_ = true;
   return kSuccess;
 }
@@ -469,7 +473,8 @@ NcclResult NetPlugin::listen(int dev, void* handle, void** listen_comm) {
   h.port = d->port;
   h.max_recvs = static_cast<uint16_t>(max_recvs_);
   h.tag = l->tag;
-  h.stripe_bytes = static_cast<uint32_t>(stripe_bytes_);
+  l->stripe = stripe_for(conns_per_comm_, l->ep->config().chunk_bytes);
+  h.stripe_bytes = static_cast<uint32_t>(l->stripe);
   std::memcpy(handle, &h, sizeof(h));
   *listen_comm = l;
   return kSuccess;
@@ -567,8 +572,7 @@ NcclResult NetPlugin::accept(void* listen_comm, void** recv_comm) {
     }
   }
   if (ready < static_cast<int>(l->conns.size())) return kSuccess;  // later
-  *recv_comm =
-      make_comm(l->dev, l->ep, false, l->conns, stripe_bytes_, max_recvs_);
+  *recv_comm = make_comm(l->dev, l->ep, false, l->conns, l->stripe, max_recvs_);
   log_comm(static_cast<PluginComm*>(*recv_comm));
   l->conns.assign(l->conns.size(), 0);  // handed over
   return kSuccess;

@@ -128,7 +128,6 @@ class NetPlugin {
   std::atomic<ncclabi::ProfilerCallback> profiler_{nullptr};
   std::vector<std::unique_ptr<PluginDevice>> devs_;
   int conns_per_comm_ = 1;
-  size_t stripe_bytes_ = 0;  // stripe_for(conns_per_comm_): in every handle
   bool small_whole_ = true;
   bool spread_ = true;  // UCCL_NCCL_SPREAD
   int max_recvs_ = 1;

@@ -283,10 +283,11 @@ int wait_req(Api& a, void* req, int* sizes, int timeout_ms = 60000) {
 }
 
 size_t step_size(int s) {
-  // Around the default 128 KiB stripe: shorter messages go whole on one
-  // connection, longer ones (and exactly one stripe) are striped.
-  static const size_t kSizes[] = {0,       1,       131071, 65536 + 17,
-                                  1 << 20, 3 << 20, 777777, 131072};
+  // Around the default stripe with 8 engines on lo (two 65408-byte chunks,
+  // collective/stripe.h): shorter messages go whole on one connection,
+  // longer ones (and exactly one stripe) are striped.
+  static const size_t kSizes[] = {0,       1,       130815, 65536 + 17,
+                                  1 << 20, 3 << 20, 777777, 130816};
   return kSizes[s % 8];
 }
 

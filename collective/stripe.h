@@ -1,0 +1,43 @@
+// The NCCL plugin's default stripe: how many bytes of a message each of a
+// comm's K connections carries (net_plugin.cc, "Message placement").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace uccl::nccl {
+
+// The message a default stripe is cut for: NCCL's all_reduce slice at its
+// default NCCL_BUFFSIZE (4 MiB, 8 steps, 2 steps per slice), which is what
+// large all_reduce sends (BENCHMARKS.md, session 18).
+constexpr size_t kNcclSliceBytes = size_t{1} << 20;
+
+// The stripe for comms of `k` connections whose engines cut messages into
+// chunks of `chunk_bytes` (one datagram each; 0: unknown): the slice over
+// k, rounded up to 1 KiB, then to a whole number of chunks (down, else up)
+// where every part, the last one included (it takes the rest), stays
+// within an eighth above an even share. A part that is not whole chunks
+// ends in a short chunk, a datagram of its own: 1 MiB over 8 connections
+// in 128 KiB parts with 65408-byte chunks is 24 datagrams, 8 of them 256
+// bytes; in parts of 130816 bytes (two chunks) it is 17, the fewest. Where
+// no whole number keeps the parts even (12 connections: 86 KiB shares
+// against 64 KiB chunks), the stripe stays as it was.
+inline size_t default_stripe_bytes(int k, uint32_t chunk_bytes,
+                                   size_t slice_bytes = kNcclSliceBytes) {
+  if (k < 1) k = 1;
+  const size_t ks = static_cast<size_t>(k);
+  const size_t per = (slice_bytes + ks - 1) / ks;
+  const size_t stripe = (per + 1023) / 1024 * 1024;
+  if (chunk_bytes == 0 || k == 1 || stripe <= chunk_bytes) return stripe;
+  const size_t limit = slice_bytes / ks + slice_bytes / ks / 8;
+  auto even = [&](size_t s) {
+    if ((ks - 1) * s >= slice_bytes) return false;  // the last part empty
+    return s <= limit && slice_bytes - (ks - 1) * s <= limit;
+  };
+  const size_t down = stripe / chunk_bytes * chunk_bytes;
+  if (even(down)) return down;
+  if (even(down + chunk_bytes)) return down + chunk_bytes;
+  return stripe;
+}
+
+}  // namespace uccl::nccl

@@ -65,7 +65,7 @@ UCCL_KNOB(int64_t, knob_stripe_kb, "UCCL_NCCL_STRIPE_KB", 0,
           "last connection takes the rest); shorter messages go whole on one "
           "connection. 0: NCCL's 1 MiB all_reduce message (4 MiB buffers, "
           "Simple) over the comm's K connections, 1 MiB / K rounded up to "
-          "1 KiB and then down to whole chunks where that keeps the parts "
+          "1 KiB and then to whole chunks where that keeps the parts "
           "even (collective/stripe.h): 127.75 KiB (two 65408-byte chunks) "
           "with 8 engines on lo, 86 KiB with 12. The receiving side's "
           "stripe travels in the connect handle: senders use it.",

@@ -635,15 +635,6 @@ PluginRequest* NetPlugin::alloc_request(PluginComm* c) {
   return nullptr;
 }
 
-void NetPlugin::part_range(size_t len, int j, int k, size_t stripe, size_t* off,
-                           size_t* n) {
-  const size_t lo = std::min(static_cast<size_t>(j) * stripe, len);
-  const size_t hi =
-      j == k - 1 ? len : std::min(static_cast<size_t>(j + 1) * stripe, len);
-  *off = lo;
-  *n = hi - lo;
-}
-
 bool NetPlugin::post_parts(PluginComm* c, PluginRequest* r, Status* err) {
   const int k = static_cast<int>(c->conns.size());
   while (r->posted < r->parts) {

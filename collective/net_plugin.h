@@ -106,9 +106,6 @@ class NetPlugin {
   // Posts r's remaining parts in order; false on an error (logged). Parts an
   // engine cannot take now stay for later (the comm's backlog).
   bool post_parts(PluginComm* c, PluginRequest* r, Status* err);
-  // The byte range of part j of a message of `len` bytes over k stripes.
-  static void part_range(size_t len, int j, int k, size_t stripe, size_t* off,
-                         size_t* n);
   // Receive comms: in posting order, the requests whose part 0 completed
   // learn whether the sender striped (part 0 full: post parts 1..K-1) or
   // sent the message whole. False on an error (logged).

@@ -1,7 +1,8 @@
-// The NCCL plugin's default stripe: how many bytes of a message each of a
-// comm's K connections carries (net_plugin.cc, "Message placement").
+// How the NCCL plugin cuts a message over a comm's K connections: the part
+// ranges and the default stripe (net_plugin.cc, "Message placement").
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -11,6 +12,18 @@ namespace uccl::nccl {
 // default NCCL_BUFFSIZE (4 MiB, 8 steps, 2 steps per slice), which is what
 // large all_reduce sends (BENCHMARKS.md, session 18).
 constexpr size_t kNcclSliceBytes = size_t{1} << 20;
+
+// The byte range [*off, *off + *n) of part j of a message of `len` bytes
+// cut over k connections at `stripe`: [j*stripe, (j+1)*stripe), the last
+// part the rest; parts past the message's end are empty.
+inline void part_range(size_t len, int j, int k, size_t stripe, size_t* off,
+                       size_t* n) {
+  const size_t lo = std::min(static_cast<size_t>(j) * stripe, len);
+  const size_t hi =
+      j == k - 1 ? len : std::min(static_cast<size_t>(j + 1) * stripe, len);
+  *off = lo;
+  *n = hi - lo;
+}
 
 // The stripe for comms of `k` connections whose engines cut messages into
 // chunks of `chunk_bytes` (one datagram each; 0: unknown): the slice over

@@ -1,5 +1,5 @@
-// The NCCL plugin's default stripe (collective/stripe.h): NCCL's 1 MiB
-// slice cut over K connections into the fewest datagrams, parts kept even.
+// The NCCL plugin's default stripe and message cut (collective/stripe.h):
+// NCCL's 1 MiB slice over K connections in the fewest datagrams, even parts.
 #include "collective/stripe.h"
 
 #include <gtest/gtest.h>
@@ -12,18 +12,15 @@ namespace uccl::nccl {
 namespace {
 
 // Datagrams (chunks) a message of `len` bytes takes when cut over k
-// connections at `stripe` (part j: [j*stripe, (j+1)*stripe), the last part
-// the rest; NetPlugin::part_range), each part in chunks of `chunk` bytes.
-// *largest: the biggest part.
+// connections at `stripe` (part_range(), as the plugin cuts it), each part
+// in chunks of `chunk` bytes. *largest: the biggest part.
 size_t datagrams(size_t len, int k, size_t stripe, size_t chunk,
                  size_t* largest) {
   size_t total = 0;
   *largest = 0;
   for (int j = 0; j < k; ++j) {
-    const size_t lo = std::min(static_cast<size_t>(j) * stripe, len);
-    const size_t hi =
-        j == k - 1 ? len : std::min(static_cast<size_t>(j + 1) * stripe, len);
-    const size_t n = hi - lo;
+    size_t off = 0, n = 0;
+    part_range(len, j, k, stripe, &off, &n);
     *largest = std::max(*largest, n);
     total += (n + chunk - 1) / chunk;
   }

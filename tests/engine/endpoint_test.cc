@@ -610,8 +610,7 @@ TEST(EndpointTest, IdleConnectionsAreNotVisitedByTheLoop) {
     EXPECT_LT(b[s].conn_visits - a[s].conn_visits, loops)
         << side << ": " << kFlows << " idle connections visited in " << loops
         << " loops";
-    EXPECT_LE(b[s].timer_visits - a[s].timer_visits,
-              kFlows * (window_ms + 2))
+    EXPECT_LE(b[s].timer_visits - a[s].timer_visits, kFlows * (window_ms + 2))
         << side << ": the timers visited idle connections more than once "
         << "per ms over " << window_ms << " ms";
     EXPECT_EQ(b[s].late_activations, 0u)

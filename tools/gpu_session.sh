@@ -12,6 +12,7 @@
 #                                 Socket / Socket 4x4, and the host-memory
 #                                 floor (SHM), in $ROUNDS interleaved rounds,
 #                                 then the loop's floor (P2P)
+#                                 (COLL=sendrecv: the sendrecv ring instead)
 #   tools/gpu_session.sh faults   NCCL correctness over UCCL with injected
 #                                 drop, corruption, reordering and duplicates
 #                                 (one fault each, $FAULTS), then nccl_perf
@@ -114,7 +115,7 @@ case "$PART" in
     echo "== nccl_perf, $NCCL_LIB"
     timeout 560 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" \
       --rounds="${ROUNDS:-3}" --nets="${NETS:-UCCL,Socket,Socket4x4,SHM}" --gpus="${GPUS:-2}" \
-      ${SIZES:+--sizes=$SIZES} ${ITERS:+--iters=$ITERS} --json="$OUT/perf.json" 2>&1 |
+      ${SIZES:+--sizes=$SIZES} ${ITERS:+--iters=$ITERS} ${COLL:+--coll=$COLL} --json="$OUT/perf.json" 2>&1 |
       tee "$OUT/perf.md"
     if [ -z "${NO_FLOOR:-}" ]; then
       echo "== the C loop's floor: NCCL over NVLink (no network)"

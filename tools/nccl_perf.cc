@@ -1,5 +1,6 @@
-// nccl_perf: nccl-tests-style all_reduce timing in C++, one process per GPU,
-// comparing UCCL's net plugin with NCCL's Socket transport in one run.
+// nccl_perf: nccl-tests-style all_reduce (or sendrecv) timing in C++, one
+// process per GPU, comparing UCCL's net plugin with NCCL's Socket transport
+// in one run.
 //
 // Why a C++ loop: the torch loop in tools/nccl_test.py costs the host ~16-17
 // us per call, so below ~1 KiB it times Python and NCCL's proxy wake-ups,
@@ -59,6 +60,10 @@ DEFINE_uint32(rounds, 3, "Rounds; each runs every net once, in turn.");
 DEFINE_uint32(gpus, 2, "Ranks (one process and GPU each).");
 DEFINE_uint32(timeout_s, 300, "One net's run is killed after this long.");
 DEFINE_string(json, "", "Also write every round's rows here.");
+DEFINE_string(coll, "all_reduce",
+              "Operation: all_reduce (float32 sum, out-of-place) or sendrecv "
+              "(a ring: each rank sends its buffer to the next rank and "
+              "receives the previous rank's, in one group).");
 DEFINE_bool(per_round, true,
             "After the table of medians, print every round's time per size "
             "and net (a process pair that ran slow shows there).");
@@ -73,6 +78,10 @@ struct Nccl {
   decltype(&ncclGetUniqueId) get_unique_id;
   decltype(&ncclCommInitRank) comm_init_rank;
   decltype(&ncclAllReduce) all_reduce;
+  decltype(&ncclSend) send;
+  decltype(&ncclRecv) recv;
+  decltype(&ncclGroupStart) group_start;
+  decltype(&ncclGroupEnd) group_end;
   decltype(&ncclCommDestroy) comm_destroy;
   decltype(&ncclGetErrorString) error_string;
 };
@@ -113,6 +122,11 @@ Nccl load_nccl(int rank) {
   n.comm_init_rank =
       reinterpret_cast<decltype(n.comm_init_rank)>(sym("ncclCommInitRank"));
   n.all_reduce = reinterpret_cast<decltype(n.all_reduce)>(sym("ncclAllReduce"));
+  n.send = reinterpret_cast<decltype(n.send)>(sym("ncclSend"));
+  n.recv = reinterpret_cast<decltype(n.recv)>(sym("ncclRecv"));
+  n.group_start =
+      reinterpret_cast<decltype(n.group_start)>(sym("ncclGroupStart"));
+  n.group_end = reinterpret_cast<decltype(n.group_end)>(sym("ncclGroupEnd"));
   n.comm_destroy =
       reinterpret_cast<decltype(n.comm_destroy)>(sym("ncclCommDestroy"));
   n.error_string =
@@ -147,7 +161,8 @@ bool read_all(int fd, void* p, size_t n) {
 // One rank: never returns. id_fd[0] is read by ranks > 0, id_fd[1] written
 // by rank 0 (once per other rank); rows go to out_fd from rank 0 only.
 [[noreturn]] void rank_main(int rank, int nranks, int id_fd[2], int out_fd,
-                            const std::vector<uint64_t>& sizes) {
+                            const std::vector<uint64_t>& sizes,
+                            uccl::tools::PerfColl coll) {
   CUDA_OK(rank, cudaSetDevice(rank));
   Nccl nccl = load_nccl(rank);
   ncclUniqueId id;
@@ -187,26 +202,32 @@ bool read_all(int fd, void* p, size_t n) {
             nccl.all_reduce(recv, recv, 1, ncclFloat32, ncclSum, comm, stream));
     CUDA_OK(rank, cudaStreamSynchronize(stream));
   };
+  const bool sendrecv = coll == uccl::tools::PerfColl::kSendRecv;
+  const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  auto op = [&](size_t n) {
+    if (!sendrecv) {
+      NCCL_OK(
+          rank, nccl,
+          nccl.all_reduce(send, recv, n, ncclFloat32, ncclSum, comm, stream));
+      return;
+    }
+    NCCL_OK(rank, nccl, nccl.group_start());
+    NCCL_OK(rank, nccl, nccl.send(send, n, ncclFloat32, next, comm, stream));
+    NCCL_OK(rank, nccl, nccl.recv(recv, n, ncclFloat32, prev, comm, stream));
+    NCCL_OK(rank, nccl, nccl.group_end());
+  };
   std::vector<PerfRow> rows;
   for (uint64_t bytes : sizes) {
     const size_t n = bytes / sizeof(float);
     const uint32_t iters =
         uccl::tools::perf_iters(bytes, FLAGS_iters, FLAGS_bytes_per_size);
-    for (uint32_t i = 0; i < FLAGS_warmup; ++i) {
-      NCCL_OK(
-          rank, nccl,
-          nccl.all_reduce(send, recv, n, ncclFloat32, ncclSum, comm, stream));
-    }
+    for (uint32_t i = 0; i < FLAGS_warmup; ++i) op(n);
     barrier();
     // NaN everywhere, so an element the timed loop never wrote fails.
     CUDA_OK(rank, cudaMemsetAsync(recv, 0xff, bytes, stream));
     CUDA_OK(rank, cudaEventRecord(start, stream));
     auto t0 = std::chrono::steady_clock::now();
-    for (uint32_t i = 0; i < iters; ++i) {
-      NCCL_OK(
-          rank, nccl,
-          nccl.all_reduce(send, recv, n, ncclFloat32, ncclSum, comm, stream));
-    }
+    for (uint32_t i = 0; i < iters; ++i) op(n);
     auto t1 = std::chrono::steady_clock::now();
     CUDA_OK(rank, cudaEventRecord(stop, stream));
     CUDA_OK(rank, cudaEventSynchronize(stop));
@@ -219,7 +240,8 @@ bool read_all(int fd, void* p, size_t n) {
     row.time_us = ms * 1e3 / iters;
     row.host_us =
         std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
-    row.errors = uccl::tools::perf_check(host.data(), n, nranks);
+    row.errors = sendrecv ? uccl::tools::perf_check_recv(host.data(), n, prev)
+                          : uccl::tools::perf_check(host.data(), n, nranks);
     rows.push_back(row);
   }
   // Every rank's errors count: one all_reduce folds them into rank 0's rows
@@ -287,7 +309,7 @@ void set_net_env(const uccl::tools::NetSpec& spec, const std::string& plugin) {
 // (empty on success) says what failed.
 std::string run_net(const uccl::tools::NetSpec& net, const std::string& plugin,
                     const std::vector<uint64_t>& sizes,
-                    std::vector<PerfRow>* rows) {
+                    uccl::tools::PerfColl coll, std::vector<PerfRow>* rows) {
   set_net_env(net, plugin);
   int id_fd[2], out_fd[2];
   if (pipe(id_fd) != 0 || pipe(out_fd) != 0) return "pipe failed";
@@ -303,7 +325,7 @@ std::string run_net(const uccl::tools::NetSpec& net, const std::string& plugin,
       if (r != 0) close(out_fd[1]);
       close(r == 0 ? id_fd[0] : id_fd[1]);
       rank_main(static_cast<int>(r), static_cast<int>(FLAGS_gpus), id_fd,
-                out_fd[1], sizes);
+                out_fd[1], sizes, coll);
     }
     if (pid < 0) return "fork failed";
     pids.push_back(pid);
@@ -404,14 +426,22 @@ std::string default_plugin(const char* argv0) {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
-      "nccl-tests-style all_reduce timing, UCCL vs NCCL's Socket transport.\n"
-      "  nccl_perf [--nets=UCCL,Socket,Socket4x4] [--sizes=4,64,1K,...]\n"
-      "            [--rounds=3] [--nccl_lib=/path/libnccl.so.2]");
+      "nccl-tests-style all_reduce / sendrecv timing, UCCL vs NCCL's Socket "
+      "transport.\n"
+      "  nccl_perf [--coll=all_reduce|sendrecv] [--nets=UCCL,Socket,...]\n"
+      "            [--sizes=4,64,1K,...] [--rounds=3] "
+      "[--nccl_lib=/path/libnccl.so.2]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   auto sizes = uccl::tools::parse_sizes(FLAGS_sizes);
   if (!sizes.ok()) {
     std::fprintf(stderr, "nccl_perf: --sizes: %s\n",
                  sizes.status().to_string().c_str());
+    return 1;
+  }
+  auto coll = uccl::tools::parse_coll(FLAGS_coll);
+  if (!coll.ok()) {
+    std::fprintf(stderr, "nccl_perf: --coll: %s\n",
+                 coll.status().to_string().c_str());
     return 1;
   }
   std::vector<std::string> nets = uccl::tools::split_list(FLAGS_nets);
@@ -452,8 +482,11 @@ int main(int argc, char** argv) {
   }
   if (has_uccl) std::printf("# plugin %s\n", plugin.c_str());
   std::printf(
-      "# all_reduce, float32 sum, out-of-place, %u ranks (one process per "
-      "GPU); time per call from CUDA events over back-to-back calls\n",
+      "# %s, %u ranks (one process per GPU); time per call from CUDA events "
+      "over back-to-back calls\n",
+      *coll == uccl::tools::PerfColl::kSendRecv
+          ? "sendrecv ring, float32, each rank to the next"
+          : "all_reduce, float32 sum, out-of-place",
       FLAGS_gpus);
   // results[net][round] = rows
   std::vector<std::vector<std::vector<PerfRow>>> results(nets.size());
@@ -462,7 +495,7 @@ int main(int argc, char** argv) {
     for (size_t k = 0; k < nets.size(); ++k) {
       auto t0 = std::chrono::steady_clock::now();
       std::vector<PerfRow> rows;
-      std::string err = run_net(specs[k], plugin, *sizes, &rows);
+      std::string err = run_net(specs[k], plugin, *sizes, *coll, &rows);
       double s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
               .count();
@@ -490,7 +523,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nccl_perf: every run failed, no table\n");
     return 1;
   }
-  std::string table = uccl::tools::perf_table(nets, results, FLAGS_gpus);
+  std::string table = uccl::tools::perf_table(nets, results, FLAGS_gpus, *coll);
   std::fputs(table.c_str(), stdout);
   if (FLAGS_per_round && FLAGS_rounds > 1) {
     std::printf("\n# every round, time per call\n");

@@ -153,12 +153,32 @@ std::vector<uint64_t> table_sizes(
 
 }  // namespace
 
+Result<PerfColl> parse_coll(const std::string& name) {
+  if (name == "all_reduce") return PerfColl::kAllReduce;
+  if (name == "sendrecv") return PerfColl::kSendRecv;
+  return InvalidArgument("unknown operation '" + name +
+                         "' (all_reduce or sendrecv)");
+}
+
+double bus_factor(PerfColl coll, uint32_t nranks) {
+  if (coll == PerfColl::kSendRecv || nranks == 0) return 1.0;
+  return 2.0 * (nranks - 1) / nranks;
+}
+
+uint64_t perf_check_recv(const float* out, size_t n, int from) {
+  uint64_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!(out[i] == perf_input(from, i))) ++bad;  // NaN compares false
+  }
+  return bad;
+}
+
 std::string perf_table(
     const std::vector<std::string>& nets,
     const std::vector<std::vector<std::vector<PerfRow>>>& results,
-    uint32_t nranks) {
+    uint32_t nranks, PerfColl coll) {
   const std::vector<uint64_t> sizes = table_sizes(results);
-  const double bus = 2.0 * (nranks - 1) / nranks;
+  const double bus = bus_factor(coll, nranks);
   // Baselines: every other net except UCCL variants (UCCL+VAR=value), which
   // get their column but are what is being compared, not what to beat, and
   // floors (SHM, P2P: no network), which bound every network transport

@@ -62,6 +62,22 @@ inline float perf_expected(int nranks, size_t i) {
                             static_cast<size_t>(nranks * (nranks - 1) / 2));
 }
 
+// The operation timed: all_reduce (sum), or sendrecv (a ring: each rank
+// sends its buffer to the next rank and receives the previous rank's, in
+// one group), the pattern of pipeline-parallel stages.
+enum class PerfColl { kAllReduce, kSendRecv };
+
+// "all_reduce" or "sendrecv"; anything else is InvalidArgument.
+Result<PerfColl> parse_coll(const std::string& name);
+
+// busbw / algbw as nccl-tests defines it: 2(n-1)/n for all_reduce (each
+// rank sends and receives that share of the buffer), 1 for sendrecv.
+double bus_factor(PerfColl coll, uint32_t nranks);
+
+// Output elements of an n-element sendrecv result that are not rank
+// `from`'s input (perf_input).
+uint64_t perf_check_recv(const float* out, size_t n, int from);
+
 // Output elements of an n-element all_reduce result that are not
 // perf_expected (NaN counts as wrong).
 uint64_t perf_check(const float* out, size_t n, int nranks);
@@ -78,7 +94,7 @@ uint64_t perf_check(const float* out, size_t n, int nranks);
 std::string perf_table(
     const std::vector<std::string>& nets,
     const std::vector<std::vector<std::vector<PerfRow>>>& results,
-    uint32_t nranks);
+    uint32_t nranks, PerfColl coll = PerfColl::kAllReduce);
 
 // Every round's time per size and net, one row per (size, net) and one
 // column per round ("-" where that run failed): shows what a median hides,

@@ -219,5 +219,31 @@ TEST(NcclPerfUtil, JsonHasEveryRound) {
             "\"host_us\": 1.000, \"errors\": 0}], []]}\n");
 }
 
+TEST(NcclPerfUtil, SendRecvIsCheckedAgainstThePreviousRankAndHasBusFactorOne) {
+  ASSERT_TRUE(parse_coll("all_reduce").ok());
+  EXPECT_EQ(*parse_coll("sendrecv"), PerfColl::kSendRecv);
+  EXPECT_FALSE(parse_coll("allreduce").ok());
+  EXPECT_FALSE(parse_coll("").ok());
+  EXPECT_DOUBLE_EQ(bus_factor(PerfColl::kAllReduce, 2), 1.0);
+  EXPECT_DOUBLE_EQ(bus_factor(PerfColl::kAllReduce, 4), 1.5);
+  EXPECT_DOUBLE_EQ(bus_factor(PerfColl::kSendRecv, 4), 1.0);
+  // Rank 2 receives rank 1's buffer: rank 1's input passes, rank 0's and
+  // NaN do not.
+  const size_t n = 600;
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = perf_input(1, i);
+  EXPECT_EQ(perf_check_recv(out.data(), n, 1), 0u);
+  EXPECT_EQ(perf_check_recv(out.data(), n, 0), n);
+  out[7] = NAN;
+  EXPECT_EQ(perf_check_recv(out.data(), n, 1), 1u);
+  // 4 ranks, 1 MiB in 100 us: sendrecv's busbw is its algbw (10.49 GB/s),
+  // all_reduce's 1.5 times that.
+  std::vector<std::vector<std::vector<PerfRow>>> res(1);
+  res[0].push_back({row(1 << 20, 100)});
+  EXPECT_NE(perf_table({"UCCL"}, res, 4, PerfColl::kSendRecv).find("| 10.49 |"),
+            std::string::npos);
+  EXPECT_NE(perf_table({"UCCL"}, res, 4).find("| 15.73 |"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace uccl::tools

@@ -1,10 +1,11 @@
 // NCCL net plugin over UCCL Endpoints: one NCCL device per NIC, each NCCL
 // comm a set of UCCL connections spread over the device's engines.
 //
-// Message placement: a comm is K UCCL connections on K different engines,
-// and every message is cut into K parts, part j on connection j, so one
-// message moves on all engines at once (NCCL keeps only a few messages in
-// flight per channel, so per-message latency is what bounds its bandwidth).
+// Message placement: a comm is K UCCL connections on K different engines
+// (K = 4 by default, kDefaultConns), and every message is cut into K parts,
+// part j on connection j, so one message moves on several engines at once
+// (NCCL keeps only a few messages in flight per channel, so per-message
+// latency is what bounds its bandwidth).
 // Neither side knows the other's size (NCCL posts a receive of the slot's
 // size and sends what the step holds), so the cut depends only on a fixed
 // stripe S, the receiving side's (its listen handle carries S and K to the
@@ -23,6 +24,7 @@
 // use one connection (K = 1) and the engine matches the tags.
 #include "collective/net_plugin.h"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -52,9 +54,19 @@ UCCL_KNOB(std::string, knob_devices, "UCCL_NCCL_DEVICES", "",
           "only when there is no other).");
 UCCL_KNOB(int64_t, knob_engines, "UCCL_NCCL_ENGINES", 8,
           "NCCL plugin: engine threads per device.", 1, 16);
+// Connections per comm by default (fewer where there are fewer engines).
+// Each part of a message costs a receive descriptor, its RC ACK, the write
+// and its ACK, and a message completes with its slowest part, while NCCL
+// brings its own parallelism (channels, several messages in flight each).
+// Against one per engine (8), 4 made all_reduce of 2-8 MiB 1.2-1.7x faster
+// and the sendrecv ring of 1-256 MiB 1.25-1.4x (it also keeps NCCL's 128
+// KiB p2p chunks whole), 256 MiB all_reduce the same within the spread
+// (BENCHMARKS.md, session 25).
+constexpr int kDefaultConns = 4;
 UCCL_KNOB(int64_t, knob_conns, "UCCL_NCCL_CONNS", 0,
           "NCCL plugin: UCCL connections per NCCL comm; each message is "
-          "striped over them (0: one per engine).",
+          "striped over them (0: 4, or the engine count where that is "
+          "lower).",
           0, 16);
 UCCL_KNOB(int64_t, knob_max_recvs, "UCCL_NCCL_MAX_RECVS", 1,
           "NCCL plugin: grouped receives offered to NCCL (maxRecvs). Above 1 "
@@ -66,9 +78,10 @@ UCCL_KNOB(int64_t, knob_stripe_kb, "UCCL_NCCL_STRIPE_KB", 0,
           "connection. 0: NCCL's 1 MiB all_reduce message (4 MiB buffers, "
           "Simple) over the comm's K connections, 1 MiB / K rounded up to "
           "1 KiB and then to whole chunks where that keeps the parts "
-          "even (collective/stripe.h): 127.75 KiB (two 65408-byte chunks) "
-          "with 8 engines on lo, 86 KiB with 12. The receiving side's "
-          "stripe travels in the connect handle: senders use it.",
+          "even (collective/stripe.h): 255.5 KiB (four 65408-byte chunks) "
+          "with the default 4 connections on lo, 86 KiB with 12. The "
+          "receiving side's stripe travels in the connect handle: senders "
+          "use it.",
           0, 1 << 20);
 UCCL_KNOB(int64_t, knob_speed_mbps, "UCCL_NCCL_SPEED_MBPS", 0,
           "NCCL plugin: link speed reported to NCCL, Mb/s (0: the device's "
@@ -85,10 +98,12 @@ UCCL_KNOB(bool, knob_small_whole, "UCCL_NCCL_SMALL_WHOLE", true,
 UCCL_KNOB(bool, knob_spread, "UCCL_NCCL_SPREAD", true,
           "NCCL plugin: give each comm's connection 0, which carries its "
           "small messages whole, an engine of its own where there are "
-          "enough: comms take turns (send and receive comms alike) and "
-          "connection i goes on the i-th engine after it. Off: every "
-          "connection goes to the least-loaded engine, which puts "
-          "connection 0 of every comm on one engine.");
+          "enough (send comms from engine 0, receive comms from engine "
+          "n/2, each taking turns), and spread a comm's K connections "
+          "evenly over the n engines (connection i on the i*n/K-th after "
+          "connection 0), so send and receive traffic share every engine "
+          "alike. Off: every connection goes to the least-loaded engine, "
+          "which puts connection 0 of every comm on one engine.");
 UCCL_KNOB(int64_t, knob_max_bytes, "UCCL_NCCL_MAX_BYTES", int64_t{1} << 30,
           "NCCL plugin: largest message NCCL may post (maxP2pBytes, "
           "maxCollBytes); larger operations are split by NCCL.",
@@ -142,7 +157,9 @@ struct PluginDevice {
   uint64_t guid = 0;
   std::unique_ptr<Endpoint> ep;
   uint16_t port = 0;
-  uint32_t next_lane = 0;  // engine of the next comm's connection 0; mu_
+  // The next send / receive comm's lane (lane_engine, stripe.h); mu_.
+  uint32_t next_send_lane = 0;
+  uint32_t next_recv_lane = 0;
   char name_c[64] = {};
   char pci_c[256] = {};
 };
@@ -330,7 +347,8 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
   conns_per_comm_ = max_recvs_ > 1 ? 1
                     : knob_conns().get() > 0
                         ? static_cast<int>(knob_conns().get())
-                        : static_cast<int>(knob_engines().get());
+                        : static_cast<int>(std::min<int64_t>(
+                              kDefaultConns, knob_engines().get()));
   max_bytes_ = static_cast<uint64_t>(knob_max_bytes().get());
   small_whole_ = knob_small_whole().get();
   spread_ = knob_spread().get();
@@ -415,11 +433,13 @@ uccl::Result<Endpoint*> NetPlugin::endpoint(PluginDevice* d) {
   return d->ep.get();
 }
 
-uint32_t NetPlugin::next_lane(PluginDevice* d) { return d->next_lane++; }
+uint32_t NetPlugin::next_lane(PluginDevice* d, bool send) {
+  return send ? d->next_send_lane++ : d->next_recv_lane++;
+}
 
-int NetPlugin::lane_engine(const PluginDevice* d, uint32_t lane, int i) {
-  const auto n = static_cast<uint32_t>(d->ep->config().num_engines);
-  return static_cast<int>((lane + static_cast<uint32_t>(i)) % n);
+int NetPlugin::comm_engine(const PluginDevice* d, bool send, uint32_t lane,
+                           int i, int k) {
+  return lane_engine(send, lane, i, k, d->ep->config().num_engines);
 }
 
 void NetPlugin::log_comm(const PluginComm* c) {
@@ -451,10 +471,10 @@ NcclResult NetPlugin::listen(int dev, void* handle, void** listen_comm) {
   l->tag = next_tag_.fetch_add(1) & ((1ull << 56) - 1);
   l->conns.assign(conns_per_comm_, 0);
   if (spread_) {
-    const uint32_t lane = next_lane(d);
+    const uint32_t lane = next_lane(d, false);
     for (int i = 0; i < conns_per_comm_; ++i) {
-      Status st =
-          l->ep->place_accepts(conn_tag(l->tag, i), lane_engine(d, lane, i));
+      Status st = l->ep->place_accepts(
+          conn_tag(l->tag, i), comm_engine(d, false, lane, i, conns_per_comm_));
       if (!st.ok()) {
         for (int j = 0; j < i; ++j)
           l->ep->place_accepts(conn_tag(l->tag, j), -1);
@@ -509,10 +529,11 @@ NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
     st->dev = d;
     st->ep = *ep;
     const std::string ip = transport::udp::ipv4_to_string(h->ipv4_be);
-    const uint32_t lane = spread_ ? next_lane(d) : 0;
+    const uint32_t lane = spread_ ? next_lane(d, true) : 0;
     for (int i = 0; i < h->nconns; ++i) {
-      auto p = st->ep->connect_start(ip, h->port, conn_tag(h->tag, i),
-                                     spread_ ? lane_engine(d, lane, i) : -1);
+      auto p = st->ep->connect_start(
+          ip, h->port, conn_tag(h->tag, i),
+          spread_ ? comm_engine(d, true, lane, i, h->nconns) : -1);
       if (!p.ok()) return fail("connect", p.status());
       st->pending.push_back(*p);
     }

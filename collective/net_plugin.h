@@ -19,10 +19,12 @@ namespace uccl::nccl {
 // Knobs (defined in net_plugin.cc, listed by `uccl_devinfo --knobs`):
 //   UCCL_NCCL_DEVICES    comma list of devices to expose ("" = automatic)
 //   UCCL_NCCL_ENGINES    engine threads per device (default 8)
-//   UCCL_NCCL_CONNS      UCCL connections per NCCL comm (0 = engines)
+//   UCCL_NCCL_CONNS      UCCL connections per NCCL comm (0 = 4, at most
+//                        the engines)
 //   UCCL_NCCL_MAX_RECVS  grouped receives offered to NCCL (default 1)
 //   UCCL_NCCL_MAX_BYTES  largest message NCCL may hand us (default 1 GiB)
-//   UCCL_NCCL_STRIPE_KB  bytes of a message per connection (default 128)
+//   UCCL_NCCL_STRIPE_KB  KiB of a message per connection (0 = 1 MiB / K in
+//                        whole chunks, collective/stripe.h)
 //   UCCL_NCCL_SPEED_MBPS, UCCL_NCCL_SMALL_WHOLE, UCCL_NCCL_SPREAD: see there
 
 struct PluginDevice;
@@ -110,11 +112,12 @@ class NetPlugin {
   // learn whether the sender striped (part 0 full: post parts 1..K-1) or
   // sent the message whole. False on an error (logged).
   bool expand_receives(PluginComm* c, Status* err);
-  // Engine placement (UCCL_NCCL_SPREAD): a new comm's lane, taking turns
-  // per device (mu_ held); its connection i runs on engine (lane + i) mod
-  // the device endpoint's engine count.
-  static uint32_t next_lane(PluginDevice* d);
-  static int lane_engine(const PluginDevice* d, uint32_t lane, int i);
+  // Engine placement (UCCL_NCCL_SPREAD): a new comm's lane, send and
+  // receive comms each taking turns per device (mu_ held), and the engine
+  // of its connection i of k (lane_engine in collective/stripe.h).
+  static uint32_t next_lane(PluginDevice* d, bool send);
+  static int comm_engine(const PluginDevice* d, bool send, uint32_t lane, int i,
+                         int k);
   void log_comm(const PluginComm* c);  // where its connections run
   ncclabi::NcclResult fail(const char* what, const Status& st,
                            ncclabi::NcclResult code = ncclabi::kSystemError);

@@ -1,5 +1,5 @@
-// How the NCCL plugin cuts a message over a comm's K connections: the part
-// ranges and the default stripe (net_plugin.cc, "Message placement").
+// How the NCCL plugin cuts a message over a comm's K connections and where
+// they run: part ranges, the default stripe, engine placement (net_plugin.cc).
 #pragma once
 
 #include <algorithm>
@@ -51,6 +51,25 @@ inline size_t default_stripe_bytes(int k, uint32_t chunk_bytes,
   if (even(down)) return down;
   if (even(down + chunk_bytes)) return down + chunk_bytes;
   return stripe;
+}
+
+// The engine, of n, of connection i of a comm's k (UCCL_NCCL_SPREAD).
+// Send and receive comms each take lanes in turn (0, 1, ...); a send comm's
+// connection 0 runs on engine `lane`, a receive comm's n/2 after it, and
+// connection i on the i*n/k-th engine after its connection 0. So the
+// connection 0s (each comm's small messages) of up to n/2 comms each way
+// have engines of their own, and where NCCL opens as many send as receive
+// comms, every engine carries both directions alike. (Consecutive
+// engines, which this replaced, left engines send-only or receive-only
+// when K < n: 4 ranks' 256 MiB all_reduce 1.44x slower in one run,
+// BENCHMARKS.md, session 25.)
+inline int lane_engine(bool send, uint32_t lane, int i, int k, int n) {
+  if (n < 1) return 0;
+  const uint64_t nn = static_cast<uint64_t>(n);
+  const uint64_t kk = k > 0 ? static_cast<uint64_t>(k) : 1;
+  const uint64_t base = send ? lane : lane + nn / 2;
+  const uint64_t step = static_cast<uint64_t>(i < 0 ? 0 : i) * nn / kk;
+  return static_cast<int>((base + step) % nn);
 }
 
 }  // namespace uccl::nccl

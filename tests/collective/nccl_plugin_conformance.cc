@@ -283,11 +283,11 @@ int wait_req(Api& a, void* req, int* sizes, int timeout_ms = 60000) {
 }
 
 size_t step_size(int s) {
-  // Around the default stripe with 8 engines on lo (two 65408-byte chunks,
-  // collective/stripe.h): shorter messages go whole on one connection,
-  // longer ones (and exactly one stripe) are striped.
-  static const size_t kSizes[] = {0,       1,       130815, 65536 + 17,
-                                  1 << 20, 3 << 20, 777777, 130816};
+  // Around the default stripe on lo (4 connections: four 65408-byte
+  // chunks, collective/stripe.h): shorter messages go whole on one
+  // connection, longer ones (and exactly one stripe) are striped.
+  static const size_t kSizes[] = {0,       1,       261631, 65536 + 17,
+                                  1 << 20, 3 << 20, 777777, 261632};
   return kSizes[s % 8];
 }
 
@@ -1340,9 +1340,9 @@ int main(int argc, char** argv) {
   // its default 86 KiB, though the sender's own knobs say 8 and 32 KiB.
   runs.push_back({"twoproc",
                   11,
-                  {"UCCL_NCCL_ENGINES=12",
+                  {"UCCL_NCCL_ENGINES=12", "UCCL_NCCL_CONNS=12",
                    "CONFORMANCE_SENDER_ENV=UCCL_NCCL_ENGINES=8,"
-                   "UCCL_NCCL_STRIPE_KB=32"}});
+                   "UCCL_NCCL_CONNS=8,UCCL_NCCL_STRIPE_KB=32"}});
   int failed = 0;
   for (const Run& r : runs) {
     std::vector<std::string> args = {"/usr/bin/env"};

@@ -1,12 +1,15 @@
-// The NCCL plugin's default stripe and message cut (collective/stripe.h):
-// NCCL's 1 MiB slice over K connections in the fewest datagrams, even parts.
+// The NCCL plugin's default stripe, message cut and engine placement
+// (collective/stripe.h): NCCL's 1 MiB slice over K connections in the
+// fewest datagrams, even parts; connections spread evenly both ways.
 #include "collective/stripe.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <set>
 #include <string>
+#include <vector>
 
 namespace uccl::nccl {
 namespace {
@@ -80,6 +83,74 @@ TEST(DefaultStripe, KeepsTheEvenShareWhereWholeChunksWouldNot) {
   EXPECT_EQ(default_stripe_bytes(8, 0), 131072u);
   EXPECT_EQ(default_stripe_bytes(16, 1u << 20), 65536u);  // chunk > share
   EXPECT_EQ(default_stripe_bytes(0, 65408), default_stripe_bytes(1, 65408));
+}
+
+// c send and c receive comms (NCCL's channels) of k connections on n
+// engines: every engine carries as many send as receive connections where
+// the counts divide evenly, never more than one above an even share each
+// way otherwise, and the connection 0s of up to n/2 comms each way are on
+// engines of their own.
+TEST(LaneEngine, SpreadsBothDirectionsEvenlyAndKeepsConnectionZerosApart) {
+  for (int n = 1; n <= 16; ++n) {
+    for (int k = 1; k <= n; ++k) {
+      for (int c = 1; c <= 8; ++c) {
+        std::vector<int> sends(n, 0), recvs(n, 0);
+        std::set<int> zeros;
+        int zero_clash = 0;
+        for (uint32_t lane = 0; lane < static_cast<uint32_t>(c); ++lane) {
+          for (int i = 0; i < k; ++i) {
+            const int s = lane_engine(true, lane, i, k, n);
+            const int r = lane_engine(false, lane, i, k, n);
+            ASSERT_TRUE(s >= 0 && s < n && r >= 0 && r < n);
+            ++sends[s];
+            ++recvs[r];
+            if (i == 0) {
+              zero_clash += !zeros.insert(s).second;
+              zero_clash += !zeros.insert(r).second;
+            }
+          }
+        }
+        const std::string what = "n " + std::to_string(n) + " k " +
+                                 std::to_string(k) + " comms " +
+                                 std::to_string(c);
+        // A comm's own connections never share an engine.
+        for (uint32_t lane = 0; lane < 3; ++lane) {
+          std::set<int> mine;
+          for (int i = 0; i < k; ++i) {
+            mine.insert(lane_engine(true, lane, i, k, n));
+          }
+          EXPECT_EQ(mine.size(), static_cast<size_t>(k)) << what;
+        }
+        const int share = (c * k + n - 1) / n;  // ceil(c*k / n)
+        EXPECT_LE(*std::max_element(sends.begin(), sends.end()), share) << what;
+        EXPECT_LE(*std::max_element(recvs.begin(), recvs.end()), share) << what;
+        if ((c * k) % n == 0) {
+          EXPECT_EQ(sends, recvs) << what << ": an engine one way only";
+        }
+        if (2 * c <= n && n % 2 == 0) {
+          EXPECT_EQ(zero_clash, 0) << what;
+        }
+      }
+    }
+  }
+  // The case that motivated it: 4 + 4 comms of 4 connections on 8
+  // engines, 2 send and 2 receive connections on every engine (consecutive
+  // engines left engine 3 receive-only and engine 7 send-only).
+  std::vector<int> sends(8, 0), recvs(8, 0);
+  for (uint32_t lane = 0; lane < 4; ++lane) {
+    for (int i = 0; i < 4; ++i) {
+      ++sends[lane_engine(true, lane, i, 4, 8)];
+      ++recvs[lane_engine(false, lane, i, 4, 8)];
+    }
+  }
+  EXPECT_EQ(sends, std::vector<int>(8, 2));
+  EXPECT_EQ(recvs, std::vector<int>(8, 2));
+  // k = n: connection i on the i-th engine after connection 0, as before.
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(lane_engine(true, 3, i, 8, 8), (3 + i) % 8);
+  }
+  EXPECT_EQ(lane_engine(false, 0, 0, 8, 8), 4);
+  EXPECT_EQ(lane_engine(true, 5, 0, 4, 0), 0);  // no engines: no crash
 }
 
 }  // namespace

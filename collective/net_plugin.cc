@@ -58,10 +58,10 @@ UCCL_KNOB(int64_t, knob_engines, "UCCL_NCCL_ENGINES", 8,
 // Each part of a message costs a receive descriptor, its RC ACK, the write
 // and its ACK, and a message completes with its slowest part, while NCCL
 // brings its own parallelism (channels, several messages in flight each).
-// Against one per engine (8), 4 made all_reduce of 2-8 MiB 1.2-1.7x faster
-// and the sendrecv ring of 1-256 MiB 1.25-1.4x (it also keeps NCCL's 128
-// KiB p2p chunks whole), 256 MiB all_reduce the same within the spread
-// (BENCHMARKS.md, session 25).
+// Against one per engine (8), 4 made all_reduce of 2-8 MiB 1.2-1.8x faster
+// and the sendrecv ring of 1-256 MiB 1.2-1.4x (it also keeps NCCL's 128
+// KiB p2p chunks whole); all_reduce of 16 MiB and up stayed within the
+// spread, up to 6% behind on most runs (BENCHMARKS.md, session 25).
 constexpr int kDefaultConns = 4;
 UCCL_KNOB(int64_t, knob_conns, "UCCL_NCCL_CONNS", 0,
           "NCCL plugin: UCCL connections per NCCL comm; each message is "

@@ -105,12 +105,27 @@ uint32_t perf_iters(uint64_t bytes, uint32_t iters, uint64_t cap_bytes) {
       std::max<uint64_t>(5, std::min<uint64_t>(iters, cap)));
 }
 
-uint64_t perf_check(const float* out, size_t n, int nranks) {
+namespace {
+
+// Elements of out[0, n) that are not expected(i) (NaN counts as wrong).
+template <typename Expected>
+uint64_t count_wrong(const float* out, size_t n, Expected expected) {
   uint64_t bad = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (!(out[i] == perf_expected(nranks, i))) ++bad;  // NaN compares false
+    if (!(out[i] == expected(i))) ++bad;  // NaN compares false
   }
   return bad;
+}
+
+}  // namespace
+
+uint64_t perf_check(const float* out, size_t n, int nranks) {
+  return count_wrong(out, n,
+                     [&](size_t i) { return perf_expected(nranks, i); });
+}
+
+uint64_t perf_check_recv(const float* out, size_t n, int from) {
+  return count_wrong(out, n, [&](size_t i) { return perf_input(from, i); });
 }
 
 namespace {
@@ -163,14 +178,6 @@ Result<PerfColl> parse_coll(const std::string& name) {
 double bus_factor(PerfColl coll, uint32_t nranks) {
   if (coll == PerfColl::kSendRecv || nranks == 0) return 1.0;
   return 2.0 * (nranks - 1) / nranks;
-}
-
-uint64_t perf_check_recv(const float* out, size_t n, int from) {
-  uint64_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (!(out[i] == perf_input(from, i))) ++bad;  // NaN compares false
-  }
-  return bad;
 }
 
 std::string perf_table(

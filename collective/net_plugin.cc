@@ -2,9 +2,9 @@
 // comm a set of UCCL connections spread over the device's engines.
 //
 // Message placement: a comm is K UCCL connections on K different engines
-// (K = 4 by default, kDefaultConns), and every message is cut into K parts,
-// part j on connection j, so one message moves on several engines at once
-// (NCCL keeps only a few messages in flight per channel, so per-message
+// (by default half the engines, auto_conns), and every message is cut into K
+// parts, part j on connection j, so one message moves on several engines at
+// once (NCCL keeps only a few messages in flight per channel, so per-message
 // latency is what bounds its bandwidth).
 // Neither side knows the other's size (NCCL posts a receive of the slot's
 // size and sends what the step holds), so the cut depends only on a fixed
@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -36,6 +37,7 @@
 #include "transport/nic.h"
 #include "transport/udp/netif.h"
 #include "util/clock.h"
+#include "util/cpu.h"
 #include "util/knobs.h"
 #include "util/logging.h"
 
@@ -52,21 +54,21 @@ UCCL_KNOB(std::string, knob_devices, "UCCL_NCCL_DEVICES", "",
           "udp:<if>, udp:<ipv4>, mlx5_0, ...). Empty: active verbs devices, "
           "then the software NIC on each non-loopback interface (loopback "
           "only when there is no other).");
-UCCL_KNOB(int64_t, knob_engines, "UCCL_NCCL_ENGINES", 8,
-          "NCCL plugin: engine threads per device.", 1, 16);
-// Connections per comm by default (fewer where there are fewer engines).
-// Each part of a message costs a receive descriptor, its RC ACK, the write
-// and its ACK, and a message completes with its slowest part, while NCCL
-// brings its own parallelism (channels, several messages in flight each).
-// Against one per engine (8), 4 made all_reduce of 2-8 MiB 1.2-1.8x faster
-// and the sendrecv ring of 1-256 MiB 1.2-1.4x (it also keeps NCCL's 128
-// KiB p2p chunks whole); all_reduce of 16 MiB and up stayed within the
-// spread, up to 6% behind on most runs (BENCHMARKS.md, session 25).
-constexpr int kDefaultConns = 4;
+UCCL_KNOB(int64_t, knob_engines, "UCCL_NCCL_ENGINES", 0,
+          "NCCL plugin: engine threads per device in use (each spins on a "
+          "core of its own while there is traffic). 0: three quarters of "
+          "this rank's share of the CPUs it may run on (its allowed "
+          "CPUs, or its cgroup's CPU quota where lower) over the ranks on "
+          "the host (LOCAL_WORLD_SIZE, "
+          "OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS, else the host's "
+          "GPUs), between 1 and 8: 8 with 2 ranks on 32 CPUs, 6 with 8 "
+          "ranks on 64. Where cores are spare, 12 moves large messages "
+          "faster and small ones a little slower (README).",
+          0, 16);
 UCCL_KNOB(int64_t, knob_conns, "UCCL_NCCL_CONNS", 0,
           "NCCL plugin: UCCL connections per NCCL comm; each message is "
-          "striped over them (0: 4, or the engine count where that is "
-          "lower).",
+          "striped over them (0: half the engines, between 1 and 6: 6 with "
+          "12 engines, 4 with 8).",
           0, 16);
 UCCL_KNOB(int64_t, knob_max_recvs, "UCCL_NCCL_MAX_RECVS", 1,
           "NCCL plugin: grouped receives offered to NCCL (maxRecvs). Above 1 "
@@ -344,11 +346,24 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
     devs_.push_back(std::move(d));
   }
   max_recvs_ = static_cast<int>(knob_max_recvs().get());
+  std::string engines_why = "UCCL_NCCL_ENGINES";
+  if (knob_engines().get() > 0) {
+    engines_per_device_ = static_cast<int>(knob_engines().get());
+  } else {
+    int cpus = static_cast<int>(allowed_cpus().size());
+    const int quota = cgroup_cpu_limit();
+    if (quota > 0 && quota < cpus) cpus = quota;
+    const int gpus = count_nvidia_gpus();
+    const int ranks = local_ranks(std::getenv, gpus);
+    engines_per_device_ = auto_engines(cpus, ranks);
+    engines_why = "auto: " + std::to_string(cpus) + " CPUs over " +
+                  std::to_string(ranks) + " local rank(s), " +
+                  std::to_string(gpus) + " GPU(s) on the host";
+  }
   conns_per_comm_ = max_recvs_ > 1 ? 1
                     : knob_conns().get() > 0
                         ? static_cast<int>(knob_conns().get())
-                        : static_cast<int>(std::min<int64_t>(
-                              kDefaultConns, knob_engines().get()));
+                        : auto_conns(engines_per_device_);
   max_bytes_ = static_cast<uint64_t>(knob_max_bytes().get());
   small_whole_ = knob_small_whole().get();
   spread_ = knob_spread().get();
@@ -357,9 +372,9 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
   std::string list;
   for (const auto& d : devs_) list += " " + d->name + "(" + d->ip + ")";
   log(kLogInfo, __FILE__, __LINE__,
-      "devices:" + list + "; " + std::to_string(knob_engines().get()) +
-          " engines per device, " + std::to_string(conns_per_comm_) +
-          " connections per comm (" +
+      "devices:" + list + "; " + std::to_string(engines_per_device_) +
+          " engines per device (" + engines_why + "), " +
+          std::to_string(conns_per_comm_) + " connections per comm (" +
           (knob_stripe_kb().get() > 0
                ? std::to_string(knob_stripe_kb().get() * 1024) + " B stripes"
                : std::string("stripes of 1 MiB / K in whole chunks")) +
@@ -411,7 +426,7 @@ uccl::Result<Endpoint*> NetPlugin::endpoint(PluginDevice* d) {
   if (d->ep) return d->ep.get();
   EndpointConfig cfg = EndpointConfig::from_knobs();
   cfg.device = d->ep_name;
-  cfg.num_engines = static_cast<int>(knob_engines().get());
+  cfg.num_engines = engines_per_device_;
   // Engines sleep only after a second with nothing to do, unless
   // UCCL_IDLE_SLEEP_AFTER_MS / UCCL_IDLE_SLEEP_US say otherwise: sleeping
   // after the default 20000 empty loops (a few ms), NCCL runs of small

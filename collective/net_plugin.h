@@ -18,9 +18,10 @@ namespace uccl::nccl {
 
 // Knobs (defined in net_plugin.cc, listed by `uccl_devinfo --knobs`):
 //   UCCL_NCCL_DEVICES    comma list of devices to expose ("" = automatic)
-//   UCCL_NCCL_ENGINES    engine threads per device (default 8)
-//   UCCL_NCCL_CONNS      UCCL connections per NCCL comm (0 = 4, at most
-//                        the engines)
+//   UCCL_NCCL_ENGINES    engine threads per device (0 = 3/4 of the rank's
+//                        share of the CPUs, 1-8: auto_engines)
+//   UCCL_NCCL_CONNS      UCCL connections per NCCL comm (0 = half the
+//                        engines, 1-6: auto_conns)
 //   UCCL_NCCL_MAX_RECVS  grouped receives offered to NCCL (default 1)
 //   UCCL_NCCL_MAX_BYTES  largest message NCCL may hand us (default 1 GiB)
 //   UCCL_NCCL_STRIPE_KB  KiB of a message per connection (0 = 1 MiB / K in
@@ -127,6 +128,7 @@ class NetPlugin {
   std::atomic<ncclabi::Logger> logger_{nullptr};
   std::atomic<ncclabi::ProfilerCallback> profiler_{nullptr};
   std::vector<std::unique_ptr<PluginDevice>> devs_;
+  int engines_per_device_ = 1;  // UCCL_NCCL_ENGINES, or auto_engines
   int conns_per_comm_ = 1;
   bool small_whole_ = true;
   bool spread_ = true;  // UCCL_NCCL_SPREAD

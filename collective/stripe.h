@@ -1,12 +1,66 @@
 // How the NCCL plugin cuts a message over a comm's K connections and where
-// they run: part ranges, the default stripe, engine placement (net_plugin.cc).
+// they run: engine and connection counts, part ranges, the default stripe,
+// engine placement (net_plugin.cc).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 
 namespace uccl::nccl {
+
+// Engine threads per device when UCCL_NCCL_ENGINES=0: three quarters of
+// this rank's share of the CPUs it may run on (allowed CPUs, or the
+// cgroup's CPU quota where lower, over the ranks on the host), between 1 and
+// kMaxAutoEngines; the other quarter is left to NCCL's and the application's
+// threads. Engines spin while there is traffic and sleep after a second
+// without, so the count is what a busy rank costs, and too many is far worse
+// than too few: 16 engines per rank on 32 CPUs, the whole share, were six times
+// slower (BENCHMARKS.md, session 18). The cap is the measured default: 12
+// engines (with 6 connections per comm) made 16-256 MiB all_reduce 1.1-1.2x
+// faster on 2 ranks with 32 CPUs, but 4 B-4 MiB 2-12% slower (session 26), so
+// where the share allows more, 12 is the user's choice (UCCL_NCCL_ENGINES).
+constexpr int kMaxAutoEngines = 8;
+inline int auto_engines(int allowed_cpus, int local_ranks) {
+  if (local_ranks < 1) local_ranks = 1;
+  const int three_quarters = allowed_cpus / local_ranks * 3 / 4;
+  return std::clamp(three_quarters, 1, kMaxAutoEngines);
+}
+
+// Connections per comm when UCCL_NCCL_CONNS=0: half the engines, between 1
+// and kMaxAutoConns. NCCL opens a send and a receive comm per channel and
+// peer (4 + 4 with 2 ranks and 4 channels), so with K = n/2 every engine
+// carries 4 connections, 2 each way (lane_engine). Each part of a message
+// costs a receive descriptor, its RC ACK, the write and its ACK, and a
+// message completes with its slowest part, while NCCL brings parallelism
+// of its own: with 8 engines, K = 4 made all_reduce of 2-8 MiB 1.2-1.8x
+// faster than K = 8 (session 25); with 12, K = 6 made 16-256 MiB 1.2x
+// faster than K = 4, whose 32 connections sit unevenly on 12 engines
+// (session 26). The cap keeps an explicit 16 engines from cutting NCCL's
+// messages into 8 parts.
+constexpr int kMaxAutoConns = 6;
+inline int auto_conns(int engines) {
+  return std::clamp(engines / 2, 1, kMaxAutoConns);
+}
+
+// Ranks of this job on this host, for auto_engines: the launcher's count
+// (LOCAL_WORLD_SIZE from torchrun, OMPI_COMM_WORLD_LOCAL_SIZE from Open
+// MPI, MPI_LOCALNRANKS from MPICH's Hydra), else one rank per GPU on the
+// host (NCCL's usual layout), else 1. `get` looks a variable up (getenv);
+// a value that is not a positive number is ignored.
+template <typename GetEnv>
+int local_ranks(GetEnv get, int gpus_on_host) {
+  for (const char* var :
+       {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* v = get(var);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end == '\0' && n > 0 && n <= 4096) return static_cast<int>(n);
+  }
+  return gpus_on_host > 0 ? gpus_on_host : 1;
+}
 
 // The message a default stripe is cut for: NCCL's all_reduce slice at its
 // default NCCL_BUFFSIZE (4 MiB, 8 steps, 2 steps per slice), which is what

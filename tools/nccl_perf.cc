@@ -285,6 +285,9 @@ void set_net_env(const uccl::tools::NetSpec& spec, const std::string& plugin) {
   for (const char* v : kNetVars) unsetenv(v);
   for (const std::string& v : g_variant_vars) unsetenv(v.c_str());
   setenv("NCCL_NVLS_ENABLE", "0", 1);
+  // What torchrun sets: ranks on this host (the plugin sizes its engines
+  // from it, else from the host's GPU count).
+  setenv("LOCAL_WORLD_SIZE", std::to_string(FLAGS_gpus).c_str(), 1);
   setenv("NCCL_P2P_DISABLE", "1", 1);
   setenv("NCCL_SHM_DISABLE", "1", 1);
   if (net == "UCCL") {

@@ -172,6 +172,9 @@ def bench_worker(rank, world, port, out, sizes, max_iters, reps=1):
 
 def spawn(fn, world, args, env):
     import torch.multiprocessing as mp
+    # What torchrun sets: ranks on this host (the plugin sizes its engines
+    # from it, else from the host's GPU count).
+    env = dict(env, LOCAL_WORLD_SIZE=str(world))
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:

@@ -138,8 +138,8 @@ std::vector<int> cpus_of_numa_node(int node, const std::string& sysfs_root) {
 int numa_node_of_netdev(const std::string& ifname,
                         const std::string& sysfs_root) {
   std::string line;
-  if (!read_first_line(sysfs_root + "/class/net/" + ifname + "/device/numa_node",
-                       &line)) {
+  if (!read_first_line(
+          sysfs_root + "/class/net/" + ifname + "/device/numa_node", &line)) {
     return -1;
   }
   int n;
@@ -154,6 +154,51 @@ std::string pci_path_of_netdev(const std::string& ifname,
   std::string out = real;
   free(real);
   return out;
+}
+
+int cgroup_cpu_limit(const std::string& sysfs_root) {
+  // quota/period CPUs, rounded up; 0 for no (or a nonsensical) quota.
+  auto cpus = [](long long quota, long long period) {
+    if (quota <= 0 || period <= 0) return 0;
+    const long long n = (quota + period - 1) / period;
+    return static_cast<int>(std::min<long long>(n, 1 << 20));
+  };
+  std::string line;
+  if (read_first_line(sysfs_root + "/fs/cgroup/cpu.max", &line)) {
+    std::istringstream in(line);
+    std::string quota;
+    long long period = 0;
+    if (!(in >> quota >> period) || quota == "max") return 0;
+    char* end = nullptr;
+    const long long q = std::strtoll(quota.c_str(), &end, 10);
+    return *end == '\0' ? cpus(q, period) : 0;
+  }
+  std::string q, p;
+  if (read_first_line(sysfs_root + "/fs/cgroup/cpu/cpu.cfs_quota_us", &q) &&
+      read_first_line(sysfs_root + "/fs/cgroup/cpu/cpu.cfs_period_us", &p)) {
+    return cpus(std::atoll(q.c_str()), std::atoll(p.c_str()));  // -1: none
+  }
+  return 0;
+}
+
+int count_nvidia_gpus(const std::string& sysfs_root) {
+  const std::string dir = sysfs_root + "/bus/pci/devices";
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  int n = 0;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string dev = dir + "/" + e->d_name;
+    std::string vendor, cls;
+    if (!read_first_line(dev + "/vendor", &vendor) ||
+        !read_first_line(dev + "/class", &cls)) {
+      continue;
+    }
+    // "0x10de" and "0x030200" (class, subclass, programming interface).
+    if (vendor.rfind("0x10de", 0) == 0 && cls.rfind("0x03", 0) == 0) ++n;
+  }
+  closedir(d);
+  return n;
 }
 
 std::vector<int> choose_engine_cores(int n, int numa_node,

@@ -1,5 +1,6 @@
 // CPU pinning and NUMA topology helpers: parse core lists ("0-3,8"), pin
-// threads, and find the cores near a NIC from sysfs (root injectable for tests).
+// threads, and find the cores near a NIC from sysfs (root injectable for
+// tests).
 #pragma once
 
 #include <pthread.h>
@@ -34,6 +35,19 @@ int numa_node_of_netdev(const std::string& ifname,
 // PCI path of a network interface ("/sys/devices/pci0000:00/..."), or "".
 std::string pci_path_of_netdev(const std::string& ifname,
                                const std::string& sysfs_root = "/sys");
+
+// CPUs this process's cgroup may use (its CPU quota over its period,
+// rounded up), read from <root>/fs/cgroup/cpu.max (cgroup v2, as a
+// container sees its own) or <root>/fs/cgroup/cpu/cpu.cfs_quota_us and
+// cpu.cfs_period_us (v1). 0 when there is no quota or it is unknown:
+// containers are often limited this way, not by affinity, so
+// allowed_cpus() alone overstates what they may use.
+int cgroup_cpu_limit(const std::string& sysfs_root = "/sys");
+
+// NVIDIA GPUs on this host: PCI functions under <root>/bus/pci/devices of
+// vendor 0x10de and display class (0x03xxxx: 3D or VGA controller; NVSwitch
+// bridges and audio functions are not counted). 0 when none or unknown.
+int count_nvidia_gpus(const std::string& sysfs_root = "/sys");
 
 // Default cores for `n` engine threads near `numa_node` (-1 = anywhere):
 // the highest-numbered allowed CPUs of that node first (core 0 usually takes

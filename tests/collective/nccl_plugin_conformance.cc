@@ -10,9 +10,11 @@
 // (sender in a second process), tuner (ncclTunerPlugin_v4), and
 // data/twoproc again under 1% injected loss.
 #include <dlfcn.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
@@ -27,6 +29,7 @@
 #include "collective/nccl_net_abi.h"
 #include "tests/subprocess.h"
 #include "util/clock.h"
+#include "util/cpu.h"
 #include "util/pattern.h"
 
 namespace {
@@ -70,11 +73,36 @@ void note_closed_mrs(const char* fmt, va_list ap) {
   const char* p = std::strstr(msg, "close: deregistered ");
   if (p != nullptr) g_closed_mrs += std::atoi(p + 20);
 }
+// Counts from the plugin's INFO lines: the engines per device it chose
+// ("12 engines per device (auto: ..."), the engines an endpoint started
+// ("12 engine(s) on cores"), the connections of the last comm logged
+// ("6 connections, "); -1 until seen.
+std::atomic<int> g_chosen_engines{-1}, g_started_engines{-1}, g_comm_conns{-1};
+int number_before(const char* msg, const char* what) {
+  const char* p = std::strstr(msg, what);
+  if (p == nullptr) return -1;
+  const char* b = p;
+  while (b > msg && b[-1] >= '0' && b[-1] <= '9') --b;
+  return b == p ? -1 : std::atoi(b);
+}
+void note_counts(const char* fmt, va_list ap) {
+  char msg[512];
+  std::vsnprintf(msg, sizeof(msg), fmt, ap);
+  int n = number_before(msg, " engines per device (");
+  if (n >= 0) g_chosen_engines = n;
+  n = number_before(msg, " engine(s) on cores ");
+  if (n >= 0) g_started_engines = n;
+  n = number_before(msg, " connections, ");
+  if (n >= 0) g_comm_conns = n;
+}
 void logger(int level, unsigned long, const char* file, int line,
             const char* fmt, ...) {
   va_list lane_ap;
   va_start(lane_ap, fmt);
   note_lane(fmt, lane_ap);
+  va_end(lane_ap);
+  va_start(lane_ap, fmt);
+  note_counts(fmt, lane_ap);
   va_end(lane_ap);
   va_start(lane_ap, fmt);
   note_closed_mrs(fmt, lane_ap);
@@ -606,6 +634,70 @@ void scenario_placement(Api& a) {
     a.close_recv(rc[i]);
     a.close_listen(lc[i]);
   }
+}
+
+// UCCL_NCCL_ENGINES=0 and UCCL_NCCL_CONNS=0 (run with LOCAL_WORLD_SIZE
+// set): the plugin starts three quarters of this rank's share of the
+// allowed CPUs (or the cgroup's quota), 1 to 8, as engines, gives each comm
+// half as many connections (1 to 6), and a message cut over all of them arrives
+// whole.
+void scenario_auto_engines(Api& a) {
+  const char* lws = std::getenv("LOCAL_WORLD_SIZE");
+  REQUIRE(lws != nullptr && std::atoi(lws) > 0, "run with LOCAL_WORLD_SIZE");
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0, "sched_getaffinity");
+  int cpus = CPU_COUNT(&set);
+  const int quota = uccl::cgroup_cpu_limit();  // a container's limit
+  if (quota > 0 && quota < cpus) cpus = quota;
+  const int want_engines =
+      std::min(8, std::max(1, cpus / std::atoi(lws) * 3 / 4));
+  const int want_conns = std::min(6, std::max(1, want_engines / 2));
+  CHECK_THAT(g_chosen_engines.load() == want_engines,
+             "%d CPUs, %s local ranks: chose %d engines, want %d", cpus, lws,
+             g_chosen_engines.load(), want_engines);
+  void *sc, *rc, *lc;
+  REQUIRE(connect_pair(a, 0, &sc, &rc, &lc), "connect/accept");
+  CloseOnReturn closer(a, {sc}, {rc}, {lc});
+  CHECK_THAT(g_started_engines.load() == want_engines,
+             "the endpoint started %d engines, want %d",
+             g_started_engines.load(), want_engines);
+  CHECK_THAT(g_comm_conns.load() == want_conns, "%d connections, want %d",
+             g_comm_conns.load(), want_conns);
+  // Longer than every part's share: all connections carry bytes.
+  std::vector<uint8_t> sbuf((size_t{2} << 20) + 333), rbuf(sbuf.size() + 4096);
+  for (size_t k = 0; k < sbuf.size(); ++k) sbuf[k] = uint8_t(k * 13 + 5);
+  void *smh, *rmh;
+  REQUIRE(a.reg_mr(sc, sbuf.data(), sbuf.size(), kPtrHost, &smh) == kSuccess,
+          "regMr");
+  REQUIRE(a.reg_mr(rc, rbuf.data(), rbuf.size(), kPtrHost, &rmh) == kSuccess,
+          "regMr");
+  void *sr = nullptr, *rr = nullptr;
+  void* d = rbuf.data();
+  size_t sz = rbuf.size();
+  int tag = 0;
+  REQUIRE(a.irecv(rc, 1, &d, &sz, &tag, &rmh, &rr) == kSuccess && rr, "irecv");
+  REQUIRE(a.isend(sc, sbuf.data(), sbuf.size(), 0, smh, &sr) == kSuccess && sr,
+          "isend");
+  // Both tested in turn, as NCCL's proxy does: the receiver posts parts
+  // 1..K-1 from test() once part 0 shows the message was striped.
+  int got = -1, sdone = 0, rdone = 0;
+  const uint64_t until = uccl::monotonic_ns() + 60000000000ull;
+  while ((!sdone || !rdone) && uccl::monotonic_ns() < until) {
+    if (!sdone) REQUIRE(a.test(sr, &sdone, nullptr) == kSuccess, "test send");
+    if (!rdone) REQUIRE(a.test(rr, &rdone, &got) == kSuccess, "test recv");
+  }
+  REQUIRE(sdone && rdone, "send %s, receive %s after 60 s",
+          sdone ? "done" : "pending", rdone ? "done" : "pending");
+  CHECK_THAT(got == static_cast<int>(sbuf.size()), "received %d bytes", got);
+  CHECK_THAT(std::memcmp(rbuf.data(), sbuf.data(), sbuf.size()) == 0,
+             "bytes differ");
+  a.dereg_mr(sc, smh);
+  a.dereg_mr(rc, rmh);
+  closer.dismiss();
+  a.close_send(sc);
+  a.close_recv(rc);
+  a.close_listen(lc);
 }
 
 // maxRecvs > 1 (UCCL_NCCL_MAX_RECVS=8): grouped receives, tags pick buffers.
@@ -1262,6 +1354,8 @@ int run_scenario(const std::string& plugin, const std::string& name,
     scenario_placement(a);
   else if (name == "tuner")
     scenario_tuner(a);
+  else if (name == "auto_engines")
+    scenario_auto_engines(a);
   else if (name == "twoproc")
     scenario_twoproc(a, self);
   else if (name == "twoproc_sender")
@@ -1324,6 +1418,10 @@ int main(int argc, char** argv) {
                   {"UCCL_NCCL_DEVICES=udp:lo", "UCCL_NCCL_SPEED_MBPS=123000"}});
   runs.push_back({"grouped", 11, {"UCCL_NCCL_MAX_RECVS=8"}});
   runs.push_back({"placement", 11, {"UCCL_NCCL_ENGINES=4"}});
+  runs.push_back(
+      {"auto_engines", 11, {"UCCL_NCCL_ENGINES=0", "LOCAL_WORLD_SIZE=1"}});
+  runs.push_back(
+      {"auto_engines", 11, {"UCCL_NCCL_ENGINES=0", "LOCAL_WORLD_SIZE=4"}});
   runs.push_back({"tuner", 11, {}});
   runs.push_back({"tuner", 11, {"UCCL_NCCL_LL_MAX_KB=16"}});
   runs.push_back({"tuner", 11, {"UCCL_NCCL_LL_MAX_KB=0"}});
@@ -1345,7 +1443,9 @@ int main(int argc, char** argv) {
                    "UCCL_NCCL_CONNS=8,UCCL_NCCL_STRIPE_KB=32"}});
   int failed = 0;
   for (const Run& r : runs) {
-    std::vector<std::string> args = {"/usr/bin/env"};
+    // 8 engines (so 4 connections per comm) unless the run says otherwise:
+    // the stripe-boundary sizes assume that cut, on any host's CPU count.
+    std::vector<std::string> args = {"/usr/bin/env", "UCCL_NCCL_ENGINES=8"};
     for (const auto& e : r.env) args.push_back(e);
     args.push_back(self);
     args.push_back("--plugin=" + plugin);

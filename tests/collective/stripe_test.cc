@@ -1,12 +1,14 @@
-// The NCCL plugin's default stripe, message cut and engine placement
-// (collective/stripe.h): NCCL's 1 MiB slice over K connections in the
-// fewest datagrams, even parts; connections spread evenly both ways.
+// The NCCL plugin's engine and connection counts, default stripe, message
+// cut and engine placement (collective/stripe.h): NCCL's 1 MiB slice over K
+// connections in the fewest datagrams, even parts; connections spread
+// evenly both ways.
 #include "collective/stripe.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -151,6 +153,75 @@ TEST(LaneEngine, SpreadsBothDirectionsEvenlyAndKeepsConnectionZerosApart) {
   }
   EXPECT_EQ(lane_engine(false, 0, 0, 8, 8), 4);
   EXPECT_EQ(lane_engine(true, 5, 0, 4, 0), 0);  // no engines: no crash
+}
+
+TEST(AutoEngines, ThreeQuartersOfTheRanksShareBetweenOneAndEight) {
+  EXPECT_EQ(auto_engines(32, 2), 8);  // the 2-GPU VMs: capped (12 by share)
+  EXPECT_EQ(auto_engines(64, 4), 8);  // the 4-GPU VMs
+  EXPECT_EQ(auto_engines(64, 8), 6);  // 8 each: 6, 2 left to NCCL
+  EXPECT_EQ(auto_engines(40, 8), 3);  // 5 each
+  EXPECT_EQ(auto_engines(2, 1), 1);   // CI: never below one
+  EXPECT_EQ(auto_engines(8, 16), 1);  // more ranks than CPUs
+  EXPECT_EQ(auto_engines(8, 0), 6);   // unknown ranks: one
+  for (int cpus = 1; cpus <= 256; ++cpus) {
+    for (int ranks = 1; ranks <= 8; ++ranks) {
+      const int e = auto_engines(cpus, ranks);
+      ASSERT_GE(e, 1);
+      ASSERT_LE(e, kMaxAutoEngines);
+      // Never more than three quarters of the share, unless that is < 1.
+      if (cpus / ranks >= 2) {
+        ASSERT_LE(e * ranks * 4, cpus * 3) << cpus << " CPUs, " << ranks;
+      }
+    }
+  }
+}
+
+TEST(AutoConns, HalfTheEnginesPutFourConnectionsOnEveryEngine) {
+  EXPECT_EQ(auto_conns(8), 4);   // the measured pairs: 8 and 4, 12 and 6
+  EXPECT_EQ(auto_conns(12), 6);  // UCCL_NCCL_ENGINES=12
+  EXPECT_EQ(auto_conns(1), 1);
+  EXPECT_EQ(auto_conns(3), 1);
+  EXPECT_EQ(auto_conns(16), kMaxAutoConns);
+  // NCCL with 2 ranks and 4 channels: 4 send and 4 receive comms per rank.
+  // With every even engine count up to 12, each engine carries 2
+  // connections each way.
+  for (int n = 2; n <= 12; n += 2) {
+    const int k = auto_conns(n);
+    std::map<int, int> sends, recvs;
+    for (uint32_t lane = 0; lane < 4; ++lane) {
+      for (int i = 0; i < k; ++i) {
+        ++sends[lane_engine(true, lane, i, k, n)];
+        ++recvs[lane_engine(false, lane, i, k, n)];
+      }
+    }
+    ASSERT_EQ(sends.size(), static_cast<size_t>(n)) << n;
+    ASSERT_EQ(recvs.size(), static_cast<size_t>(n)) << n;
+    for (int e = 0; e < n; ++e) {
+      EXPECT_EQ(sends[e], 2) << "engine " << e << " of " << n;
+      EXPECT_EQ(recvs[e], 2) << "engine " << e << " of " << n;
+    }
+  }
+}
+
+TEST(LocalRanks, LauncherCountThenGpusThenOne) {
+  std::map<std::string, std::string> env;
+  auto get = [&](const char* k) -> const char* {
+    auto it = env.find(k);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  EXPECT_EQ(local_ranks(get, 0), 1);
+  EXPECT_EQ(local_ranks(get, 4), 4);
+  env["MPI_LOCALNRANKS"] = "3";
+  EXPECT_EQ(local_ranks(get, 4), 3);
+  env["OMPI_COMM_WORLD_LOCAL_SIZE"] = "2";
+  EXPECT_EQ(local_ranks(get, 4), 2);
+  env["LOCAL_WORLD_SIZE"] = "8";  // torchrun's wins
+  EXPECT_EQ(local_ranks(get, 4), 8);
+  // Not a positive number: ignored, the next source counts.
+  for (const char* bad : {"", "0", "-2", "2x", "x", "99999"}) {
+    env["LOCAL_WORLD_SIZE"] = bad;
+    EXPECT_EQ(local_ranks(get, 4), 2) << "'" << bad << "'";
+  }
 }
 
 }  // namespace

@@ -115,5 +115,42 @@ TEST_F(FakeSysfs, EngineCoresPreferTheNicsNode) {
   EXPECT_TRUE(choose_engine_cores(0, 0, allowed, root_).empty());
 }
 
+TEST_F(FakeSysfs, CgroupCpuLimitFromQuotaOverPeriod) {
+  EXPECT_EQ(cgroup_cpu_limit(root_), 0);            // no cgroup files: no limit
+  write("fs/cgroup/cpu/cpu.cfs_quota_us", "-1\n");  // v1, unlimited
+  write("fs/cgroup/cpu/cpu.cfs_period_us", "100000\n");
+  EXPECT_EQ(cgroup_cpu_limit(root_), 0);
+  write("fs/cgroup/cpu/cpu.cfs_quota_us", "250000\n");  // 2.5 CPUs
+  EXPECT_EQ(cgroup_cpu_limit(root_), 3);
+  // v2 wins where both exist.
+  write("fs/cgroup/cpu.max", "max 100000\n");
+  EXPECT_EQ(cgroup_cpu_limit(root_), 0);
+  write("fs/cgroup/cpu.max", "1600000 100000\n");
+  EXPECT_EQ(cgroup_cpu_limit(root_), 16);
+  write("fs/cgroup/cpu.max", "50000 100000\n");
+  EXPECT_EQ(cgroup_cpu_limit(root_), 1);
+  for (const char* bad : {"", "12x 100000", "100000", "0 100000", "5 0"}) {
+    write("fs/cgroup/cpu.max", std::string(bad) + "\n");
+    EXPECT_EQ(cgroup_cpu_limit(root_), 0) << "'" << bad << "'";
+  }
+}
+
+TEST_F(FakeSysfs, CountsNvidiaDisplayFunctionsOnly) {
+  EXPECT_EQ(count_nvidia_gpus(root_), 0);  // no bus/pci at all
+  auto dev = [&](const std::string& addr, const char* vendor, const char* cls) {
+    write("bus/pci/devices/" + addr + "/vendor", std::string(vendor) + "\n");
+    write("bus/pci/devices/" + addr + "/class", std::string(cls) + "\n");
+  };
+  dev("0000:18:00.0", "0x10de", "0x030200");  // H100/H200: 3D controller
+  dev("0000:2a:00.0", "0x10de", "0x030000");  // VGA-class GPU
+  dev("0000:2a:00.1", "0x10de", "0x040300");  // its HDMI audio
+  dev("0000:05:00.0", "0x10de", "0x068000");  // NVSwitch
+  dev("0000:03:00.0", "0x1a03", "0x030000");  // the BMC's VGA
+  dev("0000:3b:00.0", "0x15b3", "0x020700");  // a ConnectX NIC
+  mkdirs("bus/pci/devices/0000:00:00.0");     // no vendor file
+  EXPECT_EQ(count_nvidia_gpus(root_), 2);
+  EXPECT_EQ(count_nvidia_gpus(root_ + "/missing"), 0);
+}
+
 }  // namespace
 }  // namespace uccl

@@ -18,9 +18,10 @@ namespace uccl::nccl {
 // without, so the count is what a busy rank costs, and too many is far worse
 // than too few: 16 engines per rank on 32 CPUs, the whole share, were six times
 // slower (BENCHMARKS.md, session 18). The cap is the measured default: 12
-// engines (with 6 connections per comm) made 16-256 MiB all_reduce 1.1-1.2x
-// faster on 2 ranks with 32 CPUs, but 4 B-4 MiB 2-12% slower (session 26), so
-// where the share allows more, 12 is the user's choice (UCCL_NCCL_ENGINES).
+// engines (with 6 connections per comm) made 16-256 MiB all_reduce
+// 1.15-1.22x faster on 2 ranks with 32 CPUs, but most sizes from 4 B to 4
+// MiB slower, by up to 13% (session 26), so where the share allows more, 12
+// is the user's choice (UCCL_NCCL_ENGINES).
 constexpr int kMaxAutoEngines = 8;
 inline int auto_engines(int allowed_cpus, int local_ranks) {
   if (local_ranks < 1) local_ranks = 1;

@@ -575,6 +575,45 @@ void scenario_truncation(Api& a) {
   a.close_listen(lc);
 }
 
+// One message from sc to rc, checked byte for byte: both buffers registered,
+// the receive (rbuf, which may be longer) and the send posted, then both
+// tested in turn until done, as NCCL's proxy does (a striped message's
+// receiver posts parts 1..K-1 from test() once part 0 shows the stripe).
+void exchange_once(Api& a, void* sc, void* rc, std::vector<uint8_t>& sbuf,
+                   std::vector<uint8_t>& rbuf, const char* what) {
+  void *smh, *rmh;
+  REQUIRE(a.reg_mr(sc, sbuf.data(), sbuf.size(), kPtrHost, &smh) == kSuccess,
+          "%s: regMr", what);
+  REQUIRE(a.reg_mr(rc, rbuf.data(), rbuf.size(), kPtrHost, &rmh) == kSuccess,
+          "%s: regMr", what);
+  void *sr = nullptr, *rr = nullptr;
+  void* d = rbuf.data();
+  size_t sz = rbuf.size();
+  int tag = 0;
+  REQUIRE(a.irecv(rc, 1, &d, &sz, &tag, &rmh, &rr) == kSuccess && rr,
+          "%s: irecv", what);
+  REQUIRE(a.isend(sc, sbuf.data(), sbuf.size(), 0, smh, &sr) == kSuccess && sr,
+          "%s: isend", what);
+  int got = -1, sdone = 0, rdone = 0;
+  const uint64_t until = uccl::monotonic_ns() + 60000000000ull;
+  while ((!sdone || !rdone) && uccl::monotonic_ns() < until) {
+    if (!sdone) {
+      REQUIRE(a.test(sr, &sdone, nullptr) == kSuccess, "%s: test send", what);
+    }
+    if (!rdone) {
+      REQUIRE(a.test(rr, &rdone, &got) == kSuccess, "%s: test recv", what);
+    }
+  }
+  REQUIRE(sdone && rdone, "%s: send %s, receive %s after 60 s", what,
+          sdone ? "done" : "pending", rdone ? "done" : "pending");
+  CHECK_THAT(got == static_cast<int>(sbuf.size()), "%s: received %d bytes",
+             what, got);
+  CHECK_THAT(std::memcmp(rbuf.data(), sbuf.data(), sbuf.size()) == 0,
+             "%s: bytes differ", what);
+  a.dereg_mr(sc, smh);
+  a.dereg_mr(rc, rmh);
+}
+
 // Two comm pairs in one process (4 comms, run with 4 engines): each comm's
 // connection 0, which carries its small messages, has an engine of its own
 // (UCCL_NCCL_SPREAD), and both pairs still carry data, byte-checked.
@@ -603,30 +642,7 @@ void scenario_placement(Api& a) {
     sbuf.assign(3000, 0);
     rbuf.assign(4096, 0);
     for (size_t k = 0; k < sbuf.size(); ++k) sbuf[k] = uint8_t(k * 7 + i);
-    void *smh, *rmh;
-    REQUIRE(
-        a.reg_mr(sc[i], sbuf.data(), sbuf.size(), kPtrHost, &smh) == kSuccess,
-        "regMr");
-    REQUIRE(
-        a.reg_mr(rc[i], rbuf.data(), rbuf.size(), kPtrHost, &rmh) == kSuccess,
-        "regMr");
-    void *sr = nullptr, *rr = nullptr;
-    void* d = rbuf.data();
-    size_t sz = rbuf.size();
-    int tag = 0;
-    REQUIRE(a.irecv(rc[i], 1, &d, &sz, &tag, &rmh, &rr) == kSuccess && rr,
-            "irecv");
-    REQUIRE(
-        a.isend(sc[i], sbuf.data(), sbuf.size(), 0, smh, &sr) == kSuccess && sr,
-        "isend");
-    int got = -1;
-    CHECK_THAT(wait_req(a, sr, nullptr) == kSuccess, "send %d", i);
-    CHECK_THAT(wait_req(a, rr, &got) == kSuccess, "receive %d", i);
-    CHECK_THAT(got == static_cast<int>(sbuf.size()), "received %d bytes", got);
-    CHECK_THAT(std::memcmp(rbuf.data(), sbuf.data(), sbuf.size()) == 0,
-               "pair %d: bytes differ", i);
-    a.dereg_mr(sc[i], smh);
-    a.dereg_mr(rc[i], rmh);
+    exchange_once(a, sc[i], rc[i], sbuf, rbuf, i == 0 ? "pair 0" : "pair 1");
   }
   closer.dismiss();
   for (int i = 0; i < 2; ++i) {
@@ -667,33 +683,7 @@ void scenario_auto_engines(Api& a) {
   // Longer than every part's share: all connections carry bytes.
   std::vector<uint8_t> sbuf((size_t{2} << 20) + 333), rbuf(sbuf.size() + 4096);
   for (size_t k = 0; k < sbuf.size(); ++k) sbuf[k] = uint8_t(k * 13 + 5);
-  void *smh, *rmh;
-  REQUIRE(a.reg_mr(sc, sbuf.data(), sbuf.size(), kPtrHost, &smh) == kSuccess,
-          "regMr");
-  REQUIRE(a.reg_mr(rc, rbuf.data(), rbuf.size(), kPtrHost, &rmh) == kSuccess,
-          "regMr");
-  void *sr = nullptr, *rr = nullptr;
-  void* d = rbuf.data();
-  size_t sz = rbuf.size();
-  int tag = 0;
-  REQUIRE(a.irecv(rc, 1, &d, &sz, &tag, &rmh, &rr) == kSuccess && rr, "irecv");
-  REQUIRE(a.isend(sc, sbuf.data(), sbuf.size(), 0, smh, &sr) == kSuccess && sr,
-          "isend");
-  // Both tested in turn, as NCCL's proxy does: the receiver posts parts
-  // 1..K-1 from test() once part 0 shows the message was striped.
-  int got = -1, sdone = 0, rdone = 0;
-  const uint64_t until = uccl::monotonic_ns() + 60000000000ull;
-  while ((!sdone || !rdone) && uccl::monotonic_ns() < until) {
-    if (!sdone) REQUIRE(a.test(sr, &sdone, nullptr) == kSuccess, "test send");
-    if (!rdone) REQUIRE(a.test(rr, &rdone, &got) == kSuccess, "test recv");
-  }
-  REQUIRE(sdone && rdone, "send %s, receive %s after 60 s",
-          sdone ? "done" : "pending", rdone ? "done" : "pending");
-  CHECK_THAT(got == static_cast<int>(sbuf.size()), "received %d bytes", got);
-  CHECK_THAT(std::memcmp(rbuf.data(), sbuf.data(), sbuf.size()) == 0,
-             "bytes differ");
-  a.dereg_mr(sc, smh);
-  a.dereg_mr(rc, rmh);
+  exchange_once(a, sc, rc, sbuf, rbuf, "striped message");
   closer.dismiss();
   a.close_send(sc);
   a.close_recv(rc);

@@ -156,23 +156,46 @@ std::string pci_path_of_netdev(const std::string& ifname,
   return out;
 }
 
-int cgroup_cpu_limit(const std::string& sysfs_root) {
+int cgroup_cpu_limit(const std::string& sysfs_root,
+                     const std::string& proc_root) {
   // quota/period CPUs, rounded up; 0 for no (or a nonsensical) quota.
   auto cpus = [](long long quota, long long period) {
     if (quota <= 0 || period <= 0) return 0;
     const long long n = (quota + period - 1) / period;
     return static_cast<int>(std::min<long long>(n, 1 << 20));
   };
-  std::string line;
-  if (read_first_line(sysfs_root + "/fs/cgroup/cpu.max", &line)) {
-    std::istringstream in(line);
-    std::string quota;
-    long long period = 0;
-    if (!(in >> quota >> period) || quota == "max") return 0;
-    char* end = nullptr;
-    const long long q = std::strtoll(quota.c_str(), &end, 10);
-    return *end == '\0' ? cpus(q, period) : 0;
+  // v2: "<quota|max> <period>" in cpu.max, at the process's cgroup and
+  // every ancestor (a parent's quota binds its children too).
+  std::string path;  // the process's cgroup, "" for the root
+  {
+    std::ifstream f(proc_root + "/self/cgroup");
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind("0::", 0) == 0) path = line.substr(3);
+    }
   }
+  bool v2 = false;
+  int limit = 0;
+  for (;;) {
+    while (!path.empty() && path.back() == '/') path.pop_back();
+    std::string line;
+    if (read_first_line(sysfs_root + "/fs/cgroup" + path + "/cpu.max", &line)) {
+      v2 = true;
+      std::istringstream in(line);
+      std::string quota;
+      long long period = 0;
+      if (in >> quota >> period && quota != "max") {
+        char* end = nullptr;
+        const long long q = std::strtoll(quota.c_str(), &end, 10);
+        const int n = *end == '\0' ? cpus(q, period) : 0;
+        if (n > 0 && (limit == 0 || n < limit)) limit = n;
+      }
+    }
+    if (path.empty()) break;
+    const size_t slash = path.rfind('/');
+    path = slash == std::string::npos ? "" : path.substr(0, slash);
+  }
+  if (v2) return limit;
   std::string q, p;
   if (read_first_line(sysfs_root + "/fs/cgroup/cpu/cpu.cfs_quota_us", &q) &&
       read_first_line(sysfs_root + "/fs/cgroup/cpu/cpu.cfs_period_us", &p)) {

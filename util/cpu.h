@@ -37,12 +37,15 @@ std::string pci_path_of_netdev(const std::string& ifname,
                                const std::string& sysfs_root = "/sys");
 
 // CPUs this process's cgroup may use (its CPU quota over its period,
-// rounded up), read from <root>/fs/cgroup/cpu.max (cgroup v2, as a
-// container sees its own) or <root>/fs/cgroup/cpu/cpu.cfs_quota_us and
-// cpu.cfs_period_us (v1). 0 when there is no quota or it is unknown:
+// rounded up). cgroup v2: the lowest cpu.max of the process's cgroup (the
+// "0::<path>" line of <proc_root>/self/cgroup) and its ancestors under
+// <sysfs_root>/fs/cgroup; a container with its own cgroup namespace sees
+// "/", its own. Else v1: <sysfs_root>/fs/cgroup/cpu/cpu.cfs_quota_us over
+// cpu.cfs_period_us. 0 when there is no quota or it is unknown:
 // containers are often limited this way, not by affinity, so
 // allowed_cpus() alone overstates what they may use.
-int cgroup_cpu_limit(const std::string& sysfs_root = "/sys");
+int cgroup_cpu_limit(const std::string& sysfs_root = "/sys",
+                     const std::string& proc_root = "/proc");
 
 // NVIDIA GPUs on this host: PCI functions under <root>/bus/pci/devices of
 // vendor 0x10de and display class (0x03xxxx: 3D or VGA controller; NVSwitch

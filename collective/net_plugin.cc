@@ -350,9 +350,7 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
   if (knob_engines().get() > 0) {
     engines_per_device_ = static_cast<int>(knob_engines().get());
   } else {
-    int cpus = static_cast<int>(allowed_cpus().size());
-    const int quota = cgroup_cpu_limit();
-    if (quota > 0 && quota < cpus) cpus = quota;
+    const int cpus = usable_cpu_count();
     const int gpus = count_nvidia_gpus();
     const int ranks = local_ranks(std::getenv, gpus);
     engines_per_device_ = auto_engines(cpus, ranks);

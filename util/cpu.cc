@@ -204,6 +204,12 @@ int cgroup_cpu_limit(const std::string& sysfs_root,
   return 0;
 }
 
+int usable_cpu_count() {
+  const int cpus = static_cast<int>(allowed_cpus().size());
+  const int quota = cgroup_cpu_limit();
+  return quota > 0 && quota < cpus ? quota : cpus;
+}
+
 int count_nvidia_gpus(const std::string& sysfs_root) {
   const std::string dir = sysfs_root + "/bus/pci/devices";
   DIR* d = opendir(dir.c_str());

@@ -47,6 +47,10 @@ std::string pci_path_of_netdev(const std::string& ifname,
 int cgroup_cpu_limit(const std::string& sysfs_root = "/sys",
                      const std::string& proc_root = "/proc");
 
+// The CPUs this process may keep busy: allowed_cpus(), or the cgroup's
+// quota (cgroup_cpu_limit) where that is lower.
+int usable_cpu_count();
+
 // NVIDIA GPUs on this host: PCI functions under <root>/bus/pci/devices of
 // vendor 0x10de and display class (0x03xxxx: 3D or VGA controller; NVSwitch
 // bridges and audio functions are not counted). 0 when none or unknown.

@@ -10,7 +10,6 @@
 // (sender in a second process), tuner (ncclTunerPlugin_v4), and
 // data/twoproc again under 1% injected loss.
 #include <dlfcn.h>
-#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -660,12 +659,8 @@ void scenario_placement(Api& a) {
 void scenario_auto_engines(Api& a) {
   const char* lws = std::getenv("LOCAL_WORLD_SIZE");
   REQUIRE(lws != nullptr && std::atoi(lws) > 0, "run with LOCAL_WORLD_SIZE");
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  REQUIRE(sched_getaffinity(0, sizeof(set), &set) == 0, "sched_getaffinity");
-  int cpus = CPU_COUNT(&set);
-  const int quota = uccl::cgroup_cpu_limit();  // a container's limit
-  if (quota > 0 && quota < cpus) cpus = quota;
+  const int cpus = uccl::usable_cpu_count();  // affinity, or the cgroup's quota
+  REQUIRE(cpus > 0, "no usable CPUs");
   const int want_engines =
       std::min(8, std::max(1, cpus / std::atoi(lws) * 3 / 4));
   const int want_conns = std::min(6, std::max(1, want_engines / 2));

@@ -116,36 +116,33 @@ TEST_F(FakeSysfs, EngineCoresPreferTheNicsNode) {
 }
 
 TEST_F(FakeSysfs, CgroupCpuLimitFromQuotaOverPeriod) {
-  EXPECT_EQ(cgroup_cpu_limit(root_, root_), 0);     // no cgroup files: no limit
-  write("fs/cgroup/cpu/cpu.cfs_quota_us", "-1\n");  // v1, unlimited
+  // Writes one cgroup file (relative to the fake root, which also stands
+  // for /proc) and reads the limit back.
+  auto with = [&](const std::string& rel, const std::string& text) {
+    write(rel, text + "\n");
+    return cgroup_cpu_limit(root_, root_);
+  };
+  EXPECT_EQ(cgroup_cpu_limit(root_, root_), 0);  // no cgroup files: no limit
   write("fs/cgroup/cpu/cpu.cfs_period_us", "100000\n");
-  EXPECT_EQ(cgroup_cpu_limit(root_, root_), 0);
-  write("fs/cgroup/cpu/cpu.cfs_quota_us", "250000\n");  // 2.5 CPUs
-  EXPECT_EQ(cgroup_cpu_limit(root_, root_), 3);
+  EXPECT_EQ(with("fs/cgroup/cpu/cpu.cfs_quota_us", "-1"), 0);      // v1, none
+  EXPECT_EQ(with("fs/cgroup/cpu/cpu.cfs_quota_us", "250000"), 3);  // 2.5
   // v2 wins where both exist.
-  write("fs/cgroup/cpu.max", "max 100000\n");
-  EXPECT_EQ(cgroup_cpu_limit(root_, root_), 0);
-  write("fs/cgroup/cpu.max", "1600000 100000\n");
-  EXPECT_EQ(cgroup_cpu_limit(root_, root_), 16);
-  write("fs/cgroup/cpu.max", "50000 100000\n");
-  EXPECT_EQ(cgroup_cpu_limit(root_, root_), 1);
+  EXPECT_EQ(with("fs/cgroup/cpu.max", "max 100000"), 0);
+  EXPECT_EQ(with("fs/cgroup/cpu.max", "1600000 100000"), 16);
+  EXPECT_EQ(with("fs/cgroup/cpu.max", "50000 100000"), 1);
   for (const char* bad : {"", "12x 100000", "100000", "0 100000", "5 0"}) {
-    write("fs/cgroup/cpu.max", std::string(bad) + "\n");
-    EXPECT_EQ(cgroup_cpu_limit(root_, root_), 0) << "'" << bad << "'";
+    EXPECT_EQ(with("fs/cgroup/cpu.max", bad), 0) << "'" << bad << "'";
   }
   // The process's own cgroup (from <proc>/self/cgroup) and its ancestors:
   // the lowest quota binds.
   write("fs/cgroup/cpu.max", "max 100000\n");
-  write("self/cgroup", "0::/job.slice/rank3.scope\n");
-  EXPECT_EQ(cgroup_cpu_limit(root_, root_), 0);  // no files below the root
-  write("fs/cgroup/job.slice/rank3.scope/cpu.max", "800000 100000\n");
-  EXPECT_EQ(cgroup_cpu_limit(root_, root_), 8);
-  write("fs/cgroup/job.slice/cpu.max", "400000 100000\n");
-  EXPECT_EQ(cgroup_cpu_limit(root_, root_), 4);
-  write("fs/cgroup/job.slice/cpu.max", "max 100000\n");
-  EXPECT_EQ(cgroup_cpu_limit(root_, root_), 8);
-  write("self/cgroup", "0::relative\n");  // malformed: ends at the root
-  EXPECT_EQ(cgroup_cpu_limit(root_, root_), 0);
+  EXPECT_EQ(with("self/cgroup", "0::/job.slice/rank3.scope"), 0);  // none
+  EXPECT_EQ(with("fs/cgroup/job.slice/rank3.scope/cpu.max", "800000 100000"),
+            8);
+  EXPECT_EQ(with("fs/cgroup/job.slice/cpu.max", "400000 100000"), 4);
+  EXPECT_EQ(with("fs/cgroup/job.slice/cpu.max", "max 100000"), 8);
+  // Malformed: the walk ends at the root.
+  EXPECT_EQ(with("self/cgroup", "0::relative"), 0);
 }
 
 TEST_F(FakeSysfs, CountsNvidiaDisplayFunctionsOnly) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What runs on the GPU machine (device tool), from the repository root with
 # gpu_carry/ carried (tools/gpu_carry.sh). Results go to $OUT.
-#   tools/gpu_session.sh nccl     conformance + NCCL correctness + bench suite
+#   tools/gpu_session.sh nccl     conformance + profiler events + NCCL correctness + bench suite
 #   tools/gpu_session.sh engines  transport_test engine scaling and latency
 #   tools/gpu_session.sh tune     UCCL knob variants of the all_reduce bench
 #   tools/gpu_session.sh engine1  one engine vs raw UDP, $ROUNDS interleaved
@@ -49,6 +49,9 @@ case "$PART" in
       >"$OUT/conformance.txt" 2>&1
     echo "rc=$?"
     tail -18 "$OUT/conformance.txt"
+    echo "== NetPlugin profiler events (profiler probe loaded by NCCL)"
+    timeout 200 "$PY" tools/nccl_test.py profile --world "${GPUS:-2}" --plugin "$C/libnccl-net-uccl.so" \
+      2>&1 | tee "$OUT/profile.md" | grep -v "^\[" | tail -12
     echo "== NCCL suite"
     timeout 540 "$PY" tools/nccl_test.py suite --world "${GPUS:-2}" --iters "${ITERS:-100}" --plugin "$C/libnccl-net-uccl.so" \
       --json "$OUT/suite.json" 2>&1 | tee "$OUT/suite.md" | grep -v "^\[" | tail -120

@@ -253,7 +253,7 @@ def run_check(a, world, tmp):
     return ok
 
 
-PROFILE_SIZES = [4, 64 * 1024, 4 * MiB]
+PROFILE_SIZES = [4, 64 * 1024, 4 * MiB, 256 * MiB]
 
 
 def profile_worker(rank, world, port, out):

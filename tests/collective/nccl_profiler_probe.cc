@@ -150,7 +150,7 @@ ncclResult probe_init(void** context, uint64_t, int* activation_mask,
   g_rank.store(rank);
   ++g.comms;
   if (logger) {
-    logger(3, ~0ul, __FILE__, __LINE__,
+    logger(3, 1ul /* NCCL_INIT */, __FILE__, __LINE__,
            "uccl profiler probe: rank %d of %d, ProxyOp ProxyStep NetPlugin",
            rank, n_ranks);
   }

@@ -280,14 +280,14 @@ def profile_worker(rank, world, port, out):
         json.dump(ok, f)
 
 
-def run_profile(a, world, tmp, net, threads=0, socks=0):
+def run_profile(a, world, tmp, net):
     """One profiled run; returns (values ok, per-process probe reports,
     NCCL log text)."""
     name = "profile-%s" % net
     log = os.path.join(tmp, name + ".%h.%p.log")
     out = os.path.join(tmp, name + ".json")
     rep = os.path.join(tmp, name + ".probe")
-    env = net_env(net, a.plugin, threads, socks, log)
+    env = net_env(net, a.plugin, 0, 0, log)
     env.update({"NCCL_PROFILER_PLUGIN": a.profiler,
                 "PROFILER_PROBE_OUT": rep})
     spawn(profile_worker, world, (free_port(), out), env)
@@ -298,8 +298,13 @@ def run_profile(a, world, tmp, net, threads=0, socks=0):
     reports = []
     for p in sorted(glob.glob(rep + ".*")):
         with open(p) as f:
-            kv = dict(x.split("=", 1) for x in f.read().split())
-        reports.append({k: int(v) for k, v in kv.items()})
+            line = f.read()
+        try:
+            kv = dict(x.split("=", 1) for x in line.split())
+            reports.append({k: int(v) for k, v in kv.items()})
+        except ValueError:
+            print("unreadable probe report %s: %r" % (p, line[:200]))
+            reports.append({"rank": -1, "net_start": 0})
     text = nccl_log(log.replace("%h", "*").replace("%p", "*"))
     return values and all(values), reports, text
 
@@ -319,7 +324,7 @@ def profile_verdict(label, world, values_ok, reports, text, net):
         print("| " + " | ".join(str(r.get(k, "-")) for k in keys) + " |")
     print()
     good = (loaded and via and values_ok and len(reports) == world and
-            all(r["net_start"] > 0 and r["net_start"] == r["net_stop"] and
+            all(r["net_start"] > 0 and r["net_start"] == r.get("net_stop") and
                 r["net_start"] == r["steps"] and
                 r["net_send"] > 0 and r["net_recv"] > 0 and
                 r["net_send"] + r["net_recv"] == r["net_start"] and

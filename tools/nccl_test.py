@@ -78,6 +78,25 @@ def pattern(torch, n, a, b, dev):
     return ((torch.arange(n, device=dev, dtype=torch.int64) % a) + b).float()
 
 
+def all_reduce_ok(torch, dist, n, rank, world, dev):
+    # Sum over ranks of a pattern offset by each rank's number.
+    x = pattern(torch, n, 13, rank, dev)
+    dist.all_reduce(x)
+    want = pattern(torch, n, 13, 0, dev) * world + sum(range(world))
+    return torch.equal(x, want)
+
+
+def ring_send_recv_ok(torch, dist, n, rank, world, dev):
+    # Each rank sends to the next and receives from the previous.
+    s = pattern(torch, n, 7, 500 + rank, dev)
+    r = torch.empty(n, device=dev)
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    ops = [dist.P2POp(dist.isend, s, nxt), dist.P2POp(dist.irecv, r, prv)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    return torch.equal(r, pattern(torch, n, 7, 500 + prv, dev))
+
+
 def check_worker(rank, world, port, out):
     torch, dist = init(rank, world, port)
     dev = torch.device("cuda", rank)
@@ -90,11 +109,8 @@ def check_worker(rank, world, port, out):
     for size in CHECK_SIZES:
         n = max(size // 4, world)
         n -= n % world
-        # all_reduce (sum)
-        x = pattern(torch, n, 13, rank, dev)
-        dist.all_reduce(x)
-        want = pattern(torch, n, 13, 0, dev) * world + sum(range(world))
-        record("all_reduce", size, torch.equal(x, want))
+        record("all_reduce", size,
+               all_reduce_ok(torch, dist, n, rank, world, dev))
         # all_gather
         mine = pattern(torch, n, 97, rank * 1000, dev)
         outs = [torch.empty_like(mine) for _ in range(world)]
@@ -119,15 +135,8 @@ def check_worker(rank, world, port, out):
                                               i * 100 + rank, dev))
                  for i in range(world))
         record("all_to_all", size, ok)
-        # send/recv: each rank sends to the next, receives from the previous
-        s = pattern(torch, n, 7, 500 + rank, dev)
-        r = torch.empty(n, device=dev)
-        nxt, prv = (rank + 1) % world, (rank - 1) % world
-        ops = [dist.P2POp(dist.isend, s, nxt), dist.P2POp(dist.irecv, r, prv)]
-        for w in dist.batch_isend_irecv(ops):
-            w.wait()
-        record("send_recv", size, torch.equal(r, pattern(torch, n, 7,
-                                                         500 + prv, dev)))
+        record("send_recv", size,
+               ring_send_recv_ok(torch, dist, n, rank, world, dev))
         torch.cuda.synchronize()
     dist.barrier()
     dist.destroy_process_group()
@@ -262,17 +271,8 @@ def profile_worker(rank, world, port, out):
     ok = []
     for size in PROFILE_SIZES:
         n = max(size // 4, 1)
-        x = pattern(torch, n, 13, rank, dev)
-        dist.all_reduce(x)
-        want = pattern(torch, n, 13, 0, dev) * world + sum(range(world))
-        ok.append(torch.equal(x, want))
-        s = pattern(torch, n, 7, 500 + rank, dev)
-        r = torch.empty(n, device=dev)
-        nxt, prv = (rank + 1) % world, (rank - 1) % world
-        ops = [dist.P2POp(dist.isend, s, nxt), dist.P2POp(dist.irecv, r, prv)]
-        for w in dist.batch_isend_irecv(ops):
-            w.wait()
-        ok.append(torch.equal(r, pattern(torch, n, 7, 500 + prv, dev)))
+        ok.append(all_reduce_ok(torch, dist, n, rank, world, dev))
+        ok.append(ring_send_recv_ok(torch, dist, n, rank, world, dev))
     torch.cuda.synchronize()
     dist.barrier()
     dist.destroy_process_group()

@@ -280,14 +280,14 @@ def profile_worker(rank, world, port, out):
         json.dump(ok, f)
 
 
-def run_profile(a, world, tmp, net):
-    """One profiled run; returns (values ok, per-process probe reports,
-    NCCL log text)."""
-    name = "profile-%s" % net
+def run_profile(a, world, tmp):
+    """One profiled run over UCCL; returns (values ok, per-process probe
+    reports, NCCL log text)."""
+    name = "profile-UCCL"
     log = os.path.join(tmp, name + ".%h.%p.log")
     out = os.path.join(tmp, name + ".json")
     rep = os.path.join(tmp, name + ".probe")
-    env = net_env(net, a.plugin, 0, 0, log)
+    env = net_env("UCCL", a.plugin, 0, 0, log)
     env.update({"NCCL_PROFILER_PLUGIN": a.profiler,
                 "PROFILER_PROBE_OUT": rep})
     spawn(profile_worker, world, (free_port(), out), env)
@@ -309,12 +309,12 @@ def run_profile(a, world, tmp, net):
     return values and all(values), reports, text
 
 
-def profile_verdict(label, world, values_ok, reports, text, net):
+def profile_verdict(world, values_ok, reports, text):
     loaded = "PROFILER/Plugin: Loaded uccl-probe" in text
-    via = ("via NET/%s" % net) in text
-    print("### %s: profiler probe loaded: %s, via NET/%s: %s, values %s\n" % (
-        label, "yes" if loaded else "NO", net, "yes" if via else "NO",
-        "ok" if values_ok else "WRONG"))
+    via = "via NET/UCCL" in text
+    print("### NCCL over UCCL: profiler probe loaded: %s, via NET/UCCL: %s, "
+          "values %s\n" % ("yes" if loaded else "NO", "yes" if via else "NO",
+                           "ok" if values_ok else "WRONG"))
     keys = ["rank", "net_start", "net_stop", "net_send", "net_recv",
             "net_bytes", "steps", "bad_descr", "bad_parent", "bad_stop",
             "busy"]
@@ -339,8 +339,8 @@ def run_profile_mode(a, world, tmp):
     # is checked by its unit test, and a NetPlugin event whose parent is a
     # ProxyStep the probe itself started can only come from NCCL's callback
     # fed the handle NCCL gave the plugin.
-    v, reps, text = run_profile(a, world, tmp, "UCCL")
-    ok = profile_verdict("NCCL over UCCL", world, v, reps, text, "UCCL")
+    v, reps, text = run_profile(a, world, tmp)
+    ok = profile_verdict(world, v, reps, text)
     print("PROFILE %s\n" % ("PASS" if ok else "FAIL"))
     return ok
 

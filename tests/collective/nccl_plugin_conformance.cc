@@ -13,7 +13,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
@@ -26,6 +25,7 @@
 #include <vector>
 
 #include "collective/nccl_net_abi.h"
+#include "collective/stripe.h"
 #include "tests/subprocess.h"
 #include "util/clock.h"
 #include "util/cpu.h"
@@ -652,18 +652,18 @@ void scenario_placement(Api& a) {
 }
 
 // UCCL_NCCL_ENGINES=0 and UCCL_NCCL_CONNS=0 (run with LOCAL_WORLD_SIZE
-// set): the plugin starts three quarters of this rank's share of the
-// allowed CPUs (or the cgroup's quota), 1 to 8, as engines, gives each comm
-// half as many connections (1 to 6), and a message cut over all of them arrives
-// whole.
+// set): the plugin starts auto_engines() of this host's usable CPUs over
+// the local ranks (three quarters of the share, 1 to 8), gives each comm
+// auto_conns() of them (half, 1 to 6), and a message cut over all of them
+// arrives whole. The rules themselves are unit-tested (stripe_test.cc);
+// here the loaded plugin must follow them.
 void scenario_auto_engines(Api& a) {
   const char* lws = std::getenv("LOCAL_WORLD_SIZE");
   REQUIRE(lws != nullptr && std::atoi(lws) > 0, "run with LOCAL_WORLD_SIZE");
   const int cpus = uccl::usable_cpu_count();  // affinity, or the cgroup's quota
   REQUIRE(cpus > 0, "no usable CPUs");
-  const int want_engines =
-      std::min(8, std::max(1, cpus / std::atoi(lws) * 3 / 4));
-  const int want_conns = std::min(6, std::max(1, want_engines / 2));
+  const int want_engines = uccl::nccl::auto_engines(cpus, std::atoi(lws));
+  const int want_conns = uccl::nccl::auto_conns(want_engines);
   CHECK_THAT(g_chosen_engines.load() == want_engines,
              "%d CPUs, %s local ranks: chose %d engines, want %d", cpus, lws,
              g_chosen_engines.load(), want_engines);

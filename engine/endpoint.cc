@@ -471,6 +471,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     dopt.faults_from_knobs = false;
   }
   dopt.rate_gbps = c.nic_rate_gbps;
+  dopt.splice = c.softnic_splice;
 
   std::random_device rd;
   impl->nonce = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ monotonic_ns();

@@ -363,6 +363,12 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path,
   // software NIC verifies them before they land (SendWr::retransmit).
   const bool retx = ch.last_tx_ns != 0;
   wr.retransmit = retx;
+  // A first transmission of a two-sided chunk may go by reference: the
+  // buffer stays ours until the ACK, and the receiver invalidates the
+  // receive's window before it ACKs the last chunk, so a late copy is never
+  // placed (SendWr::by_reference). Resends, one-sided writes (no window)
+  // and eager messages (a bounce slot) are copied.
+  wr.by_reference = !retx && windows_ && !m.onesided && !m.eager;
   // UC: signal every kSignalEvery WRs to retire SQ slots. RC: every chunk,
   // its completion is its acknowledgement.
   const uint32_t unsig = c->qp_unsignaled[path] + 1;

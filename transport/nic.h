@@ -104,6 +104,11 @@ struct SendWr {
   // it instead of letting the kernel place it first (wire.h, "Direct
   // placement"). Hardware NICs verify before placing anyway and ignore it.
   bool retransmit = false;
+  // The caller keeps the payload unchanged until its peer has acknowledged
+  // it at a higher layer, and this is its first transmission: a software
+  // NIC may then hand the kernel the pages themselves instead of a copy
+  // (udp/wire.h, "Spliced payloads"). Hardware NICs ignore it.
+  bool by_reference = false;
   SendWr* next = nullptr;
 };
 
@@ -325,6 +330,10 @@ struct DeviceOptions {
   // Software NIC: 1 = sum every payload; 0 = leave the CRC out between QPs
   // of this host that agree to; < 0: UCCL_SOFTNIC_LOCAL_CRC.
   int local_crc = -1;
+  // Software NIC: 1 = splice large unsummed payloads that the caller marks
+  // SendWr::by_reference (the kernel takes the pages, no copy); 0 = copy
+  // every payload; < 0: UCCL_SOFTNIC_SPLICE.
+  int splice = -1;
 };
 
 // An opened device context (ibv_context + port). Owns nothing it hands out:

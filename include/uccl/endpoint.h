@@ -42,6 +42,9 @@ struct EndpointConfig {
   std::string fault_tx, fault_rx;
   uint64_t fault_seed = 0;     // 0 = UCCL_FAULT_SEED
   double nic_rate_gbps = -1;   // software NIC line-rate limit; <0 = knob
+  int softnic_splice = -1;     // software NIC: 1 splice large payloads to
+                               // peers on this host, 0 copy them; -1 =
+                               // UCCL_SOFTNIC_SPLICE
   double link_gbps = 0;        // line rate CC assumes; 0 = UCCL_LINK_GBPS
                                // or the device's speed
   std::string trace_file;      // Chrome trace; "" = UCCL_TRACE_FILE

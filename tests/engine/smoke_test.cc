@@ -58,12 +58,16 @@ TEST(EngineChunks, WholePacketsOfTheMtu) {
   EXPECT_EQ(whole_packet_chunk_bytes(2815, 1408), 1408u);  // never below one
 }
 
-// On lo (payload MTU 65408 B) a 1 MiB message is 17 chunks of one datagram
-// each: 16 of 65408 B and one of 1024 B, where 64 KiB chunks took 16 chunks
-// of two datagrams (65408 + 128 B). The message arrives intact.
-TEST(EngineChunks, OneMegabyteIsSeventeenDatagramsOnLoopback) {
+// One chunk is one datagram on loopback. Copied, a 1 MiB message is 17
+// chunks: 16 of lo's 65408-byte payload MTU and one of 1024 B, where 64 KiB
+// chunks took 16 chunks of two datagrams (65408 + 128 B). Spliced, it is 18
+// of 61440 B (15 pages) and a 4 KiB tail, every one but the tail by
+// reference (transport/udp/wire.h, "Spliced payloads"). The message arrives
+// intact.
+void expect_whole_datagrams(int splice, uint32_t chunks) {
   EndpointConfig cfg = test_config(/*engines=*/1, /*paths=*/1);
   cfg.eager_bytes = 0;
+  cfg.softnic_splice = splice;
   auto p = Pair::make(cfg);
   ASSERT_TRUE(p);
   const size_t kLen = 1 << 20;
@@ -93,12 +97,27 @@ TEST(EngineChunks, OneMegabyteIsSeventeenDatagramsOnLoopback) {
   EXPECT_EQ(find_pattern_mismatch(rb.ptr(), kLen, 17), -1);
   auto st = p->client->conn_stats(p->c_conns[0]);
   ASSERT_TRUE(st.ok()) << st.status();
-  EXPECT_EQ(st->tx_chunks, 17u);
+  EXPECT_EQ(st->tx_chunks, chunks);
   const uint64_t retx =
       st->fast_retransmits + st->rto_retransmits + st->tlp_retransmits;
   if (retx == 0 && rc_retransmits() == rc_before) {
-    EXPECT_EQ(data_packets() - before, 17u) << p->client->nic_counters();
+    EXPECT_EQ(data_packets() - before, chunks) << p->client->nic_counters();
   }
+  // First transmissions of the chunks over 16 KiB only: resends are copied.
+  const uint64_t spliced = nic_counter(p->client->nic_counters(), "tx_spliced");
+  if (splice) {
+    EXPECT_EQ(spliced, chunks - 1) << p->client->nic_counters();
+  } else {
+    EXPECT_EQ(spliced, 0u);
+  }
+}
+
+TEST(EngineChunks, OneMegabyteIsSeventeenDatagramsOnLoopback) {
+  expect_whole_datagrams(/*splice=*/0, 17);
+}
+
+TEST(EngineChunks, OneMegabyteIsEighteenSplicedDatagramsOnLoopback) {
+  expect_whole_datagrams(/*splice=*/1, 18);
 }
 
 }  // namespace

@@ -83,7 +83,8 @@ struct Side {
 
   Status post_send(WrOpcode op, uint64_t wr_id, uint64_t offset, uint32_t len,
                    uint64_t remote_addr = 0, uint32_t rkey = 0,
-                   uint32_t imm = 0, bool signaled = true) {
+                   uint32_t imm = 0, bool signaled = true,
+                   bool by_reference = false) {
     Sge sge{reinterpret_cast<uint64_t>(buf.data()) + offset, len, mr->lkey()};
     SendWr wr;
     wr.wr_id = wr_id;
@@ -94,6 +95,7 @@ struct Side {
     wr.rkey = rkey;
     wr.imm_data = imm;
     wr.signaled = signaled;
+    wr.by_reference = by_reference;
     return qp->post_send(&wr, nullptr);
   }
 

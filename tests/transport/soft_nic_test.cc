@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 #include <tuple>
@@ -1062,6 +1063,126 @@ TEST(UnsummedTest, LocalPeersLeaveOutThePayloadCrcOnlyWhenBothAgree) {
       EXPECT_EQ(counter(*b->dev, "drop_bad_crc"), 0);
     }
   }
+}
+
+// A WRITE marked by_reference to a peer on this host leaves without a copy
+// (wire.h, "Spliced payloads") only where its payload also goes unsummed;
+// every case delivers byte for byte, and the payload MTU fits 16 pages at
+// any alignment only while splicing is on.
+TEST(SplicedTest, ByReferenceWritesAreSplicedOnlyWhereUnsummedAndAsked) {
+  constexpr uint32_t kBytes = 1 << 20;
+  struct Case {
+    int splice, sender_crc;
+    bool by_reference;
+    bool spliced;
+  };
+  const Case cases[] = {
+      {1, 0, true, true},    // the default for the engine's chunks
+      {1, 0, false, false},  // not marked: copied
+      {0, 0, true, false},   // splicing off
+      {1, 1, true, false},   // summed: the sender reads it anyway
+  };
+  const long page = sysconf(_SC_PAGESIZE);
+  uint32_t seed = 60;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(::testing::Message()
+                 << "splice " << k.splice << " sender_crc " << k.sender_crc
+                 << " by_reference " << k.by_reference);
+    DeviceOptions so = Side::no_faults();
+    so.splice = k.splice;
+    so.local_crc = k.sender_crc;
+    auto a = Side::make(QpType::kRC, kBytes + 4096, so);
+    auto b = Side::make(QpType::kRC, kBytes, Side::no_faults());
+    ASSERT_TRUE(a && b);
+    connect_pair(a.get(), b.get());
+    const uint32_t mtu = a->dev->info().mtu_bytes;
+    if (k.splice == 1 && k.sender_crc == 0) {
+      EXPECT_LE(mtu, static_cast<uint32_t>(page * (udp::kSpliceMaxPages - 1)));
+    } else {
+      EXPECT_GT(mtu, static_cast<uint32_t>(page * (udp::kSpliceMaxPages - 1)))
+          << "loopback's payload MTU is ~64 KiB";
+    }
+    // From an odd offset, so every fragment straddles pages.
+    fill_pattern(a->buf.data() + 100, kBytes, ++seed);
+    std::memset(b->buf.data(), 0, kBytes);
+    ASSERT_TRUE(a->post_send(WrOpcode::kWrite, 1, 100, kBytes, b->addr(),
+                             b->mr->rkey(), 0, true, k.by_reference)
+                    .ok());
+    ASSERT_TRUE(
+        drive({a.get(), b.get()}, [&] { return !a->send_wcs.empty(); }));
+    ASSERT_EQ(a->send_wcs[0].status, WcStatus::kSuccess);
+    EXPECT_EQ(find_pattern_mismatch(b->buf.data(), kBytes, seed), -1);
+    // The QPs agree on the smaller of their MTUs; all but the last fragment
+    // are full, and only fragments of 16 KiB or more are worth splicing.
+    const uint32_t path_mtu = std::min(mtu, b->dev->info().mtu_bytes);
+    const uint32_t full = kBytes / path_mtu, tail = kBytes % path_mtu;
+    const int64_t writes = counter(*a->dev, "tx_packets");
+    const int64_t resent = counter(*a->dev, "rc_retransmits");
+    EXPECT_EQ(writes - resent, full + (tail ? 1 : 0));
+    if (k.spliced) {
+      // A resend (a stalled host) is copied.
+      EXPECT_EQ(counter(*a->dev, "tx_spliced"),
+                full + (tail >= udp::kSpliceMinPayload ? 1 : 0));
+    } else {
+      EXPECT_EQ(counter(*a->dev, "tx_spliced"), 0);
+    }
+    EXPECT_EQ(counter(*a->dev, "tx_splice_fallbacks"), 0);
+    EXPECT_EQ(counter(*a->dev, "tx_errors"), 0);
+  }
+}
+
+// A resend is copied (an earlier copy may have been acknowledged), and
+// pages the kernel takes only in part are copied whole: both arrive intact.
+// Time moves only when the test moves it.
+TEST(SplicedTest, ResendsAndPagesNotTakenWholeAreCopied) {
+  constexpr uint32_t kBytes = 4 * 61440;
+  ManualClock clock;
+  DeviceOptions o = Side::no_faults();
+  o.clock = &clock;
+  o.splice = 1;
+  o.local_crc = 0;
+  QpConfig cfg;
+  cfg.rc.timeout = 14;  // ~67 ms before any RTT sample
+  cfg.rc.retry_cnt = 3;
+  auto a = Side::make(QpType::kRC, kBytes, o, cfg);
+  auto b = Side::make(QpType::kRC, kBytes, o, cfg);
+  ASSERT_TRUE(a && b);
+  connect_pair(a.get(), b.get());
+  fill_pattern(a->buf.data(), kBytes, 71);
+  ASSERT_TRUE(a->post_send(WrOpcode::kWrite, 1, 0, kBytes, b->addr(),
+                           b->mr->rkey(), 0, true, true)
+                  .ok());
+  // a sends; b does not read yet, so nothing is acknowledged.
+  for (int i = 0; i < 10; ++i) a->poll();
+  const int64_t first = counter(*a->dev, "tx_packets");
+  ASSERT_EQ(first, 4);
+  EXPECT_EQ(counter(*a->dev, "tx_spliced"), 4);
+  // Past the timeout a resends everything (go-back-N), by copy.
+  clock.advance_ns(1000000000);
+  for (int i = 0; i < 10; ++i) a->poll();
+  ASSERT_GE(counter(*a->dev, "rc_retransmits"), 4);
+  EXPECT_EQ(counter(*a->dev, "tx_spliced"), 4);
+  EXPECT_EQ(counter(*a->dev, "tx_unsummed"), counter(*a->dev, "tx_packets"));
+  ASSERT_TRUE(drive({a.get(), b.get()}, [&] { return !a->send_wcs.empty(); }));
+  ASSERT_EQ(a->send_wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(find_pattern_mismatch(b->buf.data(), kBytes, 71), -1);
+
+  // A one-page pipe takes a 15-page payload in part: copied whole instead.
+  auto* soft = dynamic_cast<udp::SoftDevice*>(a->dev.get());
+  ASSERT_NE(soft, nullptr);
+  ASSERT_TRUE(soft->set_splice_pipe_bytes_for_test(4096));
+  fill_pattern(a->buf.data(), kBytes, 72);
+  const int64_t spliced = counter(*a->dev, "tx_spliced");
+  ASSERT_TRUE(a->post_send(WrOpcode::kWrite, 2, 0, kBytes, b->addr(),
+                           b->mr->rkey(), 0, true, true)
+                  .ok());
+  ASSERT_TRUE(
+      drive({a.get(), b.get()}, [&] { return a->send_wcs.size() == 2; }));
+  ASSERT_EQ(a->send_wcs[1].status, WcStatus::kSuccess);
+  EXPECT_EQ(find_pattern_mismatch(b->buf.data(), kBytes, 72), -1);
+  EXPECT_EQ(counter(*a->dev, "tx_spliced"), spliced);
+  EXPECT_EQ(counter(*a->dev, "tx_splice_fallbacks"), 4);
+  EXPECT_EQ(counter(*a->dev, "tx_errors"), 0);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <linux/sock_diag.h>
+#include <netinet/udp.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,6 +51,15 @@ UCCL_KNOB(bool, knob_softnic_local_crc, "UCCL_SOFTNIC_LOCAL_CRC", false,
           "so; a peer that injects receive faults does not offer. true: "
           "every payload is summed (transport/udp/wire.h, \"Unsummed "
           "payloads\").",
+          false, true);
+UCCL_KNOB(bool, knob_softnic_splice, "UCCL_SOFTNIC_SPLICE", true,
+          "Software NIC: an unsummed WRITE payload of 16 KiB or more that "
+          "the engine marks as kept until acknowledged leaves by reference "
+          "(vmsplice and splice: the kernel takes the pages, the sender "
+          "copies nothing; the receiver's one copy reads them). Caps the "
+          "payload MTU at 15 pages (61440 B on loopback) so every fragment "
+          "fits the kernel's 17 fragments with its header (transport/udp/"
+          "wire.h, \"Spliced payloads\"). false: every payload is copied.",
           false, true);
 UCCL_KNOB(int64_t, knob_softnic_tx_budget, "UCCL_SOFTNIC_TX_BUDGET", 32,
           "Software NIC: most datagrams one QP sends per progress call.", 1,
@@ -224,6 +235,27 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
   d->mtu_ = std::min(payload_mtu_for(nif.mtu ? nif.mtu : 1500), d->mtu_cap_);
   d->local_unsummed_ = opts.local_crc >= 0 ? opts.local_crc == 0
                                            : !knob_softnic_local_crc().get();
+  // Splicing applies to unsummed payloads only (a summed one is read for
+  // its CRC anyway). Its pipe holds one payload's pages at a time.
+  const bool splice =
+      opts.splice >= 0 ? opts.splice == 1 : knob_softnic_splice().get();
+  if (splice && d->local_unsummed_) {
+    int p[2];
+    if (pipe2(p, O_NONBLOCK | O_CLOEXEC) == 0) {
+      d->splice_r_ = p[0];
+      d->splice_w_ = p[1];
+      // Room for a payload's 16 pages and more, whatever the default.
+      fcntl(p[1], F_SETPIPE_SZ, 256 << 10);
+      const long page = sysconf(_SC_PAGESIZE);
+      const uint32_t max_payload = static_cast<uint32_t>(
+          std::min<long>(page * (kSpliceMaxPages - 1), kMaxFragmentPayload));
+      d->mtu_cap_ = std::min(d->mtu_cap_, max_payload & ~63u);
+      d->mtu_ = std::min(d->mtu_, d->mtu_cap_);
+    } else {
+      LOG(WARNING) << name << ": no pipe for splicing (" << strerror(errno)
+                   << "); payloads are copied";
+    }
+  }
 
   d->info_.name = name;
   d->info_.backend = "udp";
@@ -285,6 +317,8 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
 
 SoftDevice::~SoftDevice() {
   if (fd_ >= 0) close(fd_);
+  if (splice_r_ >= 0) close(splice_r_);
+  if (splice_w_ >= 0) close(splice_w_);
 }
 
 PortAddress SoftDevice::port_address() const {
@@ -651,14 +685,35 @@ void SoftDevice::handle_datagram(uint8_t* buf, uint32_t len, uint64_t now) {
 
 // --------------------------------------------------------------- transmit
 
+namespace {
+
+// Pages that `n` payload pieces span (each from its own start).
+uint32_t pages_spanned(const iovec* iov, int n) {
+  static const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  uint64_t pages = 0;
+  for (int i = 0; i < n; ++i) {
+    if (iov[i].iov_len == 0) continue;
+    const uint64_t a = reinterpret_cast<uint64_t>(iov[i].iov_base);
+    pages += (a + iov[i].iov_len - 1) / page - a / page + 1;
+  }
+  return static_cast<uint32_t>(pages);
+}
+
+}  // namespace
+
 void SoftDevice::send_datagram(WireHeader* hdr, const iovec* payload, int niov,
-                               int fd, const sockaddr_in* dest, bool unsummed) {
+                               int fd, const sockaddr_in* dest, bool unsummed,
+                               bool by_reference) {
   FaultInjector* f = faults_.get();
   uint32_t pcrc = 0;
+  bool spliced = false;
   if (unsummed && !f->enabled(Direction::kTx)) {
     // The peer, on this host, agreed to take it (wire.h, "Unsummed").
     hdr->flags |= kFlagUnsummed;
     ++counters_.tx_unsummed;
+    spliced = by_reference && splice_w_ >= 0 &&
+              hdr->payload_len >= kSpliceMinPayload &&
+              pages_spanned(payload, niov) <= kSpliceMaxPages;
   } else {
     for (int i = 0; i < niov; ++i) {
       pcrc = crc32c(pcrc, payload[i].iov_base, payload[i].iov_len);
@@ -674,6 +729,11 @@ void SoftDevice::send_datagram(WireHeader* hdr, const iovec* payload, int niov,
   counters_.tx_bytes += hdr->payload_len;
   if (rate_bytes_per_ns_ > 0) tokens_ -= hdr->payload_len + sizeof(WireHeader);
 
+  if (spliced) {  // no faults here: unsummed payloads have none
+    flush_tx();   // what was queued before it leaves before it
+    splice_datagram(hdr, payload, niov, fd, dest);
+    return;
+  }
   FaultDecision d;
   if (f->enabled(Direction::kTx)) {
     const uint64_t fnow = now_ns();
@@ -745,6 +805,79 @@ void SoftDevice::flush_tx() {
     ++sent;
   }
   tx_count_ = 0;
+}
+
+void SoftDevice::splice_datagram(const WireHeader* hdr, const iovec* payload,
+                                 int niov, int fd, const sockaddr_in* dest) {
+  const uint32_t len = hdr->payload_len;
+  // 1. The header, corked. UDP_SEGMENT of the whole datagram: one segment,
+  // so nothing is cut, and the kernel leaves the checksum to the device
+  // (loopback needs none) instead of summing the pages.
+  iovec hv{const_cast<WireHeader*>(hdr), sizeof(WireHeader)};
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(uint16_t))];
+  std::memset(cbuf, 0, sizeof(cbuf));
+  msghdr m;
+  std::memset(&m, 0, sizeof(m));
+  m.msg_iov = &hv;
+  m.msg_iovlen = 1;
+  if (dest != nullptr) {
+    m.msg_name = const_cast<sockaddr_in*>(dest);
+    m.msg_namelen = sizeof(sockaddr_in);
+  }
+  m.msg_control = cbuf;
+  m.msg_controllen = sizeof(cbuf);
+  cmsghdr* c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_UDP;
+  c->cmsg_type = UDP_SEGMENT;
+  c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+  const uint16_t seg = static_cast<uint16_t>(sizeof(WireHeader) + len);
+  std::memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+  if (sendmsg(fd, &m, MSG_MORE | MSG_DONTWAIT) < 0) {
+    ++counters_.tx_errors;  // nothing is pending: the datagram is lost
+    VLOG(kVlogPacket) << "splice header: " << strerror(errno);
+    return;
+  }
+  // 2. The payload's pages into the pipe.
+  ssize_t v = vmsplice(splice_w_, payload, static_cast<unsigned long>(niov),
+                       SPLICE_F_NONBLOCK);
+  if (v != static_cast<ssize_t>(len)) {
+    // Pages the kernel cannot take (e.g. a PFN mapping): finish the corked
+    // datagram with a copy of the whole payload. A failure there discards
+    // what was pending (udp_sendmsg flushes it), i.e. a lost datagram.
+    if (v > 0) drain_splice_pipe();
+    ++counters_.tx_splice_fallbacks;
+    msghdr mc;
+    std::memset(&mc, 0, sizeof(mc));
+    mc.msg_iov = const_cast<iovec*>(payload);
+    mc.msg_iovlen = static_cast<size_t>(niov);
+    if (sendmsg(fd, &mc, MSG_DONTWAIT) < 0) ++counters_.tx_errors;
+    return;
+  }
+  // 3. The pipe into the socket: the last part goes without MSG_MORE and
+  // sends the datagram.
+  ssize_t s = splice(splice_r_, nullptr, fd, nullptr, len, SPLICE_F_NONBLOCK);
+  if (s != static_cast<ssize_t>(len)) {
+    // The kernel flushes the pending datagram when an append fails; push
+    // whatever might still be corked (a short datagram, which the receiver
+    // drops as malformed) so the next one starts clean.
+    ++counters_.tx_errors;
+    VLOG(kVlogPacket) << "splice: " << (s < 0 ? strerror(errno) : "short");
+    drain_splice_pipe();
+    int off = 0;
+    setsockopt(fd, IPPROTO_UDP, UDP_CORK, &off, sizeof(off));
+    return;
+  }
+  ++counters_.tx_spliced;
+}
+
+bool SoftDevice::set_splice_pipe_bytes_for_test(int bytes) {
+  return splice_w_ >= 0 && fcntl(splice_w_, F_SETPIPE_SZ, bytes) >= 0;
+}
+
+void SoftDevice::drain_splice_pipe() {
+  uint8_t* s = tx_scratch_.get();
+  while (read(splice_r_, s, kRxBufBytes) > 0) {
+  }
 }
 
 void SoftDevice::raw_send(int fd, const sockaddr_in* dest, const void* data,
@@ -839,6 +972,8 @@ std::string SoftDevice::counters_text() const {
   UCCL_COUNTER(rx_bytes);
   UCCL_COUNTER(rx_direct);
   UCCL_COUNTER(tx_unsummed);
+  UCCL_COUNTER(tx_spliced);
+  UCCL_COUNTER(tx_splice_fallbacks);
   UCCL_COUNTER(drop_malformed);
   UCCL_COUNTER(drop_bad_version);
   UCCL_COUNTER(drop_bad_crc);

@@ -36,6 +36,11 @@ struct SoftCounters {
   // Of tx_packets: sent without a payload CRC to a peer on this host that
   // takes that (UCCL_SOFTNIC_LOCAL_CRC; wire.h, "Unsummed payloads").
   uint64_t tx_unsummed = 0;
+  // Of tx_unsummed: payloads the kernel took by reference (vmsplice and
+  // splice, no copy; wire.h, "Spliced payloads"), and those that had to be
+  // copied after all because the pages could not be taken.
+  uint64_t tx_spliced = 0;
+  uint64_t tx_splice_fallbacks = 0;
   uint64_t drop_malformed = 0;  // short, bad magic/opcode/lengths
   uint64_t drop_bad_version = 0;
   uint64_t drop_bad_crc = 0;      // header or payload CRC32C mismatch
@@ -161,7 +166,8 @@ struct SqEntry {
   WrOpcode opcode = WrOpcode::kSend;
   bool signaled = false;
   bool is_inline = false;
-  bool retransmit = false;  // SendWr::retransmit: kFlagRetransmit on the wire
+  bool retransmit = false;    // SendWr::retransmit: kFlagRetransmit on the wire
+  bool by_reference = false;  // SendWr::by_reference: may be spliced
   uint32_t imm = 0;
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
@@ -391,6 +397,10 @@ class SoftDevice final : public Device {
   const SoftCounters& counters() const;
   uint16_t udp_port() const { return ntohs(local_.sin_port); }
   uint32_t mtu() const { return mtu_; }
+  // Test hook: sets the splice pipe's capacity (F_SETPIPE_SZ), so that a
+  // payload larger than it is taken in part and must be copied after all.
+  // False when splicing is off or the kernel refuses the size.
+  bool set_splice_pipe_bytes_for_test(int bytes);
 
  private:
   friend class SoftQp;
@@ -412,8 +422,18 @@ class SoftDevice final : public Device {
   // queues it in the current batch (flushed by flush_tx()). `unsummed`: the
   // peer takes it without a payload CRC (SoftQp::send_unsummed_), unless TX
   // faults are on (injected corruption must stay detectable).
+  // `by_reference`: the payload may be spliced (SendWr::by_reference) if
+  // it also goes unsummed and is large enough.
   void send_datagram(WireHeader* hdr, const iovec* payload, int niov, int fd,
-                     const sockaddr_in* dest, bool unsummed = false);
+                     const sockaddr_in* dest, bool unsummed = false,
+                     bool by_reference = false);
+  // Sends [hdr][payload] with the payload's pages handed to the kernel
+  // (wire.h, "Spliced payloads"); anything short of that is finished by a
+  // copy or counted as a lost datagram.
+  void splice_datagram(const WireHeader* hdr, const iovec* payload, int niov,
+                       int fd, const sockaddr_in* dest);
+  // Empties the splice pipe after a failed splice (its pages are dropped).
+  void drain_splice_pipe();
   // Whether this device's QPs offer to take unsummed payloads from a peer on
   // this host (UCCL_SOFTNIC_LOCAL_CRC off, no receive faults).
   bool offers_unsummed() const {
@@ -498,6 +518,9 @@ class SoftDevice final : public Device {
   std::unique_ptr<uint8_t[]> scratch_;
   std::unique_ptr<uint8_t[]> tx_scratch_;
   bool local_unsummed_ = false;  // !UCCL_SOFTNIC_LOCAL_CRC
+  // Splicing (UCCL_SOFTNIC_SPLICE): the pipe that takes a payload's pages
+  // on their way to the socket; -1 when off.
+  int splice_r_ = -1, splice_w_ = -1;
 
   // Token bucket (UCCL_SOFTNIC_RATE_GBPS); rate 0 = unlimited.
   double rate_bytes_per_ns_ = 0;

@@ -303,6 +303,8 @@ Status SoftQp::post_send(const SendWr* wr, const SendWr** bad_wr) {
     e.opcode = op;
     e.signaled = wr->signaled;
     e.retransmit = wr->retransmit;
+    e.by_reference = wr->by_reference && !wr->retransmit && !e.is_inline &&
+                     (op == WrOpcode::kWrite || op == WrOpcode::kWriteWithImm);
     e.imm = wr->imm_data;
     e.remote_addr = wr->remote_addr;
     e.rkey = wr->rkey;
@@ -483,8 +485,12 @@ void SoftQp::emit_fragment(SqEntry& e, uint64_t now) {
     e.sent = off + frag;
     if (e.sent == e.length) e.all_sent = true;
   }
+  // A resend is copied: an earlier copy may have been acknowledged already
+  // (wire.h, "Spliced payloads").
+  bool by_reference = e.by_reference;
   if (type_ == QpType::kRC && e.started &&
       psn_lt(h.psn, highest_sent_psn_ + 1)) {
+    by_reference = false;
     ++dev_->counters_.rc_retransmits;
     // Recovering: have every resent packet acknowledged, so one that gets
     // through restarts progress even if the next ones are lost.
@@ -501,7 +507,8 @@ void SoftQp::emit_fragment(SqEntry& e, uint64_t now) {
   const sockaddr_in* dest = type_ == QpType::kUD ? &e.ud_dest
                             : tx_connected_      ? nullptr
                                                  : &peer_;
-  dev_->send_datagram(&h, iov, niov, tx_fd_, dest, send_unsummed_);
+  dev_->send_datagram(&h, iov, niov, tx_fd_, dest, send_unsummed_,
+                      by_reference);
 }
 
 void SoftQp::emit_control(AckSyndrome syn, uint32_t psn, uint32_t about) {

@@ -54,6 +54,27 @@ namespace uccl::transport::udp {
 // that did not offer, or whose peer is not on its host. A QP that injects
 // receive faults does not offer, and a sender that injects transmit faults
 // sums every payload, so injected corruption is still caught.
+//
+// Spliced payloads (UCCL_SOFTNIC_SPLICE): where a payload goes unsummed, the
+// sender does not read it at all, so it need not copy it either. A WRITE
+// fragment of at least kSpliceMinPayload bytes whose WR is marked
+// SendWr::by_reference leaves as the header, sent corked (MSG_MORE, with a
+// UDP_SEGMENT of the whole datagram so that the kernel leaves the checksum
+// to loopback), then the payload's pages, vmspliced into a pipe and spliced
+// into the socket. The datagram on the wire is the same; loopback queues it
+// at the receiving socket holding the sender's pages, and the receiver's
+// one copy reads them there, whenever it gets to them. So the payload must
+// not change until the peer has acknowledged it, nor be placed after that.
+// Only first transmissions are spliced (every resend, the engine's or RC's,
+// is copied), and the receiving socket is one FIFO, so the peer has read or
+// dropped a spliced copy before it can ACK that chunk from any copy. As a
+// second guard (loopback queues per CPU, and an unpinned sender could
+// migrate between a copy and its resend), the engine marks only two-sided
+// chunks, whose receive window the peer invalidates before it ACKs the
+// last chunk. The kernel takes at most 16 pages of payload with the header
+// (MAX_SKB_FRAGS 17), so with splicing on the payload MTU is at most 15
+// pages (61440 B with 4 KiB pages: 16 pages at any alignment), and a
+// fragment over 16 pages is copied.
 
 constexpr uint32_t kWireMagic = 0x55434C31;  // "UCL1"
 constexpr uint8_t kWireVersion = 1;
@@ -122,6 +143,11 @@ static_assert(offsetof(WireHeader, payload_crc) == 60, "layout");
 // Largest UDP payload over IPv4 (65535 - 20 IP - 8 UDP).
 constexpr uint32_t kMaxDatagram = 65507;
 constexpr uint32_t kMaxFragmentPayload = kMaxDatagram - sizeof(WireHeader);
+// Spliced payloads: the smallest one worth two more system calls than a copy
+// (the header's sendmsg, then vmsplice and splice), and the most pages one
+// may span.
+constexpr uint32_t kSpliceMinPayload = 16384;
+constexpr uint32_t kSpliceMaxPages = 16;
 
 // Serial-number comparisons on 32-bit PSNs.
 inline bool psn_lt(uint32_t a, uint32_t b) {

@@ -363,11 +363,13 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path,
   // software NIC verifies them before they land (SendWr::retransmit).
   const bool retx = ch.last_tx_ns != 0;
   wr.retransmit = retx;
-  // A first transmission of a two-sided chunk may go by reference: the
-  // buffer stays ours until the ACK, and the receiver invalidates the
-  // receive's window before it ACKs the last chunk, so a late copy is never
-  // placed (SendWr::by_reference). Resends, one-sided writes (no window)
-  // and eager messages (a bounce slot) are copied.
+  // A first transmission may go by reference (SendWr::by_reference): the
+  // buffer stays ours until the chunk's ACK, and the peer reads its one
+  // socket in order, so it has read that copy before it can ACK the chunk
+  // from any copy. Resends are copied. Two-sided chunks only, whose receive
+  // window the peer invalidates before it ACKs the last chunk, in case a
+  // copy is read late anyway (transport/udp/wire.h, "Spliced payloads");
+  // one-sided writes have no window, and eager messages are small.
   wr.by_reference = !retx && windows_ && !m.onesided && !m.eager;
   // UC: signal every kSignalEvery WRs to retire SQ slots. RC: every chunk,
   // its completion is its acknowledgement.

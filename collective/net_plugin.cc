@@ -80,10 +80,11 @@ UCCL_KNOB(int64_t, knob_stripe_kb, "UCCL_NCCL_STRIPE_KB", 0,
           "connection. 0: NCCL's 1 MiB all_reduce message (4 MiB buffers, "
           "Simple) over the comm's K connections, 1 MiB / K rounded up to "
           "1 KiB and then to whole chunks where that keeps the parts "
-          "even (collective/stripe.h): 255.5 KiB (four 65408-byte chunks) "
-          "with the default 4 connections on lo, 86 KiB with 12. The "
-          "receiving side's stripe travels in the connect handle: senders "
-          "use it.",
+          "even (collective/stripe.h): with the default 4 connections on "
+          "lo, 256 KiB (61440-byte chunks, UCCL_SOFTNIC_SPLICE) or 255.5 "
+          "KiB (four 65408-byte chunks, payloads copied); 86 KiB with 12. "
+          "The receiving side's stripe travels in the connect handle: "
+          "senders use it.",
           0, 1 << 20);
 UCCL_KNOB(int64_t, knob_speed_mbps, "UCCL_NCCL_SPEED_MBPS", 0,
           "NCCL plugin: link speed reported to NCCL, Mb/s (0: the device's "

@@ -310,12 +310,14 @@ int wait_req(Api& a, void* req, int* sizes, int timeout_ms = 60000) {
 }
 
 size_t step_size(int s) {
-  // Around the default stripe on lo (4 connections: four 65408-byte
-  // chunks, collective/stripe.h): shorter messages go whole on one
-  // connection, longer ones (and exactly one stripe) are striped.
-  static const size_t kSizes[] = {0,       1,       261631, 65536 + 17,
-                                  1 << 20, 3 << 20, 777777, 261632};
-  return kSizes[s % 8];
+  // Around the default stripe on lo with 4 connections (collective/
+  // stripe.h): 261632 B (four 65408-byte chunks) where payloads are copied,
+  // 256 KiB where they are spliced (61440-byte chunks cut 1 MiB unevenly).
+  // Shorter messages go whole on one connection, longer ones (and exactly
+  // one stripe) are striped.
+  static const size_t kSizes[] = {0,       1,      261631, 65536 + 17, 1 << 20,
+                                  3 << 20, 777777, 261632, 262143,     262144};
+  return kSizes[s % (sizeof(kSizes) / sizeof(kSizes[0]))];
 }
 
 // --------------------------------------------------------------- scenarios

@@ -13,13 +13,25 @@
 // the K engines, in whole chunks where that keeps the parts even:
 // collective/stripe.h): part j is bytes [j*S, (j+1)*S) and the last part the
 // rest, of the message at the sender and of the buffer at the receiver;
-// parts past the message's end are sent empty. Messages shorter than S go
-// whole on connection 0 instead (one engine, no fan-out: small-message
-// latency). The receiver posts part 0 (bytes [0, S) of its buffer) first
-// and the other parts once part 0 completes: a full part 0 means the sender
-// striped. Both sides post the parts of a comm's messages in NCCL's order
-// (receivers expand in the order of part 0's completions, which is that
-// order too), so each connection pairs them FIFO, with no tags.
+// parts past the message's end are sent empty. How the receiver posts them
+// is the comm's PartsMode (UCCL_NCCL_PARTS, the receiving side's, in the
+// handle; net_plugin.h), decided per message the same way at both ends:
+// - "first": messages shorter than S go whole on connection 0 (one engine,
+//   no fan-out: small-message latency). The receiver posts part 0 (bytes
+//   [0, S) of its buffer) first and the other parts once part 0 completes:
+//   a full part 0 means the sender striped. That costs a striped message
+//   its part 0's time and a descriptor's trip before parts 1..K-1 move.
+// - "all": the receiver posts all K parts at once; a message shorter than
+//   S goes in part 0 with K-1 empty parts and completes with part 0 (the
+//   empty parts finish in the background, keeping the request).
+// - "auto" (default): "all" for message m where message m-32 of the comm
+//   was at least S, else "first". The sender knows m-32's size; a receiver
+//   holds at most 32 requests, so m-32's part 0 is done when m is posted
+//   (or its request is still held and m waits for it).
+// Both sides post the parts of a comm's messages in NCCL's order (receivers
+// expand in the order of part 0's completions, which is that order too, and
+// a message posting all parts waits behind those still expanding), so each
+// connection pairs them FIFO, with no tags.
 // With UCCL_NCCL_MAX_RECVS > 1 NCCL may group receives with tags; such comms
 // use one connection (K = 1) and the engine matches the tags.
 #include "collective/net_plugin.h"
@@ -92,12 +104,16 @@ UCCL_KNOB(int64_t, knob_speed_mbps, "UCCL_NCCL_SPEED_MBPS", 0,
           "most VM interfaces). NCCL sizes its channel count from it: on "
           "one host 100000 gives 2 channels, 400000 gives 4.",
           0, INT32_MAX);
-UCCL_KNOB(bool, knob_small_whole, "UCCL_NCCL_SMALL_WHOLE", true,
-          "NCCL plugin: messages shorter than a stripe go whole on one "
-          "connection; receivers post a message's other parts once its "
-          "first part shows it was striped. Off: every message is cut into "
-          "K parts (empty past its end), all posted at once. Must be the "
-          "same on every rank.");
+UCCL_KNOB(std::string, knob_parts, "UCCL_NCCL_PARTS", "auto",
+          "NCCL plugin: how a comm's receivers post the K parts of a "
+          "message. first: part 0, and the rest once part 0 shows the "
+          "sender striped (a message shorter than a stripe goes whole on "
+          "connection 0). all: all K parts at once; a message shorter than "
+          "a stripe goes in part 0 with K-1 empty parts and completes with "
+          "part 0. auto: all for a message where the comm's message 32 "
+          "before was at least a stripe, else first (large messages skip "
+          "the wait for part 0, small ones keep one connection). The "
+          "receiving side's choice travels in the connect handle.");
 UCCL_KNOB(bool, knob_spread, "UCCL_NCCL_SPREAD", true,
           "NCCL plugin: give each comm's connection 0, which carries its "
           "small messages whole, an engine of its own where there are "
@@ -122,7 +138,7 @@ UCCL_KNOB(int64_t, knob_max_bytes, "UCCL_NCCL_MAX_BYTES", int64_t{1} << 30,
 // took 82 against 77 us.
 constexpr uint64_t kUnknownSpeedMbps = 400000;
 constexpr uint32_t kHandleMagic = 0x55434e48;  // "UCNH"
-constexpr uint16_t kHandleVersion = 2;         // 2: the acceptor's stripe
+constexpr uint16_t kHandleVersion = 3;  // 2: the acceptor's stripe; 3: flags
 constexpr uint64_t kStageMagic = 0x5543434f4e4e4543ull;
 
 // The handshake tag of a comm's connection i (a listen comm's tag below
@@ -144,10 +160,14 @@ struct ConnectHandle {
   uint64_t stage_magic;
   ConnectStage* stage;
   uint32_t stripe_bytes;  // the acceptor's: connectors cut messages by it
+  uint32_t flags;         // the acceptor's kHandleFlag*: connectors follow
 };
+// flags: the acceptor's PartsMode (UCCL_NCCL_PARTS) in the low two bits.
+constexpr uint32_t kHandleFlagPartsMask = 3;
 static_assert(sizeof(ConnectHandle) <= kHandleMaxSize, "NCCL handle size");
 static_assert(offsetof(ConnectHandle, stage) == 32, "handle layout");
 static_assert(offsetof(ConnectHandle, stripe_bytes) == 40, "handle layout");
+static_assert(offsetof(ConnectHandle, flags) == 44, "handle layout");
 
 }  // namespace
 
@@ -173,7 +193,29 @@ struct PluginComm {
   bool is_send = false;
   std::vector<ConnId> conns;
   size_t stripe = 0;  // bytes per connection: the receiving side's
+  // The receiving side's UCCL_NCCL_PARTS (PartsMode). A message posted
+  // with all K parts at once that is shorter than a stripe completes with
+  // its part 0; its other parts are empty and finish in the background,
+  // keeping their request (PluginRequest::reported).
+  PartsMode parts_mode = PartsMode::kFirst;
+  // kAuto, K > 1: messages posted so far (each side counts its own; both
+  // see the same sequence), and by seq % kPartsHistory whether that
+  // message was striped (at least a stripe): 1 or 0, or at a receiver -1
+  // while its part 0 is out (the request is then in history_req).
+  uint64_t seq = 0;
+  // Messages (striped comms: n == 1, K > 1) handed to the engines, those of
+  // them posted with all K parts at once, and those of them done with part
+  // 0; logged at close.
+  uint64_t messages = 0, all_parts_messages = 0, early_messages = 0;
+  int8_t striped[kPartsHistory] = {};
+  PluginRequest* history_req[kPartsHistory] = {};
+  // Set when a part finishing in the background failed or was not empty;
+  // every later call on the comm reports it.
+  Status broken;
   int pool_size = 0;
+  // Requests NCCL holds (handed out, not yet reported done), at most
+  // max_held: NCCL's 32 per comm (x maxRecvs), so the 33rd post gets NULL.
+  int held = 0, max_held = 0;
   std::unique_ptr<PluginRequest[]> pool;
   // A request whose parts are not all posted yet (an engine's queue was
   // full); later messages wait behind it so every connection stays FIFO.
@@ -196,6 +238,7 @@ struct PluginListen {
   std::vector<ConnId> conns;  // by index; 0 = not accepted yet
   bool placed = false;        // its tags have engine placements
   size_t stripe = 0;          // ours, in the handle: connectors cut by it
+  PartsMode parts_mode = PartsMode::kFirst;  // ours, in the handle
 };
 
 struct ConnectStage {
@@ -204,20 +247,26 @@ struct ConnectStage {
   std::vector<uint64_t> pending;
   std::vector<ConnId> conns;
   size_t stripe = 0;  // from the handle
+  PartsMode parts_mode = PartsMode::kFirst;
 };
 
 namespace {
 
 PluginComm* make_comm(PluginDevice* d, Endpoint* ep, bool is_send,
-                      std::vector<ConnId> conns, size_t stripe, int max_recvs) {
+                      std::vector<ConnId> conns, size_t stripe,
+                      PartsMode parts_mode, int max_recvs) {
   auto* c = new PluginComm;
   c->dev = d;
   c->ep = ep;
   c->is_send = is_send;
   c->conns = std::move(conns);
   c->stripe = stripe;
+  c->parts_mode = parts_mode;
   // NCCL keeps up to 32 requests per comm; a sender may see 32 x maxRecvs.
-  c->pool_size = kMaxRequests * max_recvs;
+  // Where messages may go with empty parts, as many again may still be
+  // finishing those.
+  c->max_held = kMaxRequests * max_recvs;
+  c->pool_size = c->max_held * (parts_mode == PartsMode::kFirst ? 1 : 2);
   c->pool.reset(new PluginRequest[c->pool_size]);
   for (int i = 0; i < c->pool_size; ++i) c->pool[i].comm = c;
   c->expand.reset(new PluginRequest*[c->pool_size]);
@@ -364,7 +413,19 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
                         ? static_cast<int>(knob_conns().get())
                         : auto_conns(engines_per_device_);
   max_bytes_ = static_cast<uint64_t>(knob_max_bytes().get());
-  small_whole_ = knob_small_whole().get();
+  const std::string parts = knob_parts().get();
+  if (parts == "auto") {
+    parts_mode_ = PartsMode::kAuto;
+  } else if (parts == "first") {
+    parts_mode_ = PartsMode::kFirst;
+  } else if (parts == "all") {
+    parts_mode_ = PartsMode::kAll;
+  } else {
+    return fail("bad UCCL_* setting",
+                InvalidArgument("UCCL_NCCL_PARTS=" + parts +
+                                ": expected auto, first or all"),
+                kInvalidArgument);
+  }
   spread_ = knob_spread().get();
   std::random_device rd;
   next_tag_.store((static_cast<uint64_t>(rd()) << 20) & ((1ull << 56) - 1));
@@ -509,6 +570,8 @@ NcclResult NetPlugin::listen(int dev, void* handle, void** listen_comm) {
   h.tag = l->tag;
   l->stripe = stripe_for(conns_per_comm_, l->ep->config().chunk_bytes);
   h.stripe_bytes = static_cast<uint32_t>(l->stripe);
+  l->parts_mode = parts_mode_;
+  h.flags = static_cast<uint32_t>(parts_mode_);
   std::memcpy(handle, &h, sizeof(h));
   *listen_comm = l;
   return kSuccess;
@@ -520,7 +583,9 @@ NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
   ConnectHandle* h = static_cast<ConnectHandle*>(handle);
   if (h->magic != kHandleMagic || h->version != kHandleVersion ||
       h->nconns < 1 || h->nconns > 16 || h->stripe_bytes < 1024 ||
-      h->stripe_bytes > (1u << 30)) {
+      h->stripe_bytes > (1u << 30) ||
+      (h->flags & kHandleFlagPartsMask) >
+          static_cast<uint32_t>(PartsMode::kAuto)) {
     return fail("connect",
                 ProtocolError("handle is not from a UCCL listen "
                               "of this version"),
@@ -553,6 +618,7 @@ NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
     }
     st->conns.assign(h->nconns, 0);
     st->stripe = h->stripe_bytes;
+    st->parts_mode = static_cast<PartsMode>(h->flags & kHandleFlagPartsMask);
     h->stage = st.release();
     h->stage_magic = kStageMagic;
   }
@@ -579,8 +645,8 @@ NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
     }
   }
   if (ready < static_cast<int>(st->conns.size())) return kSuccess;  // later
-  *send_comm =
-      make_comm(st->dev, st->ep, true, st->conns, st->stripe, max_recvs_);
+  *send_comm = make_comm(st->dev, st->ep, true, st->conns, st->stripe,
+                         st->parts_mode, max_recvs_);
   log_comm(static_cast<PluginComm*>(*send_comm));
   h->stage_magic = 0;
   h->stage = nullptr;
@@ -607,7 +673,8 @@ NcclResult NetPlugin::accept(void* listen_comm, void** recv_comm) {
     }
   }
   if (ready < static_cast<int>(l->conns.size())) return kSuccess;  // later
-  *recv_comm = make_comm(l->dev, l->ep, false, l->conns, l->stripe, max_recvs_);
+  *recv_comm = make_comm(l->dev, l->ep, false, l->conns, l->stripe,
+                         l->parts_mode, max_recvs_);
   log_comm(static_cast<PluginComm*>(*recv_comm));
   l->conns.assign(l->conns.size(), 0);  // handed over
   return kSuccess;
@@ -659,8 +726,31 @@ NcclResult NetPlugin::dereg_mr(void* comm, void* mhandle) {
   return st.ok() ? kSuccess : fail("deregMr", st);
 }
 
+bool NetPlugin::reclaim(PluginComm* c, PluginRequest* r) {
+  if (r->posted < r->parts) return false;  // the backlog: parts to post
+  for (int j = 1; j < r->parts; ++j) {
+    if (!r->reqs[j].done()) return false;
+  }
+  for (int j = 1; j < r->parts && c->broken.ok(); ++j) {
+    Status st = r->reqs[j].status();
+    if (st.ok() && !r->is_send && r->reqs[j].size(0) != 0) {
+      st = ProtocolError("part " + std::to_string(j) + " of a message that " +
+                         "fit its first part brought " +
+                         std::to_string(r->reqs[j].size(0)) + " bytes");
+    }
+    if (!st.ok()) c->broken = st.with_context("a part finishing late");
+  }
+  r->reported = false;
+  return true;
+}
+
 PluginRequest* NetPlugin::alloc_request(PluginComm* c) {
+  if (c->held >= c->max_held) return nullptr;
   for (int i = 0; i < c->pool_size; ++i) {
+    if (c->pool[i].reported) {  // done for NCCL, empty parts finishing
+      if (reclaim(c, &c->pool[i])) return &c->pool[i];
+      continue;
+    }
     bool expected = false;
     if (c->pool[i].used.compare_exchange_strong(expected, true,
                                                 std::memory_order_acquire)) {
@@ -696,16 +786,60 @@ bool NetPlugin::post_parts(PluginComm* c, PluginRequest* r, Status* err) {
 bool NetPlugin::expand_receives(PluginComm* c, Status* err) {
   while (c->expand_count > 0 && c->backlog == nullptr) {
     PluginRequest* r = c->expand[c->expand_head];
-    if (!r->reqs[0].done()) break;
+    if (!r->all_parts && !r->reqs[0].done()) break;
     c->expand_head = (c->expand_head + 1) % c->pool_size;
     --c->expand_count;
     r->expanding = false;
-    if (r->reqs[0].status().ok() && r->reqs[0].size(0) == c->stripe) {
-      r->parts = static_cast<int>(c->conns.size());  // the sender striped
+    if (r->all_parts ||
+        (r->reqs[0].status().ok() && r->reqs[0].size(0) == c->stripe)) {
+      // All parts were due (queued behind an earlier message), or the
+      // sender striped.
+      r->parts = static_cast<int>(c->conns.size());
       if (!post_parts(c, r, err)) return false;
     }
   }
   return true;
+}
+
+bool NetPlugin::next_all_parts(PluginComm* c, bool* wait) {
+  *wait = false;
+  if (c->conns.size() < 2 || c->parts_mode == PartsMode::kFirst) return false;
+  if (c->parts_mode == PartsMode::kAll) return true;
+  const int slot = static_cast<int>(c->seq % kPartsHistory);
+  if (c->striped[slot] < 0) {  // a receive whose part 0 may still be out
+    PluginRequest* old = c->history_req[slot];
+    if (!old->reqs[0].done()) {
+      *wait = true;
+      return false;
+    }
+    note_striped(c, old);
+  }
+  return c->striped[slot] == 1;
+}
+
+void NetPlugin::note_posted(PluginComm* c, PluginRequest* r) {
+  if (c->conns.size() < 2) return;
+  ++c->messages;
+  if (r->all_parts) ++c->all_parts_messages;
+  if (c->parts_mode != PartsMode::kAuto) return;
+  const int slot = static_cast<int>(c->seq % kPartsHistory);
+  r->seq = c->seq++;
+  if (r->is_send) {
+    c->striped[slot] = r->len >= c->stripe ? 1 : 0;
+  } else {
+    c->striped[slot] = -1;  // known once part 0 is done: note_striped
+    c->history_req[slot] = r;
+  }
+}
+
+void NetPlugin::note_striped(PluginComm* c, PluginRequest* r) {
+  const int slot = static_cast<int>(r->seq % kPartsHistory);
+  if (r->is_send || c->history_req[slot] != r) return;
+  // A sender stripes a message of at least a stripe, and its part 0 is
+  // then exactly a stripe.
+  c->striped[slot] =
+      r->reqs[0].status().ok() && r->reqs[0].size(0) == c->stripe ? 1 : 0;
+  c->history_req[slot] = nullptr;
 }
 
 NcclResult NetPlugin::isend(void* send_comm, void* data, size_t size, int tag,
@@ -713,6 +847,7 @@ NcclResult NetPlugin::isend(void* send_comm, void* data, size_t size, int tag,
   if (send_comm == nullptr || request == nullptr) return kInternalError;
   auto* c = static_cast<PluginComm*>(send_comm);
   *request = nullptr;
+  if (!c->broken.ok()) return fail("isend", c->broken);
   if (size > max_bytes_) {
     return fail("isend",
                 InvalidArgument("message of " + std::to_string(size) +
@@ -728,9 +863,12 @@ NcclResult NetPlugin::isend(void* send_comm, void* data, size_t size, int tag,
   r->is_send = true;
   r->n = 1;
   r->expanding = false;
-  // Shorter than a stripe: whole, on connection 0 (see the file comment).
+  bool wait_unused;
+  r->all_parts = next_all_parts(c, &wait_unused);
+  // Shorter than a stripe: whole, on connection 0, unless the receiver
+  // posts all parts of this message at once (see the file comment).
   r->parts =
-      small_whole_ && size < c->stripe ? 1 : static_cast<int>(c->conns.size());
+      !r->all_parts && size < c->stripe ? 1 : static_cast<int>(c->conns.size());
   r->posted = 0;
   r->base = static_cast<uint8_t*>(data);
   r->len = size;
@@ -758,6 +896,8 @@ NcclResult NetPlugin::isend(void* send_comm, void* data, size_t size, int tag,
     prof(&r->event, kProfilerStart, phandle,
          kProfilerNetTypeSock | kProfilerNetSockVersion, &e);
   }
+  note_posted(c, r);
+  ++c->held;
   *request = r;
   return kSuccess;
 }
@@ -775,19 +915,30 @@ NcclResult NetPlugin::irecv(void* recv_comm, int n, void** data,
         kInternalError);
   }
   auto* c = static_cast<PluginComm*>(recv_comm);
+  if (!c->broken.ok()) return fail("irecv", c->broken);
   Status err;
   if (c->backlog && !post_parts(c, c->backlog, &err)) return fail("irecv", err);
   if (c->backlog) return kSuccess;
+  bool all_parts = false;
+  if (n == 1) {
+    bool wait;
+    all_parts = next_all_parts(c, &wait);
+    if (wait) return kSuccess;  // NCCL retries
+  }
   PluginRequest* r = alloc_request(c);
   if (r == nullptr) return kSuccess;
   r->is_send = false;
+  r->all_parts = all_parts;
   r->n = n;
   r->expanding = false;
   r->event = nullptr;
   if (n == 1) {  // striped over the comm's connections
     auto* m = mhandles ? static_cast<PluginMr*>(mhandles[0]) : nullptr;
-    // Part 0 now; the rest once part 0 tells whether the sender striped.
-    r->expanding = small_whole_ && c->conns.size() > 1;
+    // Part 0 now and the rest once part 0 tells whether the sender
+    // striped, unless all parts go now. They cannot where an earlier
+    // message still waits to post its parts: each connection's receives
+    // must stay in message order, so this one queues behind it.
+    r->expanding = c->conns.size() > 1 && (!all_parts || c->expand_count > 0);
     r->parts = r->expanding ? 1 : static_cast<int>(c->conns.size());
     r->posted = 0;
     r->base = static_cast<uint8_t*>(data[0]);
@@ -804,6 +955,7 @@ NcclResult NetPlugin::irecv(void* recv_comm, int n, void** data,
       // At most pool_size requests exist, so the ring cannot overflow.
       c->expand[(c->expand_head + c->expand_count++) % c->pool_size] = r;
     }
+    note_posted(c, r);
   } else {  // grouped (maxRecvs > 1): one connection, tags pick buffers
     MrHandle* mhs[kMaxRecvsPerRequest];
     int tg[kMaxRecvsPerRequest];
@@ -833,6 +985,7 @@ NcclResult NetPlugin::irecv(void* recv_comm, int n, void** data,
     prof(&r->event, kProfilerStart, phandles[0],
          kProfilerNetTypeSock | kProfilerNetSockVersion, &e);
   }
+  ++c->held;
   *request = r;
   return kSuccess;
 }
@@ -855,18 +1008,35 @@ NcclResult NetPlugin::test(void* request, int* done, int* sizes) {
   auto* r = static_cast<PluginRequest*>(request);
   PluginComm* c = r->comm;
   *done = 0;
+  if (!c->broken.ok()) return fail("test", c->broken);
   Status err;
   if (c->backlog && !post_parts(c, c->backlog, &err)) return fail("test", err);
   if (c->expand_count > 0 && !expand_receives(c, &err)) {
     return fail("test", err);
   }
-  if (r->expanding || r->posted < r->parts) return kSuccess;
-  for (int j = 0; j < r->parts; ++j) {
-    if (!r->reqs[j].done()) return kSuccess;
+  if (r->expanding) return kSuccess;
+  // A message shorter than a stripe posted with all K parts: done with part
+  // 0; the empty rest finishes in the background.
+  // Part 0 is read once, so such a message is always reported this way.
+  if (r->posted == 0 || !r->reqs[0].done()) return kSuccess;
+  const bool early = r->all_parts && r->parts > 1 &&
+                     (r->is_send ? r->len < c->stripe
+                                 : !r->reqs[0].status().ok() ||
+                                       r->reqs[0].size(0) < c->stripe);
+  int whole = r->parts;  // parts this completion is made of
+  if (early) {
+    whole = 1;
+  } else {
+    if (r->posted < r->parts) return kSuccess;
+    for (int j = 1; j < r->parts; ++j) {
+      if (!r->reqs[j].done()) return kSuccess;
+    }
   }
   *done = 1;
+  --c->held;
+  if (r->n == 1) note_striped(c, r);
   Status st;
-  for (int j = 0; j < r->parts && st.ok(); ++j) st = r->reqs[j].status();
+  for (int j = 0; j < whole && st.ok(); ++j) st = r->reqs[j].status();
   if (sizes) {
     if (r->n > 1) {
       for (int i = 0; i < r->n; ++i) {
@@ -876,7 +1046,7 @@ NcclResult NetPlugin::test(void* request, int* done, int* sizes) {
       sizes[0] = static_cast<int>(r->len);
     } else {
       size_t total = 0;
-      for (int j = 0; j < r->parts; ++j) total += r->reqs[j].size(0);
+      for (int j = 0; j < whole; ++j) total += r->reqs[j].size(0);
       sizes[0] = static_cast<int>(total);
     }
   }
@@ -885,7 +1055,12 @@ NcclResult NetPlugin::test(void* request, int* done, int* sizes) {
     if (prof) prof(&r->event, kProfilerStop, nullptr, 0, nullptr);
     r->event = nullptr;
   }
-  r->used.store(false, std::memory_order_release);  // NCCL never tests again
+  if (whole < r->parts) {
+    ++c->early_messages;
+    r->reported = true;  // alloc_request reclaims it once the rest is done
+  } else {
+    r->used.store(false, std::memory_order_release);  // NCCL never tests again
+  }
   if (!st.ok()) {
     return fail(
         r->is_send ? "send" : "receive", st,
@@ -897,6 +1072,16 @@ NcclResult NetPlugin::test(void* request, int* done, int* sizes) {
 NcclResult NetPlugin::close_comm(void* comm) {
   if (comm == nullptr) return kSuccess;
   auto* c = static_cast<PluginComm*>(comm);
+  if (c->messages > 0) {
+    static const char* const kModes[] = {"first", "all", "auto"};
+    log(kLogInfo, __FILE__, __LINE__,
+        std::string(c->is_send ? "send" : "recv") +
+            " comm closed: " + std::to_string(c->messages) + " messages, " +
+            std::to_string(c->all_parts_messages) +
+            " with all parts at once, " + std::to_string(c->early_messages) +
+            " done with part 0 (UCCL_NCCL_PARTS=" +
+            kModes[static_cast<int>(c->parts_mode)] + ")");
+  }
   for (ConnId x : c->conns) c->ep->close(x);
   // Closing completes what is still pending (kCancelled); the requests live
   // in this comm, so wait (bounded) until the engines let go of them.

@@ -26,7 +26,8 @@ namespace uccl::nccl {
 //   UCCL_NCCL_MAX_BYTES  largest message NCCL may hand us (default 1 GiB)
 //   UCCL_NCCL_STRIPE_KB  KiB of a message per connection (0 = 1 MiB / K in
 //                        whole chunks, collective/stripe.h)
-//   UCCL_NCCL_SPEED_MBPS, UCCL_NCCL_SMALL_WHOLE, UCCL_NCCL_SPREAD: see there
+//   UCCL_NCCL_PARTS      how receivers post a message's parts (PartsMode)
+//   UCCL_NCCL_SPEED_MBPS, UCCL_NCCL_SPREAD: see there
 
 struct PluginDevice;
 struct PluginComm;
@@ -34,6 +35,24 @@ struct PluginListen;
 
 // Most connections (stripes) one NCCL comm uses.
 constexpr int kMaxStripes = 16;
+
+// How a comm's receivers post the K parts of a message (UCCL_NCCL_PARTS;
+// the receiving side's, carried to the sender in the connect handle).
+enum class PartsMode : uint8_t {
+  // Part 0 first, the rest once part 0 shows the sender striped; a message
+  // shorter than a stripe goes whole on connection 0.
+  kFirst = 0,
+  // All K parts at once. A message shorter than a stripe goes in part 0
+  // with K-1 empty parts and completes with part 0.
+  kAll = 1,
+  // Per message: kAll where the comm's message kPartsHistory earlier was
+  // striped, else kFirst. Both sides know that message's size when they
+  // post: the sender sent it, and a receiver holds at most kMaxRequests
+  // (= kPartsHistory) requests, so that one's part 0 is done or its request
+  // is still held (and waited for).
+  kAuto = 2,
+};
+constexpr int kPartsHistory = 32;
 
 // One outstanding isend/irecv, from its comm's fixed pool. A message is cut
 // into one part per connection of the comm (see net_plugin.cc); a grouped
@@ -43,10 +62,15 @@ struct PluginRequest {
   PluginComm* comm = nullptr;
   std::atomic<bool> used{false};
   bool is_send = false;
-  int n = 0;                // NCCL buffers (grouped receives)
-  int parts = 0;            // engine requests making up this one
-  int posted = 0;           // parts handed to the engines so far (in order)
-  bool expanding = false;   // receive: part 0 posted, the rest waits for it
+  int n = 0;               // NCCL buffers (grouped receives)
+  int parts = 0;           // engine requests making up this one
+  int posted = 0;          // parts handed to the engines so far (in order)
+  bool expanding = false;  // receive: part 0 posted, the rest waits for it
+  // NCCL was told it is done (part 0 held the whole message) while its
+  // empty parts still finish; alloc_request reuses it once they have.
+  bool reported = false;
+  bool all_parts = false;   // posted with all K parts at once (PartsMode)
+  uint64_t seq = 0;         // receive, kAuto: its place in the comm's history
   uint8_t* base = nullptr;  // striped message: the buffer and its length
   size_t len = 0;           // (send: bytes sent; receive: buffer size)
   MrHandle* mh = nullptr;
@@ -106,6 +130,16 @@ class NetPlugin {
   ~NetPlugin();
   Result<Endpoint*> endpoint(PluginDevice* d);
   PluginRequest* alloc_request(PluginComm* c);
+  // A reported request whose remaining parts are all done: records a failed
+  // or non-empty one in c->broken and makes r free to reuse (true).
+  bool reclaim(PluginComm* c, PluginRequest* r);
+  // PartsMode: whether c's next message goes with all K parts at once; a
+  // receiver that cannot tell yet sets *wait (NCCL retries the post).
+  bool next_all_parts(PluginComm* c, bool* wait);
+  // kAuto: r is c's next message (the sender knows whether it is striped;
+  // a receive learns it from part 0, note_striped).
+  void note_posted(PluginComm* c, PluginRequest* r);
+  void note_striped(PluginComm* c, PluginRequest* r);
   // Posts r's remaining parts in order; false on an error (logged). Parts an
   // engine cannot take now stay for later (the comm's backlog).
   bool post_parts(PluginComm* c, PluginRequest* r, Status* err);
@@ -130,8 +164,8 @@ class NetPlugin {
   std::vector<std::unique_ptr<PluginDevice>> devs_;
   int engines_per_device_ = 1;  // UCCL_NCCL_ENGINES, or auto_engines
   int conns_per_comm_ = 1;
-  bool small_whole_ = true;
-  bool spread_ = true;  // UCCL_NCCL_SPREAD
+  PartsMode parts_mode_ = PartsMode::kAuto;  // UCCL_NCCL_PARTS
+  bool spread_ = true;                       // UCCL_NCCL_SPREAD
   int max_recvs_ = 1;
   uint64_t max_bytes_ = 0;
   std::atomic<uint64_t> next_tag_{1};

@@ -1435,8 +1435,8 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
   const uint64_t drops = dev_->drops();
   // The NIC's RC retransmission timeouts (the control QPs' in UC mode):
   // descriptors lost, or acknowledged later than the timeout.
-  const uint64_t rc_timeouts =
-      transport::counter_sum(dev_->counters_text(), "rc_timeouts");
+  const std::string counters = dev_->counters_text();
+  const uint64_t rc_timeouts = transport::counter_sum(counters, "rc_timeouts");
   // Of the wall time since the last line (BusyMeter: loops that did work).
   const uint64_t run = busy_.run_ns() - last_stats_run_ns_;
   const int busy_pct =
@@ -1456,7 +1456,9 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
             << " us eager " << f.sends_eager << " held " << f.eager_held
             << " rtt p50/p99 " << f.rtt_p50_ns / 1000 << "/"
             << f.rtt_p99_ns / 1000 << " us nic drops "
-            << drops - last_stats_drops_ << " rc timeouts "
+            << drops - last_stats_drops_ << " ("
+            << transport::nonzero_counters(counters, "drop_")
+            << " since start) rc timeouts "
             << rc_timeouts - last_stats_rc_timeouts_ << " loops "
             << loops_ - last_stats_loops_ << " idle "
             << idle_loops_ - last_stats_idle_ << " busy " << busy_pct

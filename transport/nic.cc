@@ -61,6 +61,28 @@ uint64_t counter_sum(const std::string& text, const std::string& name) {
   return sum;
 }
 
+std::string nonzero_counters(const std::string& text,
+                             const std::string& prefix) {
+  std::string out;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const size_t sp = text.find(' ', pos);
+    if (sp < end && sp > pos && text.compare(pos, prefix.size(), prefix) == 0 &&
+        sp - pos >= prefix.size()) {
+      const uint64_t v = std::strtoull(text.c_str() + sp + 1, nullptr, 10);
+      if (v != 0) {
+        if (!out.empty()) out += ' ';
+        out.append(text, pos, sp - pos);
+        out += '=';
+        out += std::to_string(v);
+      }
+    }
+    pos = end + 1;
+  }
+  return out;
+}
+
 const char* wc_status_name(WcStatus s) {
   switch (s) {
     case WcStatus::kSuccess:

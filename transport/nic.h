@@ -67,6 +67,13 @@ const char* wc_status_name(WcStatus s);
 // 0 if there are none.
 uint64_t counter_sum(const std::string& counters_text, const std::string& name);
 
+// "name=value" for each line of a Device::counters_text() whose name starts
+// with `prefix` and whose value is not 0, space-separated in the text's
+// order; "" if there are none. Stats lines use it to say why datagrams were
+// dropped (prefix "drop_").
+std::string nonzero_counters(const std::string& counters_text,
+                             const std::string& prefix);
+
 // MR access rights (same meaning as IBV_ACCESS_*).
 enum Access : uint32_t {
   kAccessLocalWrite = 1u << 0,

@@ -7,8 +7,8 @@
 //   nccl_plugin_conformance --scenario=NAME [--version=N]   one scenario
 //
 // Scenarios: props, data, backpressure, truncation, grouped, close, twoproc
-// (sender in a second process), tuner (ncclTunerPlugin_v4), and
-// data/twoproc again under 1% injected loss.
+// (sender in a second process), tuner (ncclTunerPlugin_v4), parts (each
+// UCCL_NCCL_PARTS mode), and data/twoproc again under 1% injected loss.
 #include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,9 +84,21 @@ int number_before(const char* msg, const char* what) {
   while (b > msg && b[-1] >= '0' && b[-1] <= '9') --b;
   return b == p ? -1 : std::atoi(b);
 }
+// From each comm's close line ("send comm closed: N messages, A with all
+// parts at once, E done with part 0"): [send, recv] x [N, A, E], summed.
+std::atomic<int> g_closed_counts[2][3];
 void note_counts(const char* fmt, va_list ap) {
   char msg[512];
   std::vsnprintf(msg, sizeof(msg), fmt, ap);
+  if (std::strstr(msg, " comm closed: ") != nullptr) {
+    const int side = std::strstr(msg, "send comm closed") != nullptr ? 0 : 1;
+    const char* what[] = {" messages, ", " with all parts at once, ",
+                          " done with part 0"};
+    for (int i = 0; i < 3; ++i) {
+      const int v = number_before(msg, what[i]);
+      if (v >= 0) g_closed_counts[side][i] += v;
+    }
+  }
   int n = number_before(msg, " engines per device (");
   if (n >= 0) g_chosen_engines = n;
   n = number_before(msg, " engine(s) on cores ");
@@ -485,6 +497,106 @@ void scenario_data(Api& a, int steps) {
   CHECK_THAT(a.close_recv(rc) == kSuccess, "closeRecv");
   CHECK_THAT(a.close_listen(lc) == kSuccess, "closeListen");
   std::printf("  %d messages each way checked\n", steps);
+}
+
+// UCCL_NCCL_PARTS: on one comm, 40 messages of about 1 MiB (striped), 40 of
+// about 1 KiB (whole), 40 of about 1 MiB; 8 receives posted at a time
+// (NCCL's depth), the sender up to 32 ahead; every byte checked. Each side's
+// close line counts the messages posted with all parts at once and those
+// done with part 0 (short messages posted so), which follow from the mode:
+// auto takes all parts at once where the message 32 before was striped.
+void scenario_parts(Api& a) {
+  const char* env = std::getenv("UCCL_NCCL_PARTS");
+  const std::string mode = env ? env : "auto";
+  constexpr int kMsgs = 120;
+  auto size_of = [](int i) -> size_t {
+    return i >= 40 && i < 80 ? 1000 + i : (1u << 20) + i;
+  };
+  int want_all = 48, want_early = 32;  // auto: [32, 72) and [112, 120)
+  if (mode == "all") {
+    want_all = kMsgs;
+    want_early = 40;
+  } else if (mode == "first") {
+    want_all = want_early = 0;
+  }
+  void *sc, *rc, *lc;
+  REQUIRE(connect_pair(a, 0, &sc, &rc, &lc), "connect/accept");
+  const size_t kSlot = 2 << 20;
+  std::vector<uint8_t> sbuf(32 * kSlot), rbuf(8 * kSlot);
+  CloseOnReturn closer(a, {sc}, {rc}, {lc});
+  void *smh = nullptr, *rmh = nullptr;
+  REQUIRE(a.reg_mr(sc, sbuf.data(), sbuf.size(), kPtrHost, &smh) == kSuccess,
+          "regMr");
+  REQUIRE(a.reg_mr(rc, rbuf.data(), rbuf.size(), kPtrHost, &rmh) == kSuccess,
+          "regMr");
+  std::vector<void*> sreq(kMsgs, nullptr), rreq(kMsgs, nullptr);
+  int sent = 0, recvd = 0, sdone = 0, rdone = 0;
+  const uint64_t until = uccl::monotonic_ns() + 120000000000ull;
+  while ((sdone < kMsgs || rdone < kMsgs) && uccl::monotonic_ns() < until) {
+    if (recvd < kMsgs && recvd - rdone < 8) {
+      void* data = rbuf.data() + (recvd % 8) * kSlot;
+      size_t size = kSlot;
+      int tag = 0;
+      REQUIRE(
+          a.irecv(rc, 1, &data, &size, &tag, &rmh, &rreq[recvd]) == kSuccess,
+          "irecv %d", recvd);
+      if (rreq[recvd]) ++recvd;
+    }
+    if (sent < kMsgs && sent - sdone < 32) {
+      uint8_t* b = sbuf.data() + (sent % 32) * kSlot;
+      uccl::fill_pattern(b, size_of(sent), 3000 + sent);
+      REQUIRE(a.isend(sc, b, size_of(sent), 0, smh, &sreq[sent]) == kSuccess,
+              "isend %d", sent);
+      if (sreq[sent]) ++sent;
+    }
+    int done = 0, size = -1;
+    if (sdone < sent) {
+      REQUIRE(a.test(sreq[sdone], &done, &size) == kSuccess, "send test");
+      if (done) {
+        CHECK_THAT(size == static_cast<int>(size_of(sdone)), "send %d size %d",
+                   sdone, size);
+        ++sdone;
+      }
+    }
+    if (rdone < recvd) {
+      REQUIRE(a.test(rreq[rdone], &done, &size) == kSuccess, "recv test %d",
+              rdone);
+      if (done) {
+        CHECK_THAT(size == static_cast<int>(size_of(rdone)),
+                   "message %d: size %d, want %zu", rdone, size,
+                   size_of(rdone));
+        const int64_t bad = uccl::find_pattern_mismatch(
+            rbuf.data() + (rdone % 8) * kSlot, size_of(rdone), 3000 + rdone);
+        CHECK_THAT(bad < 0, "message %d: bad byte at %lld", rdone,
+                   static_cast<long long>(bad));
+        ++rdone;
+      }
+    }
+  }
+  CHECK_THAT(sdone == kMsgs && rdone == kMsgs, "sends %d/%d receives %d/%d",
+             sdone, kMsgs, rdone, kMsgs);
+  closer.dismiss();
+  CHECK_THAT(a.dereg_mr(sc, smh) == kSuccess, "deregMr");
+  CHECK_THAT(a.dereg_mr(rc, rmh) == kSuccess, "deregMr");
+  CHECK_THAT(a.close_send(sc) == kSuccess, "closeSend");
+  CHECK_THAT(a.close_recv(rc) == kSuccess, "closeRecv");
+  CHECK_THAT(a.close_listen(lc) == kSuccess, "closeListen");
+  for (int side = 0; side < 2; ++side) {
+    const char* name = side == 0 ? "send" : "recv";
+    CHECK_THAT(g_closed_counts[side][0] == kMsgs, "%s: %d messages logged",
+               name, g_closed_counts[side][0].load());
+    CHECK_THAT(g_closed_counts[side][1] == want_all,
+               "%s: %d messages with all parts at once, want %d (%s)", name,
+               g_closed_counts[side][1].load(), want_all, mode.c_str());
+    CHECK_THAT(g_closed_counts[side][2] == want_early,
+               "%s: %d messages done with part 0, want %d (%s)", name,
+               g_closed_counts[side][2].load(), want_early, mode.c_str());
+  }
+  std::printf(
+      "  %d messages checked; %d with all parts at once, %d done with "
+      "part 0 (%s)\n",
+      kMsgs, g_closed_counts[1][1].load(), g_closed_counts[1][2].load(),
+      mode.c_str());
 }
 
 // 32 requests per comm: the 33rd isend returns a NULL request (try later).
@@ -1339,6 +1451,8 @@ int run_scenario(const std::string& plugin, const std::string& name,
     scenario_close(a);
   else if (name == "placement")
     scenario_placement(a);
+  else if (name == "parts")
+    scenario_parts(a);
   else if (name == "tuner")
     scenario_tuner(a);
   else if (name == "auto_engines")
@@ -1405,6 +1519,16 @@ int main(int argc, char** argv) {
                   {"UCCL_NCCL_DEVICES=udp:lo", "UCCL_NCCL_SPEED_MBPS=123000"}});
   runs.push_back({"grouped", 11, {"UCCL_NCCL_MAX_RECVS=8"}});
   runs.push_back({"placement", 11, {"UCCL_NCCL_ENGINES=4"}});
+  runs.push_back({"parts", 11, {}});  // auto
+  runs.push_back({"parts", 11, {"UCCL_NCCL_PARTS=first"}});
+  runs.push_back({"parts", 11, {"UCCL_NCCL_PARTS=all"}});
+  runs.push_back(
+      {"parts", 11, {"UCCL_FAULT_TX=drop=0.01", "UCCL_FAULT_SEED=11"}});
+  // The receiver's mode wins: the sender's own knob says first.
+  runs.push_back({"twoproc",
+                  11,
+                  {"UCCL_NCCL_PARTS=all",
+                   "CONFORMANCE_SENDER_ENV=UCCL_NCCL_PARTS=first"}});
   runs.push_back(
       {"auto_engines", 11, {"UCCL_NCCL_ENGINES=0", "LOCAL_WORLD_SIZE=1"}});
   runs.push_back(

@@ -32,6 +32,18 @@ TEST(CounterSumTest, SumsLinesOfThatNameOnly) {
   EXPECT_EQ(counter_sum("", "rx_packets"), 0u);
 }
 
+TEST(CounterText, NonzeroCountersNameOnlyThoseWithThePrefix) {
+  const std::string text =
+      "rx_packets 10\ndrop_no_recv 0\ndrop_kernel_rcvbuf 12\ndrop_\n"
+      "drop_duplicate 3\nfault_drop_x 5\ndrop_bad_crc 18446744073709551615";
+  EXPECT_EQ(nonzero_counters(text, "drop_"),
+            "drop_kernel_rcvbuf=12 drop_duplicate=3 "
+            "drop_bad_crc=18446744073709551615");
+  EXPECT_EQ(nonzero_counters(text, "rx_"), "rx_packets=10");
+  EXPECT_EQ(nonzero_counters(text, "tx_"), "");
+  EXPECT_EQ(nonzero_counters("", "drop_"), "");
+}
+
 TEST(MrTableTest, BoundsKeysAndAccess) {
   MrTable t;
   auto k = t.add(0x10000, 0x1000, kAccessLocalWrite | kAccessRemoteWrite);

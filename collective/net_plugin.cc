@@ -1015,9 +1015,9 @@ NcclResult NetPlugin::test(void* request, int* done, int* sizes) {
     return fail("test", err);
   }
   if (r->expanding) return kSuccess;
-  // A message shorter than a stripe posted with all K parts: done with part
-  // 0; the empty rest finishes in the background.
-  // Part 0 is read once, so such a message is always reported this way.
+  // A message shorter than a stripe posted with all K parts is done with
+  // part 0 (`early`); its empty rest finishes in the background. Part 0 is
+  // read once here, so such a message is always reported that way.
   if (r->posted == 0 || !r->reqs[0].done()) return kSuccess;
   const bool early = r->all_parts && r->parts > 1 &&
                      (r->is_send ? r->len < c->stripe

@@ -46,40 +46,46 @@ const char* wr_opcode_name(WrOpcode op) {
   return "?";
 }
 
-uint64_t counter_sum(const std::string& text, const std::string& name) {
-  uint64_t sum = 0;
+namespace {
+
+// Calls fn(name_pos, name_len, value) for each "name value" line of a
+// counters_text(), in order; lines without a space are skipped.
+template <typename Fn>
+void for_each_counter(const std::string& text, Fn fn) {
   for (size_t pos = 0; pos < text.size();) {
     size_t end = text.find('\n', pos);
     if (end == std::string::npos) end = text.size();
-    if (end - pos > name.size() + 1 &&
-        text.compare(pos, name.size(), name) == 0 &&
-        text[pos + name.size()] == ' ') {
-      sum += std::strtoull(text.c_str() + pos + name.size() + 1, nullptr, 10);
+    const size_t sp = text.find(' ', pos);
+    if (sp < end && sp > pos) {
+      fn(pos, sp - pos, std::strtoull(text.c_str() + sp + 1, nullptr, 10));
     }
     pos = end + 1;
   }
+}
+
+}  // namespace
+
+uint64_t counter_sum(const std::string& text, const std::string& name) {
+  uint64_t sum = 0;
+  for_each_counter(text, [&](size_t pos, size_t n, uint64_t v) {
+    if (text.compare(pos, n, name) == 0) sum += v;
+  });
   return sum;
 }
 
 std::string nonzero_counters(const std::string& text,
                              const std::string& prefix) {
   std::string out;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    const size_t sp = text.find(' ', pos);
-    if (sp < end && sp > pos && text.compare(pos, prefix.size(), prefix) == 0 &&
-        sp - pos >= prefix.size()) {
-      const uint64_t v = std::strtoull(text.c_str() + sp + 1, nullptr, 10);
-      if (v != 0) {
-        if (!out.empty()) out += ' ';
-        out.append(text, pos, sp - pos);
-        out += '=';
-        out += std::to_string(v);
-      }
+  for_each_counter(text, [&](size_t pos, size_t n, uint64_t v) {
+    if (v == 0 || n < prefix.size() ||
+        text.compare(pos, prefix.size(), prefix) != 0) {
+      return;
     }
-    pos = end + 1;
-  }
+    if (!out.empty()) out += ' ';
+    out.append(text, pos, n);
+    out += '=';
+    out += std::to_string(v);
+  });
   return out;
 }
 

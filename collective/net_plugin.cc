@@ -74,8 +74,9 @@ UCCL_KNOB(int64_t, knob_engines, "UCCL_NCCL_ENGINES", 0,
           "the host (LOCAL_WORLD_SIZE, "
           "OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS, else the host's "
           "GPUs), between 1 and 8: 8 with 2 ranks on 32 CPUs, 6 with 8 "
-          "ranks on 64. Where cores are spare, 12 moves large messages "
-          "faster and small ones a little slower (README).",
+          "ranks on 64. Where cores are spare, 12 (which also gets 6 NCCL "
+          "channels, UCCL_NCCL_SPEED_MBPS) moves large messages faster and "
+          "small ones a little slower (README).",
           0, 16);
 UCCL_KNOB(int64_t, knob_conns, "UCCL_NCCL_CONNS", 0,
           "NCCL plugin: UCCL connections per NCCL comm; each message is "
@@ -100,9 +101,11 @@ UCCL_KNOB(int64_t, knob_stripe_kb, "UCCL_NCCL_STRIPE_KB", 0,
           0, 1 << 20);
 UCCL_KNOB(int64_t, knob_speed_mbps, "UCCL_NCCL_SPEED_MBPS", 0,
           "NCCL plugin: link speed reported to NCCL, Mb/s (0: the device's "
-          "link speed, or 400000 where the link has none, as on lo and "
-          "most VM interfaces). NCCL sizes its channel count from it: on "
-          "one host 100000 gives 2 channels, 400000 gives 4.",
+          "link speed; where the link has none, as on lo and most VM "
+          "interfaces, 300000 with 12 or more engines per device and "
+          "400000 with fewer). NCCL sizes its channel count from it: on "
+          "one host 100000 gives 2 channels, 300000 gives 6, 400000 gives "
+          "4 (collective/stripe.h).",
           0, INT32_MAX);
 UCCL_KNOB(std::string, knob_parts, "UCCL_NCCL_PARTS", "auto",
           "NCCL plugin: how a comm's receivers post the K parts of a "
@@ -128,15 +131,6 @@ UCCL_KNOB(int64_t, knob_max_bytes, "UCCL_NCCL_MAX_BYTES", int64_t{1} << 30,
           "maxCollBytes); larger operations are split by NCCL.",
           4096, int64_t{1} << 40);
 
-// Reported for a device whose link has no speed: a virtual interface (lo,
-// most VM NICs) under the software NIC, or a verbs port not queried. NCCL
-// sizes its NET channels from the speed, and on one host 400000 gives 4
-// channels where the software NIC's stand-in (100000) gives 2. Measured on
-// loopback, 2 ranks (BENCHMARKS.md, session 11), 4 channels were faster from
-// 1 MiB up (256 MiB 18.1 against 11.6 GB/s, 1 MiB 120 against 217 us), at
-// most 0.2 us slower below 256 KiB (64 KiB 44 against 48 us), and 256 KiB
-// took 82 against 77 us.
-constexpr uint64_t kUnknownSpeedMbps = 400000;
 constexpr uint32_t kHandleMagic = 0x55434e48;  // "UCNH"
 constexpr uint16_t kHandleVersion = 3;  // 2: the acceptor's stripe; 3: flags
 constexpr uint64_t kStageMagic = 0x5543434f4e4e4543ull;
@@ -176,7 +170,7 @@ struct PluginDevice {
   std::string ep_name;  // UCCL device string
   std::string ip;       // where peers reach our bootstrap listener
   std::string pci;
-  uint64_t speed_mbps = 0;
+  uint64_t speed_mbps = 0;  // reported; 0 until init where the link has none
   uint64_t guid = 0;
   std::unique_ptr<Endpoint> ep;
   uint16_t port = 0;
@@ -375,16 +369,13 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
     d->name = n;
     d->ep_name = n;
     d->ip = host_ip;
-    d->speed_mbps = kUnknownSpeedMbps;
     for (const auto& info : all) {
       if (info.name != n && !(n == "udp" && info.netdev == "lo")) continue;
       if (!info.ip.empty() && info.backend == "udp" && n != "udp") {
         d->ip = info.ip;
       }
       d->pci = info.pci_path;
-      d->speed_mbps = info.link_speed_known && info.link_speed_mbps
-                          ? info.link_speed_mbps
-                          : kUnknownSpeedMbps;
+      d->speed_mbps = info.link_speed_known ? info.link_speed_mbps : 0;
       d->guid = info.guid;
     }
     if (knob_speed_mbps().get() > 0) {
@@ -407,6 +398,13 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
     engines_why = "auto: " + std::to_string(cpus) + " CPUs over " +
                   std::to_string(ranks) + " local rank(s), " +
                   std::to_string(gpus) + " GPU(s) on the host";
+  }
+  // Links without a speed report the one that gives NCCL as many channels
+  // as these engines serve (stripe.h).
+  for (auto& d : devs_) {
+    if (d->speed_mbps == 0) {
+      d->speed_mbps = unknown_link_speed_mbps(engines_per_device_);
+    }
   }
   conns_per_comm_ = max_recvs_ > 1 ? 1
                     : knob_conns().get() > 0

@@ -20,13 +20,33 @@ namespace uccl::nccl {
 // slower (BENCHMARKS.md, session 18). The cap is the measured default: 12
 // engines (with 6 connections per comm) made 16-256 MiB all_reduce
 // 1.15-1.22x faster on 2 ranks with 32 CPUs, but most sizes from 4 B to 4
-// MiB slower, by up to 13% (session 26), so where the share allows more, 12
-// is the user's choice (UCCL_NCCL_ENGINES).
+// MiB slower, by up to 13% (session 26); with 6 NCCL channels as well
+// (unknown_link_speed_mbps) 256 MiB was 1.2-1.3x faster than 8 engines, but
+// 4 B took 30.6 against 18.8 us in 2 rounds of 3 on one VM (session 31). So
+// where the share allows more, 12 is the user's choice (UCCL_NCCL_ENGINES).
 constexpr int kMaxAutoEngines = 8;
 inline int auto_engines(int allowed_cpus, int local_ranks) {
   if (local_ranks < 1) local_ranks = 1;
   const int three_quarters = allowed_cpus / local_ranks * 3 / 4;
   return std::clamp(three_quarters, 1, kMaxAutoEngines);
+}
+
+// The link speed the plugin reports to NCCL, Mb/s, for a device whose link
+// has none (lo, most VM NICs under the software NIC), given the engines per
+// device. NCCL 2.28 sizes its NET channels from it: on one host 100000 and
+// 200000 gave 2 channels, 300000 gave 6, and 400000 up to 2400000 gave 4
+// (sessions 11, 26, 31); 4 against 2 made 256 MiB 1.56x faster (session
+// 11). 4 channels suit up to 8 engines: with 8, 6 channels made 256 MiB no
+// faster and 64 KiB 26% slower (session 26). 12 engines move more than 4
+// channels feed them: 6 channels made 256 MiB 1.09-1.12x and 1 MiB
+// 1.12-1.21x faster than 12 engines under 4, for 64 KiB 21-65% slower
+// (still faster than Socket's; session 31).
+constexpr int kSixChannelEngines = 12;
+constexpr uint64_t kUnknownSpeedMbps = 400000;
+constexpr uint64_t kUnknownSpeedManyEnginesMbps = 300000;
+inline uint64_t unknown_link_speed_mbps(int engines) {
+  return engines >= kSixChannelEngines ? kUnknownSpeedManyEnginesMbps
+                                       : kUnknownSpeedMbps;
 }
 
 // Connections per comm when UCCL_NCCL_CONNS=0: half the engines, between 1

@@ -348,11 +348,16 @@ void scenario_props(Api& a) {
     CHECK_THAT(p.ptrSupport == kPtrHost, "ptrSupport %d", p.ptrSupport);
     CHECK_THAT(p.speed > 0, "speed %d", p.speed);
     if (std::strcmp(p.name, "udp:lo") == 0) {
-      // lo has no link speed: 400000 (4 NCCL channels on one host) unless
-      // the user says otherwise.
+      // lo has no link speed: the one for the engines the plugin chose
+      // (400000 with 8, 300000 with 12: 4 or 6 NCCL channels on one host)
+      // unless the user says otherwise.
       const char* s = std::getenv("UCCL_NCCL_SPEED_MBPS");
-      const int want = s ? std::atoi(s) : 400000;
-      CHECK_THAT(p.speed == want, "udp:lo speed %d, want %d", p.speed, want);
+      const int engines = g_chosen_engines.load();
+      const int want =
+          s ? std::atoi(s)
+            : static_cast<int>(uccl::nccl::unknown_link_speed_mbps(engines));
+      CHECK_THAT(p.speed == want, "udp:lo speed %d, want %d (%d engines)",
+                 p.speed, want, engines);
     }
     CHECK_THAT(p.maxComms > 0, "maxComms");
     CHECK_THAT(p.maxRecvs >= 1 && p.maxRecvs <= 8, "maxRecvs %d", p.maxRecvs);
@@ -1517,6 +1522,9 @@ int main(int argc, char** argv) {
   runs.push_back({"props",
                   11,
                   {"UCCL_NCCL_DEVICES=udp:lo", "UCCL_NCCL_SPEED_MBPS=123000"}});
+  // 12 engines: lo reports 300000 (6 NCCL channels), not 400000.
+  runs.push_back(
+      {"props", 11, {"UCCL_NCCL_DEVICES=udp:lo", "UCCL_NCCL_ENGINES=12"}});
   runs.push_back({"grouped", 11, {"UCCL_NCCL_MAX_RECVS=8"}});
   runs.push_back({"placement", 11, {"UCCL_NCCL_ENGINES=4"}});
   runs.push_back({"parts", 11, {}});  // auto

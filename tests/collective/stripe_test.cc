@@ -176,6 +176,21 @@ TEST(AutoEngines, ThreeQuartersOfTheRanksShareBetweenOneAndEight) {
   }
 }
 
+TEST(UnknownLinkSpeed, SixNcclChannelsForTwelveEnginesElseFour) {
+  // The values NCCL 2.28 turns into 6 and 4 channels on one host.
+  EXPECT_EQ(unknown_link_speed_mbps(12), 300000u);
+  EXPECT_EQ(unknown_link_speed_mbps(16), 300000u);
+  EXPECT_EQ(unknown_link_speed_mbps(11), 400000u);
+  EXPECT_EQ(unknown_link_speed_mbps(8), 400000u);
+  EXPECT_EQ(unknown_link_speed_mbps(1), 400000u);
+  // auto_engines never reaches 12 engines, so the default keeps 4 channels.
+  for (int cpus = 1; cpus <= 256; ++cpus) {
+    for (int ranks = 1; ranks <= 8; ++ranks) {
+      ASSERT_EQ(unknown_link_speed_mbps(auto_engines(cpus, ranks)), 400000u);
+    }
+  }
+}
+
 TEST(AutoConns, HalfTheEnginesPutFourConnectionsOnEveryEngine) {
   EXPECT_EQ(auto_conns(8), 4);   // the measured pairs: 8 and 4, 12 and 6
   EXPECT_EQ(auto_conns(12), 6);  // UCCL_NCCL_ENGINES=12

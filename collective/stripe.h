@@ -21,7 +21,7 @@ namespace uccl::nccl {
 // engines (with 6 connections per comm) made 16-256 MiB all_reduce
 // 1.15-1.22x faster on 2 ranks with 32 CPUs, but most sizes from 4 B to 4
 // MiB slower, by up to 13% (session 26); with 6 NCCL channels as well
-// (unknown_link_speed_mbps) 256 MiB was 1.2-1.3x faster than 8 engines, but
+// (unknown_link_speed_mbps) 256 MiB was 1.20-1.35x faster than 8, but
 // 4 B took 30.6 against 18.8 us in 2 rounds of 3 on one VM (session 31). So
 // where the share allows more, 12 is the user's choice (UCCL_NCCL_ENGINES).
 constexpr int kMaxAutoEngines = 8;

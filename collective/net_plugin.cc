@@ -36,6 +36,9 @@
 // use one connection (K = 1) and the engine matches the tags.
 #include "collective/net_plugin.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
@@ -73,10 +76,10 @@ UCCL_KNOB(int64_t, knob_engines, "UCCL_NCCL_ENGINES", 0,
           "CPUs, or its cgroup's CPU quota where lower) over the ranks on "
           "the host (LOCAL_WORLD_SIZE, "
           "OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS, else the host's "
-          "GPUs), between 1 and 8: 8 with 2 ranks on 32 CPUs, 6 with 8 "
-          "ranks on 64. Where cores are spare, 12 (which also gets 6 NCCL "
-          "channels, UCCL_NCCL_SPEED_MBPS) moves large messages faster and "
-          "small ones a little slower (README).",
+          "GPUs), at least 1 and at most 12 with one or two ranks per host, "
+          "8 with more: 12 with 2 ranks on 32 CPUs (which also gets 6 NCCL "
+          "channels, UCCL_NCCL_SPEED_MBPS), 8 with 4 ranks on 64, 6 with 8 "
+          "ranks on 64 (collective/stripe.h).",
           0, 16);
 UCCL_KNOB(int64_t, knob_conns, "UCCL_NCCL_CONNS", 0,
           "NCCL plugin: UCCL connections per NCCL comm; each message is "
@@ -93,9 +96,11 @@ UCCL_KNOB(int64_t, knob_stripe_kb, "UCCL_NCCL_STRIPE_KB", 0,
           "connection. 0: NCCL's 1 MiB all_reduce message (4 MiB buffers, "
           "Simple) over the comm's K connections, 1 MiB / K rounded up to "
           "1 KiB and then to whole chunks where that keeps the parts "
-          "even (collective/stripe.h): with the default 4 connections on "
+          "even (collective/stripe.h): with 4 connections (8 engines) on "
           "lo, 256 KiB (61440-byte chunks, UCCL_SOFTNIC_SPLICE) or 255.5 "
-          "KiB (four 65408-byte chunks, payloads copied); 86 KiB with 12. "
+          "KiB (four 65408-byte chunks, payloads copied); with 6 (12 "
+          "engines) three chunks, 195840 B on the GPU VMs' eth0; 86 KiB "
+          "with 12. "
           "The receiving side's stripe travels in the connect handle: "
           "senders use it.",
           0, 1 << 20);
@@ -126,6 +131,15 @@ UCCL_KNOB(bool, knob_spread, "UCCL_NCCL_SPREAD", true,
           "connection 0), so send and receive traffic share every engine "
           "alike. Off: every connection goes to the least-loaded engine, "
           "which puts connection 0 of every comm on one engine.");
+UCCL_KNOB(bool, knob_steer, "UCCL_NCCL_STEER_THREADS", true,
+          "NCCL plugin: each NCCL thread that calls the plugin to connect, "
+          "accept, send or receive (its proxy threads) leaves, once, the "
+          "cores UCCL engines of any process on the host are pinned to "
+          "(Endpoint::engine_cores_on_host), where it may run on others. A "
+          "busy engine does not yield its core, so a proxy thread the "
+          "scheduler put there waited behind it, up to a scheduler tick per "
+          "message, until the kernel moved it (BENCHMARKS.md, session 32). "
+          "Off: the kernel alone places them.");
 UCCL_KNOB(int64_t, knob_max_bytes, "UCCL_NCCL_MAX_BYTES", int64_t{1} << 30,
           "NCCL plugin: largest message NCCL may post (maxP2pBytes, "
           "maxCollBytes); larger operations are split by NCCL.",
@@ -525,6 +539,26 @@ void NetPlugin::log_comm(const PluginComm* c) {
           (e.ok() ? std::to_string(*e) : std::string("?")));
 }
 
+void NetPlugin::steer_thread() {
+  thread_local bool steered = false;
+  if (steered) return;
+  steered = true;
+  if (!knob_steer().get()) return;
+  const std::vector<int> avoid = Endpoint::engine_cores_on_host();
+  if (avoid.empty()) return;
+  auto now = uccl::avoid_cpus_current_thread(avoid);
+  if (!now.ok()) {
+    log(kLogWarn, __FILE__, __LINE__,
+        "cannot keep this thread off the engines' cores: " +
+            now.status().to_string());
+    return;
+  }
+  log(kLogInfo, __FILE__, __LINE__,
+      "thread " + std::to_string(static_cast<long>(syscall(SYS_gettid))) +
+          " keeps off the engines' cores " + uccl::format_cpu_list(avoid) +
+          ": it runs on " + uccl::format_cpu_list(*now));
+}
+
 Endpoint* NetPlugin::endpoint_for_testing(int dev) {
   std::lock_guard<std::mutex> lock(mu_);
   if (dev < 0 || dev >= static_cast<int>(devs_.size())) return nullptr;
@@ -577,6 +611,7 @@ NcclResult NetPlugin::listen(int dev, void* handle, void** listen_comm) {
 
 NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
   if (handle == nullptr || send_comm == nullptr) return kInternalError;
+  steer_thread();
   *send_comm = nullptr;
   ConnectHandle* h = static_cast<ConnectHandle*>(handle);
   if (h->magic != kHandleMagic || h->version != kHandleVersion ||
@@ -654,6 +689,7 @@ NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
 
 NcclResult NetPlugin::accept(void* listen_comm, void** recv_comm) {
   if (listen_comm == nullptr || recv_comm == nullptr) return kInternalError;
+  steer_thread();
   *recv_comm = nullptr;
   auto* l = static_cast<PluginListen*>(listen_comm);
   int ready = 0;
@@ -844,6 +880,7 @@ NcclResult NetPlugin::isend(void* send_comm, void* data, size_t size, int tag,
                             void* mhandle, void* phandle, void** request) {
   if (send_comm == nullptr || request == nullptr) return kInternalError;
   auto* c = static_cast<PluginComm*>(send_comm);
+  steer_thread();
   *request = nullptr;
   if (!c->broken.ok()) return fail("isend", c->broken);
   if (size > max_bytes_) {
@@ -905,6 +942,7 @@ NcclResult NetPlugin::irecv(void* recv_comm, int n, void** data,
                             void** mhandles, void** phandles, void** request) {
   if (recv_comm == nullptr || request == nullptr) return kInternalError;
   *request = nullptr;  // also clears NCCL's optional-completion marker
+  steer_thread();
   if (n < 1 || n > max_recvs_ || data == nullptr || sizes == nullptr) {
     return fail(
         "irecv",

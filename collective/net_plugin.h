@@ -154,6 +154,9 @@ class NetPlugin {
   static int comm_engine(const PluginDevice* d, bool send, uint32_t lane, int i,
                          int k);
   void log_comm(const PluginComm* c);  // where its connections run
+  // Once per calling thread (NCCL's proxy threads), where
+  // UCCL_NCCL_STEER_THREADS allows: keeps it off the cores engines spin on.
+  void steer_thread();
   ncclabi::NcclResult fail(const char* what, const Status& st,
                            ncclabi::NcclResult code = ncclabi::kSystemError);
 

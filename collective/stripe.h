@@ -13,22 +13,29 @@ namespace uccl::nccl {
 // Engine threads per device when UCCL_NCCL_ENGINES=0: three quarters of
 // this rank's share of the CPUs it may run on (allowed CPUs, or the
 // cgroup's CPU quota where lower, over the ranks on the host), between 1 and
-// kMaxAutoEngines; the other quarter is left to NCCL's and the application's
-// threads. Engines spin while there is traffic and sleep after a second
-// without, so the count is what a busy rank costs, and too many is far worse
-// than too few: 16 engines per rank on 32 CPUs, the whole share, were six times
-// slower (BENCHMARKS.md, session 18). The cap is the measured default: 12
-// engines (with 6 connections per comm) made 16-256 MiB all_reduce
-// 1.15-1.22x faster on 2 ranks with 32 CPUs, but most sizes from 4 B to 4
-// MiB slower, by up to 13% (session 26); with 6 NCCL channels as well
-// (unknown_link_speed_mbps) 256 MiB was 1.20-1.35x faster than 8, but
-// 4 B took 30.6 against 18.8 us in 2 rounds of 3 on one VM (session 31). So
-// where the share allows more, 12 is the user's choice (UCCL_NCCL_ENGINES).
-constexpr int kMaxAutoEngines = 8;
+// a cap; the other quarter is left to NCCL's and the application's threads.
+// Engines spin while there is traffic and sleep after a second without, so
+// the count is what a busy rank costs, and too many is far worse than too
+// few: 16 engines per rank on 32 CPUs, the whole share, were six times
+// slower (BENCHMARKS.md, session 18).
+// The cap is 12 for one or two ranks per host: on 2 ranks with 32 CPUs, 12
+// engines with 6 NCCL channels (unknown_link_speed_mbps) moved 256 MiB
+// 1.20-1.35x faster than 8 (sessions 31, 32). Session 31 kept 8 because a
+// 12-engine process pair ran its first size slowly now and then (4 B at
+// 30-120 us instead of 20): NCCL's proxy thread had been placed on a core
+// where a busy engine spun, and waited behind it until the kernel moved it.
+// The plugin now keeps NCCL's threads off engine cores
+// (UCCL_NCCL_STEER_THREADS): 0 slow process pairs of 14, against 5 of 14
+// without (session 32). With three or more ranks per host the cap stays 8:
+// with 4 ranks on 64 CPUs, 12 made 256 MiB only 1.04-1.10x faster
+// (session 26).
+constexpr int kMaxAutoEngines = 12;
+constexpr int kMaxAutoEnginesManyRanks = 8;  // three or more local ranks
 inline int auto_engines(int allowed_cpus, int local_ranks) {
   if (local_ranks < 1) local_ranks = 1;
+  const int cap = local_ranks <= 2 ? kMaxAutoEngines : kMaxAutoEnginesManyRanks;
   const int three_quarters = allowed_cpus / local_ranks * 3 / 4;
-  return std::clamp(three_quarters, 1, kMaxAutoEngines);
+  return std::clamp(three_quarters, 1, cap);
 }
 
 // The link speed the plugin reports to NCCL, Mb/s, for a device whose link

@@ -4,6 +4,7 @@
 #include "uccl/endpoint.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <netinet/in.h>
@@ -20,6 +21,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "engine/bootstrap.h"
@@ -257,6 +259,12 @@ std::vector<int> claim_cores(int n, const std::vector<int>& preference,
     out.push_back(best);
   }
   return out;
+}
+
+// Cores given in the config (UCCL_ENGINE_CORES) count as used too.
+void use_cores(const std::vector<int>& cores) {
+  std::lock_guard<std::mutex> lock(g_core_mu);
+  for (int c : cores) ++g_core_users[c];
 }
 
 void release_cores(const std::vector<int>& cores) {
@@ -542,8 +550,10 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
                         choose_engine_cores(static_cast<int>(allowed.size()),
                                             di.numa_node, allowed),
                         &impl->core_locks);
-    impl->cores = cores;
+  } else {
+    use_cores(cores);
   }
+  impl->cores = cores;
   for (int i = 0; i < c.num_engines; ++i) {
     auto& e = impl->engines[i];
     (void)line;
@@ -559,6 +569,39 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
             << eager << " B"
             << (knob_drive_nic().get() ? "" : ", NIC driven by CQ polls");
   return std::unique_ptr<Endpoint>(new Endpoint(std::move(impl)));
+}
+
+std::vector<int> Endpoint::engine_cores_on_host() {
+  std::set<int> cores;
+  {
+    std::lock_guard<std::mutex> lock(g_core_mu);
+    for (const auto& [core, users] : g_core_users) {
+      if (users > 0) cores.insert(core);
+    }
+  }
+  const std::string dir = knob_core_lock_dir().get();
+  const std::vector<FileId> held = flocked_files();
+  DIR* d = dir.empty() || held.empty() ? nullptr : opendir(dir.c_str());
+  if (d != nullptr) {
+    static constexpr char kPrefix[] = "uccl-core-";
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      int core = -1;
+      char tail = 0;
+      if (name.rfind(kPrefix, 0) != 0 ||
+          std::sscanf(name.c_str() + sizeof(kPrefix) - 1, "%d.lock%c", &core,
+                      &tail) != 1 ||
+          core < 0 || name != kPrefix + std::to_string(core) + ".lock") {
+        continue;
+      }
+      auto id = file_id(dir + "/" + name);
+      if (id.ok() && std::find(held.begin(), held.end(), *id) != held.end()) {
+        cores.insert(core);
+      }
+    }
+    closedir(d);
+  }
+  return std::vector<int>(cores.begin(), cores.end());
 }
 
 Endpoint::~Endpoint() {

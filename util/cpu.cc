@@ -4,10 +4,15 @@
 
 #include <dirent.h>
 #include <sched.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -102,6 +107,67 @@ std::vector<int> allowed_cpus() {
   if (sched_getaffinity(0, sizeof(set), &set) != 0) return out;
   for (int c = 0; c < CPU_SETSIZE; ++c) {
     if (CPU_ISSET(c, &set)) out.push_back(c);
+  }
+  return out;
+}
+
+Result<std::vector<int>> avoid_cpus_current_thread(
+    const std::vector<int>& avoid) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+    return Internal(std::string("sched_getaffinity: ") + std::strerror(errno));
+  }
+  cpu_set_t narrowed = set;
+  for (int c : avoid) {
+    if (c >= 0 && c < CPU_SETSIZE) CPU_CLR(c, &narrowed);
+  }
+  std::vector<int> out;
+  const bool any = CPU_COUNT(&narrowed) > 0;
+  const cpu_set_t& now = any ? narrowed : set;
+  if (any && !CPU_EQUAL(&narrowed, &set) &&
+      sched_setaffinity(0, sizeof(narrowed), &narrowed) != 0) {
+    return Internal(std::string("sched_setaffinity: ") + std::strerror(errno));
+  }
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &now)) out.push_back(c);
+  }
+  return out;
+}
+
+Result<FileId> file_id(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return NotFound(path + ": " + std::strerror(errno));
+  }
+  FileId id;
+  id.dev_major = major(st.st_dev);
+  id.dev_minor = minor(st.st_dev);
+  id.inode = static_cast<uint64_t>(st.st_ino);
+  return id;
+}
+
+std::vector<FileId> flocked_files(const std::string& proc_root) {
+  std::vector<FileId> out;
+  std::ifstream f(proc_root + "/locks");
+  std::string line;
+  while (std::getline(f, line)) {
+    std::istringstream ls(line);
+    std::string ordinal, kind, mode, access, pid, where;
+    if (!(ls >> ordinal >> kind >> mode >> access >> pid >> where)) continue;
+    if (kind != "FLOCK") continue;  // POSIX locks, or "->": a waiter
+    unsigned maj = 0, min = 0;
+    unsigned long long ino = 0;
+    char tail = 0;
+    if (std::sscanf(where.c_str(), "%x:%x:%llu%c", &maj, &min, &ino, &tail) !=
+        3) {
+      continue;
+    }
+    FileId id;
+    id.dev_major = maj;
+    id.dev_minor = min;
+    id.inode = ino;
+    out.push_back(id);
   }
   return out;
 }

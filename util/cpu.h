@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,8 +23,31 @@ Status pin_current_thread(int cpu);
 Status pin_thread(pthread_t thread, int cpu);
 // CPU the calling thread runs on now, -1 if unknown.
 int current_cpu();
-// CPUs this process may run on (sched_getaffinity), sorted.
+// CPUs the calling thread may run on (sched_getaffinity), sorted: the
+// process's, unless that thread was narrowed (avoid_cpus_current_thread).
 std::vector<int> allowed_cpus();
+
+// Takes `avoid` out of the calling thread's allowed CPUs, unless none would
+// remain (then nothing changes). Returns the CPUs the thread may now use.
+Result<std::vector<int>> avoid_cpus_current_thread(
+    const std::vector<int>& avoid);
+
+// A file's identity: its device (major, minor) and inode.
+struct FileId {
+  unsigned dev_major = 0;
+  unsigned dev_minor = 0;
+  uint64_t inode = 0;
+  bool operator==(const FileId& o) const {
+    return dev_major == o.dev_major && dev_minor == o.dev_minor &&
+           inode == o.inode;
+  }
+};
+Result<FileId> file_id(const std::string& path);
+// Files some process holds an flock on: the granted FLOCK lines of
+// <proc_root>/locks ("1: FLOCK  ADVISORY  WRITE <pid> <maj>:<min>:<inode>
+// ..." with major and minor in hex; waiters, "1: -> FLOCK ...", are not
+// holders). Empty when the file cannot be read.
+std::vector<FileId> flocked_files(const std::string& proc_root = "/proc");
 
 // Topology lookups read under `sysfs_root` (normally "/sys"); -1 or empty
 // when unknown (e.g. no NUMA support, virtual NIC).

@@ -183,6 +183,11 @@ class Endpoint {
   // Opens the device, starts and pins the engines. Errors (bad device,
   // knobs, cores) come back as Status; nothing aborts.
   static Result<std::unique_ptr<Endpoint>> create(const EndpointConfig& cfg);
+  // Cores that engines are pinned to on this host: this process's, and
+  // those other UCCL processes claim (their uccl-core-<n>.lock files under
+  // UCCL_CORE_LOCK_DIR, flock'ed while they run), sorted. An engine spins on
+  // its core, so another thread placed there waits for the scheduler.
+  static std::vector<int> engine_cores_on_host();
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;

@@ -8,20 +8,28 @@
 //
 // Scenarios: props, data, backpressure, truncation, grouped, close, twoproc
 // (sender in a second process), tuner (ncclTunerPlugin_v4), parts (each
-// UCCL_NCCL_PARTS mode), and data/twoproc again under 1% injected loss.
+// UCCL_NCCL_PARTS mode), steer (NCCL's threads off engine cores), and
+// data/twoproc again under 1% injected loss.
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collective/nccl_net_abi.h"
@@ -770,6 +778,125 @@ void scenario_placement(Api& a) {
   }
 }
 
+// The cores this process's engine threads are pinned to (each pins itself
+// to one when it starts), once `want` of them are; at most 5 s.
+std::vector<int> pinned_engine_cores(size_t want) {
+  std::vector<int> cores;
+  for (int i = 0; i < 500; ++i) {
+    cores.clear();
+    DIR* d = opendir("/proc/self/task");
+    if (d == nullptr) break;
+    while (dirent* e = readdir(d)) {
+      const std::string task = std::string("/proc/self/task/") + e->d_name;
+      std::ifstream comm(task + "/comm");
+      std::string name;
+      if (!std::getline(comm, name) || name.rfind("uccl-eng-", 0) != 0) {
+        continue;
+      }
+      std::ifstream status(task + "/status");
+      for (std::string line; std::getline(status, line);) {
+        if (line.rfind("Cpus_allowed_list:", 0) != 0) continue;
+        auto list = uccl::parse_cpu_list(line.substr(line.find(':') + 1));
+        if (list.ok() && list->size() == 1) cores.push_back(list->front());
+      }
+    }
+    closedir(d);
+    if (cores.size() >= want) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::sort(cores.begin(), cores.end());
+  cores.erase(std::unique(cores.begin(), cores.end()), cores.end());
+  return cores;
+}
+
+// UCCL_NCCL_STEER_THREADS (run with UCCL_NCCL_ENGINES=1 and a
+// UCCL_CORE_LOCK_DIR of its own, so that other processes' claims on this
+// host change nothing): a thread that connects and accepts, and one that
+// only sends and receives, leave the cores engines are pinned to, this
+// process's and those other processes claim in the lock directory
+// (CONFORMANCE_STEER_CLAIM=1: this scenario holds the claim of the
+// second-highest CPU, as another process would; files not named
+// uccl-core-<n>.lock do not count), where other CPUs remain; the thread that
+// loaded the plugin keeps its CPUs. Off: nobody moves.
+void scenario_steer(Api& a) {
+  const char* knob = std::getenv("UCCL_NCCL_STEER_THREADS");
+  const bool steer = knob == nullptr || std::strcmp(knob, "0") != 0;
+  const char* dir = std::getenv("UCCL_CORE_LOCK_DIR");
+  REQUIRE(dir != nullptr && *dir != 0 && std::strcmp(dir, "/dev/shm") != 0,
+          "run with a UCCL_CORE_LOCK_DIR of its own");
+  const char* claim = std::getenv("CONFORMANCE_STEER_CLAIM");
+  const std::vector<int> cpus = uccl::allowed_cpus();
+  REQUIRE(!cpus.empty(), "no allowed CPUs");
+  std::vector<int> fds;
+  std::vector<std::string> files;
+  auto hold = [&](const std::string& name) {
+    files.push_back(std::string(dir) + "/" + name);
+    const int fd =
+        open(files.back().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) return false;
+    fds.push_back(fd);
+    return flock(fd, LOCK_EX | LOCK_NB) == 0;
+  };
+  // The engine takes the highest CPU; another process, the one below.
+  const int other =
+      claim != nullptr && std::strcmp(claim, "1") == 0 && cpus.size() >= 2
+          ? cpus[cpus.size() - 2]
+          : -1;
+  if (other >= 0) {
+    REQUIRE(hold("uccl-core-" + std::to_string(other) + ".lock"), "lock");
+  }
+  REQUIRE(hold("uccl-core-" + std::to_string(cpus.front()) + ".lockx") &&
+              hold("uccl-core-x.lock"),
+          "decoy locks");
+  void *sc = nullptr, *rc = nullptr, *lc = nullptr;
+  std::vector<int> connector_cpus, sender_cpus;
+  std::thread connector([&] {
+    if (connect_pair(a, 0, &sc, &rc, &lc))
+      connector_cpus = uccl::allowed_cpus();
+  });
+  connector.join();
+  REQUIRE(sc != nullptr && rc != nullptr, "connect/accept");
+  CloseOnReturn closer(a, {sc}, {rc}, {lc});
+  std::vector<int> engines = pinned_engine_cores(1);
+  REQUIRE(engines.size() == 1, "%zu engine cores pinned, want 1",
+          engines.size());
+  std::vector<int> avoid = engines;
+  if (other >= 0) avoid.push_back(other);
+  std::vector<int> want;
+  for (int c : cpus) {
+    if (std::find(avoid.begin(), avoid.end(), c) == avoid.end()) {
+      want.push_back(c);
+    }
+  }
+  if (!steer || want.empty()) want = cpus;
+  std::thread sender([&] {
+    std::vector<uint8_t> sbuf(70000), rbuf(70000);
+    for (size_t k = 0; k < sbuf.size(); ++k) sbuf[k] = uint8_t(k * 11 + 3);
+    exchange_once(a, sc, rc, sbuf, rbuf, "sender thread");
+    sender_cpus = uccl::allowed_cpus();
+  });
+  sender.join();
+  CHECK_THAT(connector_cpus == want,
+             "connecting thread may run on %s, want %s (engine on %d, "
+             "other process's claim %d, steering %s)",
+             uccl::format_cpu_list(connector_cpus).c_str(),
+             uccl::format_cpu_list(want).c_str(), engines[0], other,
+             steer ? "on" : "off");
+  CHECK_THAT(sender_cpus == want, "sending thread may run on %s, want %s",
+             uccl::format_cpu_list(sender_cpus).c_str(),
+             uccl::format_cpu_list(want).c_str());
+  CHECK_THAT(uccl::allowed_cpus() == cpus,
+             "the loading thread may run on %s, had %s",
+             uccl::format_cpu_list(uccl::allowed_cpus()).c_str(),
+             uccl::format_cpu_list(cpus).c_str());
+  closer.dismiss();
+  a.close_send(sc);
+  a.close_recv(rc);
+  a.close_listen(lc);
+  for (int fd : fds) close(fd);
+  for (const std::string& f : files) unlink(f.c_str());
+}
+
 // UCCL_NCCL_ENGINES=0 and UCCL_NCCL_CONNS=0 (run with LOCAL_WORLD_SIZE
 // set): the plugin starts auto_engines() of this host's usable CPUs over
 // the local ranks (three quarters of the share, 1 to 8), gives each comm
@@ -1462,6 +1589,8 @@ int run_scenario(const std::string& plugin, const std::string& name,
     scenario_tuner(a);
   else if (name == "auto_engines")
     scenario_auto_engines(a);
+  else if (name == "steer")
+    scenario_steer(a);
   else if (name == "twoproc")
     scenario_twoproc(a, self);
   else if (name == "twoproc_sender")
@@ -1541,6 +1670,19 @@ int main(int argc, char** argv) {
       {"auto_engines", 11, {"UCCL_NCCL_ENGINES=0", "LOCAL_WORLD_SIZE=1"}});
   runs.push_back(
       {"auto_engines", 11, {"UCCL_NCCL_ENGINES=0", "LOCAL_WORLD_SIZE=4"}});
+  // A lock directory of the steer runs' own (removed at the end).
+  char steer_dir[] = "/tmp/uccl_steer_XXXXXX";
+  const std::string lock_dir = mkdtemp(steer_dir) ? steer_dir : "";
+  const std::string lock_env = "UCCL_CORE_LOCK_DIR=" + lock_dir;
+  runs.push_back({"steer", 11, {"UCCL_NCCL_ENGINES=1", lock_env}});
+  runs.push_back(
+      {"steer",
+       11,
+       {"UCCL_NCCL_ENGINES=1", lock_env, "CONFORMANCE_STEER_CLAIM=1"}});
+  runs.push_back(
+      {"steer",
+       11,
+       {"UCCL_NCCL_ENGINES=1", lock_env, "UCCL_NCCL_STEER_THREADS=0"}});
   runs.push_back({"tuner", 11, {}});
   runs.push_back({"tuner", 11, {"UCCL_NCCL_LL_MAX_KB=16"}});
   runs.push_back({"tuner", 11, {"UCCL_NCCL_LL_MAX_KB=0"}});
@@ -1583,6 +1725,15 @@ int main(int argc, char** argv) {
       std::printf("%s\n", p.output().c_str());
     }
     std::fflush(stdout);
+  }
+  if (!lock_dir.empty()) {
+    if (DIR* d = opendir(lock_dir.c_str())) {
+      while (dirent* e = readdir(d)) {
+        if (e->d_name[0] != '.') unlink((lock_dir + "/" + e->d_name).c_str());
+      }
+      closedir(d);
+    }
+    rmdir(lock_dir.c_str());
   }
   std::printf("%s: %zu scenarios, %d failed\n", failed ? "FAIL" : "PASS",
               runs.size(), failed);

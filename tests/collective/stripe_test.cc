@@ -155,9 +155,14 @@ TEST(LaneEngine, SpreadsBothDirectionsEvenlyAndKeepsConnectionZerosApart) {
   EXPECT_EQ(lane_engine(true, 5, 0, 4, 0), 0);  // no engines: no crash
 }
 
-TEST(AutoEngines, ThreeQuartersOfTheRanksShareBetweenOneAndEight) {
-  EXPECT_EQ(auto_engines(32, 2), 8);  // the 2-GPU VMs: capped (12 by share)
-  EXPECT_EQ(auto_engines(64, 4), 8);  // the 4-GPU VMs
+TEST(AutoEngines, ThreeQuartersOfTheRanksShareUpToTwelveOrEight) {
+  EXPECT_EQ(auto_engines(32, 2), 12);  // the 2-GPU VMs: the share, 12
+  EXPECT_EQ(auto_engines(64, 2), 12);  // capped at 12
+  EXPECT_EQ(auto_engines(24, 2), 9);
+  EXPECT_EQ(auto_engines(16, 1), 12);
+  EXPECT_EQ(auto_engines(64, 4), 8);  // the 4-GPU VMs: capped at 8 (12 by
+                                      // share)
+  EXPECT_EQ(auto_engines(64, 3), 8);
   EXPECT_EQ(auto_engines(64, 8), 6);  // 8 each: 6, 2 left to NCCL
   EXPECT_EQ(auto_engines(40, 8), 3);  // 5 each
   EXPECT_EQ(auto_engines(2, 1), 1);   // CI: never below one
@@ -167,7 +172,7 @@ TEST(AutoEngines, ThreeQuartersOfTheRanksShareBetweenOneAndEight) {
     for (int ranks = 1; ranks <= 8; ++ranks) {
       const int e = auto_engines(cpus, ranks);
       ASSERT_GE(e, 1);
-      ASSERT_LE(e, kMaxAutoEngines);
+      ASSERT_LE(e, ranks <= 2 ? kMaxAutoEngines : kMaxAutoEnginesManyRanks);
       // Never more than three quarters of the share, unless that is < 1.
       if (cpus / ranks >= 2) {
         ASSERT_LE(e * ranks * 4, cpus * 3) << cpus << " CPUs, " << ranks;
@@ -183,9 +188,13 @@ TEST(UnknownLinkSpeed, SixNcclChannelsForTwelveEnginesElseFour) {
   EXPECT_EQ(unknown_link_speed_mbps(11), 400000u);
   EXPECT_EQ(unknown_link_speed_mbps(8), 400000u);
   EXPECT_EQ(unknown_link_speed_mbps(1), 400000u);
-  // auto_engines never reaches 12 engines, so the default keeps 4 channels.
+  // By default: 6 channels for 2 ranks on 32 CPUs (12 engines each), 4 for
+  // 2 ranks on 24 (9) and for 4 ranks on 64 (8).
+  EXPECT_EQ(unknown_link_speed_mbps(auto_engines(32, 2)), 300000u);
+  EXPECT_EQ(unknown_link_speed_mbps(auto_engines(24, 2)), 400000u);
+  EXPECT_EQ(unknown_link_speed_mbps(auto_engines(64, 4)), 400000u);
   for (int cpus = 1; cpus <= 256; ++cpus) {
-    for (int ranks = 1; ranks <= 8; ++ranks) {
+    for (int ranks = 3; ranks <= 8; ++ranks) {
       ASSERT_EQ(unknown_link_speed_mbps(auto_engines(cpus, ranks)), 400000u);
     }
   }

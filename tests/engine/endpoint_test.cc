@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -13,6 +14,7 @@
 
 #include "tests/engine/engine_test_util.h"
 #include "util/clock.h"
+#include "util/cpu.h"
 
 namespace uccl::testing {
 namespace {
@@ -652,6 +654,53 @@ TEST(EndpointTest, EngineThreadsAreNamed) {
   EXPECT_EQ(seen.count("uccl-eng-1"), 1u);
   (*ep).reset();
   EXPECT_EQ(names().count("uccl-eng-0"), 0u) << "stopped with the endpoint";
+}
+
+TEST(EndpointTest, EngineCoresOnHostListThisProcesssEngines) {
+  const std::vector<int> cpus = allowed_cpus();
+  ASSERT_FALSE(cpus.empty());
+  auto has = [](int core) {
+    const std::vector<int> all = Endpoint::engine_cores_on_host();
+    return std::find(all.begin(), all.end(), core) != all.end();
+  };
+  // Cores given in the config count, as do those chosen by default.
+  EndpointConfig c = test_config(1, 1);
+  c.engine_cores = {cpus.front()};
+  auto given = Endpoint::create(c);
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_TRUE(has(cpus.front()));
+  auto chosen = Endpoint::create(test_config(2, 1));
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  // Every engine thread (three) pins itself to one core once started.
+  std::set<int> pinned;
+  int engines = 0;
+  for (int i = 0; i < 500 && engines < 3; ++i) {  // at most 5 s
+    pinned.clear();
+    engines = 0;
+    DIR* d = opendir("/proc/self/task");
+    ASSERT_NE(d, nullptr);
+    while (dirent* e = readdir(d)) {
+      const std::string task = std::string("/proc/self/task/") + e->d_name;
+      std::ifstream comm(task + "/comm");
+      std::string name;
+      if (!std::getline(comm, name) || name.rfind("uccl-eng-", 0) != 0) {
+        continue;
+      }
+      std::ifstream status(task + "/status");
+      for (std::string line; std::getline(status, line);) {
+        if (line.rfind("Cpus_allowed_list:", 0) != 0) continue;
+        auto list = parse_cpu_list(line.substr(line.find(':') + 1));
+        if (list.ok() && list->size() == 1) {
+          pinned.insert(list->front());
+          ++engines;
+        }
+      }
+    }
+    closedir(d);
+    if (engines < 3) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(engines, 3) << "engine threads pinned";
+  for (int core : pinned) EXPECT_TRUE(has(core)) << "core " << core;
 }
 
 TEST(EndpointTest, RcModeWorksAndMismatchIsRefused) {

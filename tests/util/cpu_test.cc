@@ -3,9 +3,12 @@
 #include "util/cpu.h"
 
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -48,6 +51,69 @@ TEST(PinTest, PinsToAnAllowedCpu) {
 TEST(PinTest, InvalidCpuIsAnError) {
   EXPECT_EQ(pin_current_thread(-1).code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(pin_current_thread(CPU_SETSIZE + 5).ok());
+}
+
+TEST(AvoidCpusTest, NarrowsTheCallingThreadUnlessNoneWouldRemain) {
+  const std::vector<int> cpus = allowed_cpus();
+  ASSERT_FALSE(cpus.empty());
+  std::thread t([&] {
+    // Every CPU avoided: nothing changes.
+    auto same = avoid_cpus_current_thread(cpus);
+    ASSERT_TRUE(same.ok()) << same.status();
+    EXPECT_EQ(*same, cpus);
+    EXPECT_EQ(allowed_cpus(), cpus);
+    if (cpus.size() < 2) return;  // one CPU: nothing else to test
+    // The last one and a CPU out of range avoided: the rest remain.
+    auto now = avoid_cpus_current_thread({cpus.back(), CPU_SETSIZE + 3, -1});
+    ASSERT_TRUE(now.ok()) << now.status();
+    const std::vector<int> rest(cpus.begin(), cpus.end() - 1);
+    EXPECT_EQ(*now, rest);
+    EXPECT_EQ(allowed_cpus(), rest);  // the thread's own mask
+  });
+  t.join();
+  EXPECT_EQ(allowed_cpus(), cpus) << "other threads keep theirs";
+}
+
+TEST(FlockedFilesTest, ReadsGrantedFlocksFromProcLocks) {
+  char tmpl[] = "/tmp/uccl_locks_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  {
+    std::ofstream f(root + "/locks");
+    f << "1: FLOCK  ADVISORY  WRITE 23494 00:1b:4 0 EOF\n"
+         "2: POSIX  ADVISORY  WRITE 100 08:01:77 0 EOF\n"
+         "2: -> FLOCK  ADVISORY  WRITE 555 00:1b:9 0 EOF\n"
+         "3: FLOCK  ADVISORY  WRITE 23495 fd:02:123456789012 0 EOF\n"
+         "4: FLOCK  ADVISORY  WRITE 7 zz:02:5 0 EOF\n"
+         "5: FLOCK\n";
+  }
+  const std::vector<FileId> got = flocked_files(root);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], (FileId{0x00, 0x1b, 4}));
+  EXPECT_EQ(got[1], (FileId{0xfd, 0x02, 123456789012ull}));
+  EXPECT_TRUE(flocked_files(root + "/missing").empty());
+  std::remove((root + "/locks").c_str());
+  rmdir(root.c_str());
+}
+
+TEST(FlockedFilesTest, SeesAFlockThisProcessHolds) {
+  char tmpl[] = "/tmp/uccl_flock_XXXXXX";
+  const int fd = mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  auto id = file_id(tmpl);
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto held = [&] {
+    const std::vector<FileId> all = flocked_files();
+    return std::find(all.begin(), all.end(), *id) != all.end();
+  };
+  EXPECT_FALSE(held());
+  ASSERT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
+  EXPECT_TRUE(held());
+  ASSERT_EQ(flock(fd, LOCK_UN), 0);
+  EXPECT_FALSE(held());
+  close(fd);
+  unlink(tmpl);
+  EXPECT_EQ(file_id(tmpl).status().code(), StatusCode::kNotFound);
 }
 
 class FakeSysfs : public ::testing::Test {

@@ -34,6 +34,7 @@
 
 #include "collective/nccl_net_abi.h"
 #include "collective/stripe.h"
+#include "tests/engine_threads.h"
 #include "tests/subprocess.h"
 #include "util/clock.h"
 #include "util/cpu.h"
@@ -778,37 +779,6 @@ void scenario_placement(Api& a) {
   }
 }
 
-// The cores this process's engine threads are pinned to (each pins itself
-// to one when it starts), once `want` of them are; at most 5 s.
-std::vector<int> pinned_engine_cores(size_t want) {
-  std::vector<int> cores;
-  for (int i = 0; i < 500; ++i) {
-    cores.clear();
-    DIR* d = opendir("/proc/self/task");
-    if (d == nullptr) break;
-    while (dirent* e = readdir(d)) {
-      const std::string task = std::string("/proc/self/task/") + e->d_name;
-      std::ifstream comm(task + "/comm");
-      std::string name;
-      if (!std::getline(comm, name) || name.rfind("uccl-eng-", 0) != 0) {
-        continue;
-      }
-      std::ifstream status(task + "/status");
-      for (std::string line; std::getline(status, line);) {
-        if (line.rfind("Cpus_allowed_list:", 0) != 0) continue;
-        auto list = uccl::parse_cpu_list(line.substr(line.find(':') + 1));
-        if (list.ok() && list->size() == 1) cores.push_back(list->front());
-      }
-    }
-    closedir(d);
-    if (cores.size() >= want) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  std::sort(cores.begin(), cores.end());
-  cores.erase(std::unique(cores.begin(), cores.end()), cores.end());
-  return cores;
-}
-
 // UCCL_NCCL_STEER_THREADS (run with UCCL_NCCL_ENGINES=1 and a
 // UCCL_CORE_LOCK_DIR of its own, so that other processes' claims on this
 // host change nothing): a thread that connects and accepts, and one that
@@ -857,7 +827,7 @@ void scenario_steer(Api& a) {
   connector.join();
   REQUIRE(sc != nullptr && rc != nullptr, "connect/accept");
   CloseOnReturn closer(a, {sc}, {rc}, {lc});
-  std::vector<int> engines = pinned_engine_cores(1);
+  std::vector<int> engines = uccl::testing::pinned_engine_cores(1);
   REQUIRE(engines.size() == 1, "%zu engine cores pinned, want 1",
           engines.size());
   std::vector<int> avoid = engines;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "tests/engine/engine_test_util.h"
+#include "tests/engine_threads.h"
 #include "util/clock.h"
 #include "util/cpu.h"
 
@@ -672,34 +673,8 @@ TEST(EndpointTest, EngineCoresOnHostListThisProcesssEngines) {
   auto chosen = Endpoint::create(test_config(2, 1));
   ASSERT_TRUE(chosen.ok()) << chosen.status();
   // Every engine thread (three) pins itself to one core once started.
-  std::set<int> pinned;
-  int engines = 0;
-  for (int i = 0; i < 500 && engines < 3; ++i) {  // at most 5 s
-    pinned.clear();
-    engines = 0;
-    DIR* d = opendir("/proc/self/task");
-    ASSERT_NE(d, nullptr);
-    while (dirent* e = readdir(d)) {
-      const std::string task = std::string("/proc/self/task/") + e->d_name;
-      std::ifstream comm(task + "/comm");
-      std::string name;
-      if (!std::getline(comm, name) || name.rfind("uccl-eng-", 0) != 0) {
-        continue;
-      }
-      std::ifstream status(task + "/status");
-      for (std::string line; std::getline(status, line);) {
-        if (line.rfind("Cpus_allowed_list:", 0) != 0) continue;
-        auto list = parse_cpu_list(line.substr(line.find(':') + 1));
-        if (list.ok() && list->size() == 1) {
-          pinned.insert(list->front());
-          ++engines;
-        }
-      }
-    }
-    closedir(d);
-    if (engines < 3) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_EQ(engines, 3) << "engine threads pinned";
+  const std::vector<int> pinned = pinned_engine_cores(3);
+  ASSERT_EQ(pinned.size(), 3u) << "engine threads pinned";
   for (int core : pinned) EXPECT_TRUE(has(core)) << "core " << core;
 }
 

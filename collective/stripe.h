@@ -20,9 +20,9 @@ namespace uccl::nccl {
 // slower (BENCHMARKS.md, session 18).
 // The cap is 12 for one or two ranks per host: on 2 ranks with 32 CPUs, 12
 // engines with 6 NCCL channels (unknown_link_speed_mbps) moved 256 MiB
-// 1.20-1.35x faster than 8 (sessions 31, 32). Session 31 kept 8 because a
+// 1.20-1.36x faster than 8 (sessions 31, 32). Session 31 kept 8 because a
 // 12-engine process pair ran its first size slowly now and then (4 B at
-// 30-120 us instead of 20): NCCL's proxy thread had been placed on a core
+// 28-120 us instead of 20): NCCL's proxy thread had been placed on a core
 // where a busy engine spun, and waited behind it until the kernel moved it.
 // The plugin now keeps NCCL's threads off engine cores
 // (UCCL_NCCL_STEER_THREADS): 0 slow process pairs of 14, against 5 of 14

@@ -4,7 +4,6 @@
 #include "uccl/endpoint.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <netinet/in.h>
@@ -217,11 +216,16 @@ uint64_t make_conn_id(uint32_t engine, uint32_t idx, uint64_t gen) {
 std::mutex g_core_mu;
 std::map<int, int> g_core_users;
 
+// The file through which a process claims `core` in lock directory `dir`.
+std::string core_lock_path(const std::string& dir, int core) {
+  return dir + "/uccl-core-" + std::to_string(core) + ".lock";
+}
+
 // Takes an flock on <dir>/uccl-core-<core>.lock; -1 if another process
 // holds it (the kernel drops the lock when that process exits).
 int try_lock_core(const std::string& dir, int core) {
   if (dir.empty()) return -2;  // claims disabled: every core is free
-  const std::string path = dir + "/uccl-core-" + std::to_string(core) + ".lock";
+  const std::string path = core_lock_path(dir, core);
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0) return -2;  // no lock directory: do without
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -580,26 +584,14 @@ std::vector<int> Endpoint::engine_cores_on_host() {
     }
   }
   const std::string dir = knob_core_lock_dir().get();
-  const std::vector<FileId> held = flocked_files();
-  DIR* d = dir.empty() || held.empty() ? nullptr : opendir(dir.c_str());
-  if (d != nullptr) {
-    static constexpr char kPrefix[] = "uccl-core-";
-    while (dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
-      int core = -1;
-      char tail = 0;
-      if (name.rfind(kPrefix, 0) != 0 ||
-          std::sscanf(name.c_str() + sizeof(kPrefix) - 1, "%d.lock%c", &core,
-                      &tail) != 1 ||
-          core < 0 || name != kPrefix + std::to_string(core) + ".lock") {
-        continue;
-      }
-      auto id = file_id(dir + "/" + name);
-      if (id.ok() && std::find(held.begin(), held.end(), *id) != held.end()) {
-        cores.insert(core);
-      }
+  const std::vector<FileId> held =
+      dir.empty() ? std::vector<FileId>() : flocked_files();
+  const long ncpus = held.empty() ? 0 : sysconf(_SC_NPROCESSORS_CONF);
+  for (int core = 0; core < ncpus; ++core) {
+    auto id = file_id(core_lock_path(dir, core));
+    if (id.ok() && std::find(held.begin(), held.end(), *id) != held.end()) {
+      cores.insert(core);
     }
-    closedir(d);
   }
   return std::vector<int>(cores.begin(), cores.end());
 }

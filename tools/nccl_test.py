@@ -19,7 +19,12 @@ issuing only; well below "time" means the GPU/network side is the bound;
 close to it means the host is, or the launch queue filled up). --net P2P
 gives the loop's floor without a network (NVLink), for reading small sizes.
 suite: check, then bench for UCCL, Socket (defaults) and Socket (4 threads x
-4 sockets) in one run, and the ratio table. Every run but --net P2P forces
+4 sockets), interleaved in --rounds rounds (default 3; order rotated each
+round), and the summary: per size each net's median, the ratio, in how many
+rounds UCCL was no slower than both Socket runs, and the target verdicts.
+Each run's table also gives the slowest rank's CPU reference (a fixed piece
+of Python work, timed: small sizes here are bound by the host, whose vCPUs
+change speed) and how many timed loops blocked. Every run but --net P2P forces
 NCCL off NVLink and shared memory (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) so
 the bytes cross the network layer.
 profile: all_reduce and send/recv (checked values) with NCCL's profiler
@@ -151,6 +156,8 @@ def bench_worker(rank, world, port, out, sizes, max_iters, reps=1):
     dev = torch.device("cuda", rank)
     times = {}
     host = {}  # time the host spent issuing the calls (before synchronize)
+    ref = {}  # this process's CPU speed just before (cpu_reference_ms)
+    blocked = {}  # timed loops in which the issuing thread blocked
     buf = torch.empty(max(sizes) // 4, device=dev)
     for _ in range(reps):
         for size in sizes:
@@ -162,28 +169,111 @@ def bench_worker(rank, world, port, out, sizes, max_iters, reps=1):
                 dist.all_reduce(x)
             torch.cuda.synchronize()
             dist.barrier()
+            ref.setdefault(n, []).append(cpu_reference_ms())
+            w0 = voluntary_switches()
             t0 = time.perf_counter()
             for _ in range(iters):
                 dist.all_reduce(x)
             t1 = time.perf_counter()
+            w1 = voluntary_switches()
             torch.cuda.synchronize()
             times.setdefault(n, []).append((time.perf_counter() - t0) / iters)
             host.setdefault(n, []).append((t1 - t0) / iters)
+            blocked[n] = blocked.get(n, 0) + (w1 > w0)
     rows = []
     for n in sorted(times):
-        ts = sorted(times[n])
-        dt = ts[len(ts) // 2]
+        dt = median(times[n])
         algbw = n * 4 / dt / 1e9
-        hs = sorted(host[n])
         rows.append({"bytes": n * 4, "time_us": dt * 1e6, "algbw": algbw,
-                     "host_us": hs[len(hs) // 2] * 1e6,
+                     "host_us": median(host[n]) * 1e6,
                      "busbw": algbw * 2 * (world - 1) / world,
-                     "reps_us": [t * 1e6 for t in times[n]]})
+                     "reps_us": [t * 1e6 for t in times[n]],
+                     "ref_ms": median(ref[n]), "blocked": blocked[n]})
     dist.barrier()
     dist.destroy_process_group()
-    if rank == 0:
-        with open(out, "w") as f:
-            json.dump(rows, f)
+    # Every rank's rows: a collective takes as long as its slowest rank, so
+    # the table shows rank 0's times and the slowest rank's CPU reference.
+    with open("%s.%d" % (out, rank), "w") as f:
+        json.dump(rows, f)
+
+
+def median(xs):
+    s = sorted(xs)
+    m = len(s) // 2
+    return s[m] if len(s) % 2 else (s[m - 1] + s[m]) / 2
+
+
+def cpu_reference_ms():
+    # A fixed piece of pure-Python work (the kind the issuing thread does),
+    # timed: the milliseconds it takes say how fast this thread's CPU runs
+    # now. Small sizes in this loop are bound by the host, and a VM's vCPUs
+    # change speed with load outside it (BENCHMARKS.md, sessions 31, 33).
+    t0 = time.perf_counter()
+    acc = 0
+    for i in range(200000):
+        acc += i
+    return (time.perf_counter() - t0) * 1e3
+
+
+def voluntary_switches():
+    # The calling thread's voluntary context switches so far (it blocked:
+    # e.g. NCCL waited for its proxy thread to free an operation slot).
+    import resource
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+
+
+def merge_ranks(per_rank):
+    # Rank 0's times; per size the slowest rank's CPU reference and every
+    # rank's blocked loops.
+    rows = [dict(r) for r in per_rank[0]]
+    for i, r in enumerate(rows):
+        r["ref_ms"] = max(p[i]["ref_ms"] for p in per_rank)
+        r["blocked"] = sum(p[i]["blocked"] for p in per_rank)
+    return rows
+
+
+def combine_rounds(rounds, subject, baselines):
+    """rounds: [{net: rows}] (a net's rows missing where its run failed).
+    Per size: each net's median time over its rounds, the subject's median
+    host time, the ratio best baseline median time / subject's (> 1: the
+    subject is faster) and in how many rounds the subject was no slower than
+    every baseline of that round."""
+    sizes = []
+    for rd in rounds:
+        for rows in rd.values():
+            for r in rows:
+                if r["bytes"] not in sizes:
+                    sizes.append(r["bytes"])
+    out = []
+    for size in sorted(sizes):
+        row = {"bytes": size, "time_us": {}, "busbw": {}, "rounds": {}}
+        per = {}
+        for rd in rounds:
+            for net, rows in rd.items():
+                for r in rows:
+                    if r["bytes"] == size:
+                        per.setdefault(net, []).append(r)
+        for net, rs in per.items():
+            row["time_us"][net] = median([r["time_us"] for r in rs])
+            row["busbw"][net] = median([r["busbw"] for r in rs])
+            row["rounds"][net] = len(rs)
+        if subject in per:
+            row["host_us"] = median([r["host_us"] for r in per[subject]])
+        base = [row["time_us"][b] for b in baselines if b in per]
+        row["best_baseline_us"] = min(base) if base else None
+        row["ratio"] = (min(base) / row["time_us"][subject]
+                        if base and subject in per else None)
+        wins = played = 0
+        for rd in rounds:
+            mine = [r for r in rd.get(subject, []) if r["bytes"] == size]
+            theirs = [r["time_us"] for b in baselines
+                      for r in rd.get(b, []) if r["bytes"] == size]
+            if mine and theirs:
+                played += 1
+                wins += mine[0]["time_us"] <= min(theirs)
+        row["wins"], row["played"] = wins, played
+        out.append(row)
+    return out
 
 
 def spawn(fn, world, args, env):
@@ -346,8 +436,8 @@ def run_profile_mode(a, world, tmp):
 
 
 def run_bench(a, world, tmp, net, threads=0, socks=0, label=None,
-              channels=0):
-    name = "%s-%d-%d" % (net, threads, channels)
+              channels=0, tag=""):
+    name = "%s-%d-%d%s" % (net, threads, channels, tag)
     log = os.path.join(tmp, "bench-%s.%%h.%%p.log" % name)
     out = os.path.join(tmp, "bench-%s.json" % name)
     env = net_env(net, a.plugin, threads, socks, log)
@@ -355,8 +445,11 @@ def run_bench(a, world, tmp, net, threads=0, socks=0, label=None,
         env["NCCL_MIN_NCHANNELS"] = str(channels)
     spawn(bench_worker, world,
           (free_port(), out, BENCH_SIZES, a.iters, a.reps), env)
-    with open(out) as f:
-        rows = json.load(f)
+    per_rank = []
+    for r in range(world):
+        with open("%s.%d" % (out, r)) as f:
+            per_rank.append(json.load(f))
+    rows = merge_ranks(per_rank)
     text = nccl_log(log.replace("%h", "*").replace("%p", "*"))
     via = ("via NET/%s" % net) in text or net == "P2P"
     label = label or net
@@ -370,17 +463,110 @@ def run_bench(a, world, tmp, net, threads=0, socks=0, label=None,
     # host: the host's time per all_reduce call (issuing only). Well below
     # the time: the GPU/network side bounds the loop. Close to it: the host
     # does, or the launch queue filled up and the host waited (see P2P).
-    print("| size (B) | time (us) | algbw (GB/s) | busbw (GB/s) | host (us) |")
-    print("|---:|---:|---:|---:|---:|")
+    # cpu ref: the slowest rank's cpu_reference_ms (lower: faster CPU).
+    # blocked: timed loops, over ranks and sweeps, in which the issuing
+    # thread blocked at least once.
+    print("| size (B) | time (us) | algbw (GB/s) | busbw (GB/s) | host (us) "
+          "| cpu ref (ms) | blocked |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print("| %d | %.1f | %.2f | %.2f | %.1f |" % (
-            r["bytes"], r["time_us"], r["algbw"], r["busbw"], r["host_us"]))
+        print("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %d |" % (
+            r["bytes"], r["time_us"], r["algbw"], r["busbw"], r["host_us"],
+            r["ref_ms"], r["blocked"]))
     for r in rows:
         if len(r.get("reps_us", [])) > 1:
             print("reps %d B (us): %s" % (r["bytes"], " ".join(
                 "%.1f" % t for t in r["reps_us"])))
     print()
     return rows, via
+
+
+# The suite's nets, interleaved each round: (key, net, threads, sockets,
+# label).
+SUITE_NETS = [("UCCL", "UCCL", 0, 0, "UCCL"),
+              ("Socket", "Socket", 0, 0, "Socket"),
+              ("Socket_4x4", "Socket", 4, 4, "Socket, 4 threads x 4 sockets")]
+
+
+def run_suite(a, world, tmp):
+    """Returns (every run went via its net, JSON summary)."""
+    ok = True
+    rounds = []
+    for rnd in range(a.rounds):
+        # Rotated each round, so no net always runs first or last.
+        k = rnd % len(SUITE_NETS)
+        rd = {}
+        for key, net, th, so, label in SUITE_NETS[k:] + SUITE_NETS[:k]:
+            try:
+                rows, via = run_bench(
+                    a, world, tmp, net, th, so,
+                    "%s, round %d of %d" % (label, rnd + 1, a.rounds),
+                    tag="-r%d" % rnd)
+            except Exception as e:  # a rank died: the other runs still count
+                last = (str(e).strip().splitlines() or [type(e).__name__])
+                print("### all_reduce, %s, round %d: FAILED (%s)\n" % (
+                    label, rnd + 1, last[-1]))
+                ok = False
+                continue
+            rd[key] = rows
+            ok = ok and via
+        rounds.append(rd)
+    # Like for like with more channels (NCCL_MIN_NCHANNELS=8 on both), once.
+    u8, via_u8 = run_bench(a, world, tmp, "UCCL", label="UCCL, "
+                           "NCCL_MIN_NCHANNELS=8", channels=8)
+    s48, via_s48 = run_bench(a, world, tmp, "Socket", 4, 4,
+                             "Socket 4x4, NCCL_MIN_NCHANNELS=8", channels=8)
+    # No network at all: what the loop itself costs at small sizes.
+    p2p, _ = run_bench(a, world, tmp, "P2P", label="P2P (NVLink, no "
+                       "network: the loop's floor)")
+    ok = ok and via_u8 and via_s48
+    comb = combine_rounds(rounds, "UCCL", ["Socket", "Socket_4x4"])
+    floor = {r["bytes"]: r["time_us"] for r in p2p}
+    print("### Summary: all_reduce, medians of %d round(s), nets "
+          "interleaved\n" % a.rounds)
+    print("ratio: the best Socket median time / UCCL's (> 1: UCCL is "
+          "faster; busbw ratio alike). won: rounds in which UCCL was no "
+          "slower than both Socket runs of that round. Up to 64 KiB this "
+          "loop is bound by the host's time per call (host), which moves "
+          "with the vCPUs' speed (cpu ref in each run's table).\n")
+    print("| size (B) | UCCL us | Socket us | Socket 4x4 us | UCCL busbw "
+          "(GB/s) | best Socket busbw | ratio | UCCL won | UCCL host us "
+          "| P2P floor us |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    def f(x, fmt):  # "-" where no run of that net gave a figure
+        return "-" if x is None else fmt % x
+
+    for r in comb:
+        t, b = r["time_us"], r["busbw"]
+        sb = [b[k] for k in ("Socket", "Socket_4x4") if k in b]
+        print("| %d | %s | %s | %s | %s | %s | %s | %d/%d | %s | %s |" % (
+            r["bytes"], f(t.get("UCCL"), "%.1f"), f(t.get("Socket"), "%.1f"),
+            f(t.get("Socket_4x4"), "%.1f"), f(b.get("UCCL"), "%.2f"),
+            f(max(sb) if sb else None, "%.2f"), f(r["ratio"], "%.2f"),
+            r["wins"], r["played"], f(r.get("host_us"), "%.1f"),
+            f(floor.get(r["bytes"]), "%.1f")))
+    print("\n| size (B) | UCCL 8ch busbw | Socket 4x4 8ch busbw | ratio "
+          "8ch |")
+    print("|---:|---:|---:|---:|")
+    for x8, z8 in zip(u8, s48):
+        print("| %d | %.2f | %.2f | %.2f |" % (
+            x8["bytes"], x8["busbw"], z8["busbw"],
+            x8["busbw"] / z8["busbw"] if z8["busbw"] else 0))
+    big = [r for r in comb if r["bytes"] == 256 * MiB and r["ratio"]]
+    small = [r for r in comb if r["bytes"] <= 65536]
+    if big:
+        print("\n256 MiB: UCCL %.2f GB/s vs best Socket %.2f GB/s: %.2fx "
+              "(target >= 2x)" % (big[0]["busbw"]["UCCL"],
+                                  big[0]["busbw"]["UCCL"] / big[0]["ratio"],
+                                  big[0]["ratio"]))
+    if small:
+        print("sizes <= 64 KiB no slower than Socket (medians): %s "
+              "(ratios %s)" % (
+                  "yes" if all(r["ratio"] and r["ratio"] >= 1.0
+                               for r in small) else "no",
+                  " ".join(f(r["ratio"], "%.2f") for r in small)))
+    return ok, {"rounds": rounds, "combined": comb, "UCCL_8ch": u8,
+                "Socket_4x4_8ch": s48, "P2P": p2p}
 
 
 def main():
@@ -404,11 +590,18 @@ def main():
     ap.add_argument("--sizes", default="",
                     help="bench: comma-separated byte counts (default 4 B "
                          "to 256 MiB, x4)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="suite: rounds of UCCL, Socket and Socket 4x4 "
+                         "(interleaved, order rotated); the summary gives "
+                         "each size's medians and UCCL's wins")
     ap.add_argument("--json", default="", help="write results here")
     ap.add_argument("--world", type=int, default=2,
                     help="ranks, one process and GPU each (at most the GPUs "
                          "this machine has)")
     a = ap.parse_args()
+    for flag in ("rounds", "reps", "iters"):
+        if getattr(a, flag) < 1:
+            sys.exit("--%s %d: give at least 1" % (flag, getattr(a, flag)))
     global BENCH_SIZES
     if a.sizes:
         BENCH_SIZES = [int(x) for x in a.sizes.split(",")]
@@ -447,48 +640,8 @@ def main():
         summary[a.net] = rows
         ok = via and ok
     if a.mode == "suite":
-        u, via_u = run_bench(a, world, tmp, "UCCL")
-        s1, via_s1 = run_bench(a, world, tmp, "Socket")
-        s4, via_s4 = run_bench(a, world, tmp, "Socket", 4, 4,
-                               "Socket, 4 threads x 4 sockets")
-        # Like for like with more channels (NCCL_MIN_NCHANNELS=8 on both).
-        u8, via_u8 = run_bench(a, world, tmp, "UCCL", label="UCCL, "
-                               "NCCL_MIN_NCHANNELS=8", channels=8)
-        s48, via_s48 = run_bench(a, world, tmp, "Socket", 4, 4,
-                                 "Socket 4x4, NCCL_MIN_NCHANNELS=8",
-                                 channels=8)
-        # No network at all: what the loop itself costs at small sizes.
-        p2p, _ = run_bench(a, world, tmp, "P2P", label="P2P (NVLink, no "
-                           "network: the loop's floor)")
-        summary = {"UCCL": u, "Socket": s1, "Socket_4x4": s4,
-                   "UCCL_8ch": u8, "Socket_4x4_8ch": s48, "P2P": p2p}
-        print("### Summary: all_reduce busbw (GB/s), same run\n")
-        print("| size (B) | UCCL | Socket | Socket 4x4 | UCCL / best Socket "
-              "| UCCL 8ch | Socket 4x4 8ch | ratio 8ch |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for x, y, z, x8, z8 in zip(u, s1, s4, u8, s48):
-            best = max(y["busbw"], z["busbw"])
-            print("| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
-                x["bytes"], x["busbw"], y["busbw"], z["busbw"],
-                x["busbw"] / best if best > 0 else 0, x8["busbw"],
-                z8["busbw"], x8["busbw"] / z8["busbw"] if z8["busbw"] else 0))
-        print("\n| size (B) | UCCL us | Socket us | Socket 4x4 us "
-              "| P2P floor us |")
-        print("|---:|---:|---:|---:|---:|")
-        for x, y, z, f in zip(u, s1, s4, p2p):
-            if x["bytes"] <= 65536:
-                print("| %d | %.1f | %.1f | %.1f | %.1f |" % (
-                    x["bytes"], x["time_us"], y["time_us"], z["time_us"],
-                    f["time_us"]))
-        big = [(x, max(y["busbw"], z["busbw"])) for x, y, z in zip(u, s1, s4)
-               if x["bytes"] == 256 * MiB][0]
-        small_ok = all(x["time_us"] <= min(y["time_us"], z["time_us"]) * 1.0
-                       for x, y, z in zip(u, s1, s4) if x["bytes"] <= 65536)
-        print("\n256 MiB: UCCL %.2f GB/s vs best Socket %.2f GB/s: %.2fx "
-              "(target >= 2x); sizes <= 64 KiB no slower than Socket: %s" % (
-                  big[0]["busbw"], big[1], big[0]["busbw"] / big[1],
-                  "yes" if small_ok else "no"))
-        ok = ok and via_u and via_s1 and via_s4 and via_u8 and via_s48
+        via, summary = run_suite(a, world, tmp)
+        ok = via and ok
     if a.json:
         with open(a.json, "w") as f:
             json.dump(summary, f, indent=1)

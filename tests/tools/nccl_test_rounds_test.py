@@ -1,0 +1,158 @@
+# tools/nccl_test.py's host-side logic, without GPUs or torch: medians, how
+# ranks' rows merge, how interleaved rounds combine, and bad flags.
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import unittest
+
+TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                     "tools")
+sys.path.insert(0, TOOLS)
+import nccl_test  # noqa: E402
+
+
+def row(size, time_us, host_us=10.0, ref_ms=7.0, blocked=0):
+    return {"bytes": size, "time_us": time_us, "busbw": size / time_us / 1e3,
+            "host_us": host_us, "ref_ms": ref_ms, "blocked": blocked}
+
+
+class MedianTest(unittest.TestCase):
+    def test_odd_and_even(self):
+        self.assertEqual(nccl_test.median([5.0, 1.0, 3.0]), 3.0)
+        self.assertEqual(nccl_test.median([4.0, 1.0, 3.0, 2.0]), 2.5)
+        self.assertEqual(nccl_test.median([7.0]), 7.0)
+
+
+class MergeRanksTest(unittest.TestCase):
+    def test_rank0_times_slowest_reference_all_blocked_loops(self):
+        r0 = [row(4, 20.0, ref_ms=7.0, blocked=1), row(64, 21.0, ref_ms=8.0)]
+        r1 = [row(4, 99.0, ref_ms=12.0, blocked=2), row(64, 98.0, ref_ms=6.0)]
+        m = nccl_test.merge_ranks([r0, r1])
+        self.assertEqual([r["time_us"] for r in m], [20.0, 21.0])
+        self.assertEqual([r["ref_ms"] for r in m], [12.0, 8.0])
+        self.assertEqual([r["blocked"] for r in m], [3, 0])
+        self.assertEqual(r0[0]["ref_ms"], 7.0)  # inputs untouched
+
+
+class CombineRoundsTest(unittest.TestCase):
+    def setUp(self):
+        # 4 B: UCCL 30/20/40 (median 30), Socket 25/30/50 (30), 4x4
+        # 35/22/45 (35). 256 MiB: UCCL 10/12/11, Socket 40/40/40, 4x4
+        # 25/30/20 (25).
+        M = 256 << 20
+        self.rounds = [
+            {"UCCL": [row(4, 30.0), row(M, 10.0, host_us=5.0)],
+             "Socket": [row(4, 25.0), row(M, 40.0)],
+             "Socket_4x4": [row(4, 35.0), row(M, 25.0)]},
+            {"UCCL": [row(4, 20.0, host_us=18.0), row(M, 12.0)],
+             "Socket": [row(4, 30.0), row(M, 40.0)],
+             "Socket_4x4": [row(4, 22.0), row(M, 30.0)]},
+            {"UCCL": [row(4, 40.0, host_us=38.0), row(M, 11.0)],
+             "Socket": [row(4, 50.0), row(M, 40.0)],
+             "Socket_4x4": [row(4, 45.0), row(M, 20.0)]},
+        ]
+
+    def test_medians_ratio_and_wins(self):
+        c = nccl_test.combine_rounds(self.rounds, "UCCL",
+                                     ["Socket", "Socket_4x4"])
+        self.assertEqual([r["bytes"] for r in c], [4, 256 << 20])
+        small, big = c
+        self.assertEqual(small["time_us"],
+                         {"UCCL": 30.0, "Socket": 30.0, "Socket_4x4": 35.0})
+        self.assertEqual(small["host_us"], 18.0)
+        self.assertEqual(small["best_baseline_us"], 30.0)
+        self.assertAlmostEqual(small["ratio"], 1.0)
+        # Round 1: 30 > 25 lost; round 2: 20 <= 22 won; round 3: 40 won.
+        self.assertEqual((small["wins"], small["played"]), (2, 3))
+        self.assertAlmostEqual(big["ratio"], 25.0 / 11.0)
+        self.assertEqual((big["wins"], big["played"]), (3, 3))
+        self.assertEqual(big["rounds"]["UCCL"], 3)
+
+    def test_a_failed_run_leaves_its_round_out(self):
+        del self.rounds[1]["Socket"]
+        del self.rounds[1]["Socket_4x4"]
+        c = nccl_test.combine_rounds(self.rounds, "UCCL",
+                                     ["Socket", "Socket_4x4"])
+        small = c[0]
+        self.assertEqual(small["rounds"], {"UCCL": 3, "Socket": 2,
+                                           "Socket_4x4": 2})
+        self.assertEqual(small["time_us"]["Socket"], 37.5)
+        self.assertEqual((small["wins"], small["played"]), (1, 2))
+
+    def test_no_baseline_gives_no_ratio(self):
+        c = nccl_test.combine_rounds([{"UCCL": [row(4, 30.0)]}], "UCCL",
+                                     ["Socket"])
+        self.assertIsNone(c[0]["ratio"])
+        self.assertEqual((c[0]["wins"], c[0]["played"]), (0, 0))
+
+
+class SuiteTest(unittest.TestCase):
+    """run_suite with run_bench replaced: what the summary says."""
+
+    def run_suite(self, times, fail=()):
+        calls = []
+
+        def fake_bench(a, world, tmp, net, threads=0, socks=0, label=None,
+                       channels=0, tag=""):
+            key = ("Socket_4x4" if threads else net) + tag
+            calls.append(key if not channels else key + "-8ch")
+            if key in fail:
+                raise RuntimeError("process 1 terminated with exit code 1")
+            t = times.get(net if not threads else "Socket_4x4", 50.0)
+            return [row(4, t), row(256 << 20, t * 100)], True
+
+        class A:
+            rounds = 3
+        old = nccl_test.run_bench
+        nccl_test.run_bench = fake_bench
+        buf = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(buf):
+                ok, summary = nccl_test.run_suite(A(), 2, "/nonexistent")
+        finally:
+            nccl_test.run_bench = old
+        return ok, summary, buf.getvalue(), calls
+
+    def test_rotated_rounds_and_verdicts(self):
+        ok, summary, out, calls = self.run_suite(
+            {"UCCL": 20.0, "Socket": 25.0, "Socket_4x4": 41.0})
+        self.assertTrue(ok)
+        self.assertEqual(calls[:9], [
+            "UCCL-r0", "Socket-r0", "Socket_4x4-r0",
+            "Socket-r1", "Socket_4x4-r1", "UCCL-r1",
+            "Socket_4x4-r2", "UCCL-r2", "Socket-r2"])
+        self.assertEqual(len(summary["rounds"]), 3)
+        self.assertIn("| 4 | 20.0 | 25.0 | 41.0 |", out)
+        self.assertIn("| 1.25 | 3/3 |", out)
+        self.assertIn("1.25x (target >= 2x)", out)
+        self.assertIn("no slower than Socket (medians): yes (ratios 1.25)",
+                      out)
+
+    def test_slower_small_size_and_a_failed_run(self):
+        ok, summary, out, _ = self.run_suite(
+            {"UCCL": 30.0, "Socket": 25.0, "Socket_4x4": 41.0},
+            fail=("Socket-r1",))
+        self.assertFalse(ok)
+        self.assertIn("Socket, round 2: FAILED", out)
+        self.assertNotIn("Socket", summary["rounds"][1])
+        # Round 2 is played against the 4x4 run alone (30 <= 41).
+        self.assertIn("| 0.83 | 1/3 |", out)
+        self.assertIn("FAILED (process 1 terminated with exit code 1)", out)
+        self.assertIn("no slower than Socket (medians): no (ratios 0.83)",
+                      out)
+
+
+class FlagsTest(unittest.TestCase):
+    def test_zero_rounds_reps_or_iters_is_refused(self):
+        for flag in ("--rounds", "--reps", "--iters"):
+            p = subprocess.run(
+                [sys.executable, os.path.join(TOOLS, "nccl_test.py"), "suite",
+                 flag, "0"], capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 1, flag)
+            self.assertIn("%s 0: give at least 1" % flag, p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -135,11 +135,13 @@ UCCL_KNOB(bool, knob_steer, "UCCL_NCCL_STEER_THREADS", true,
           "NCCL plugin: each NCCL thread that calls the plugin to connect, "
           "accept, send or receive (its proxy threads) leaves, once, the "
           "cores UCCL engines of any process on the host are pinned to "
-          "(Endpoint::engine_cores_on_host), where it may run on others. A "
+          "(Endpoint::engine_cores_on_host), where it may run on others; so "
+          "does the process's main thread, at the first send or receive. A "
           "busy engine does not yield its core, so a proxy thread the "
           "scheduler put there waited behind it, up to a scheduler tick per "
-          "message, until the kernel moved it (BENCHMARKS.md, session 32). "
-          "Off: the kernel alone places them.");
+          "message, until the kernel moved it (BENCHMARKS.md, session 32); "
+          "a thread put beside a sleeping engine is interrupted each time it "
+          "wakes (session 33). Off: the kernel alone places them.");
 UCCL_KNOB(int64_t, knob_max_bytes, "UCCL_NCCL_MAX_BYTES", int64_t{1} << 30,
           "NCCL plugin: largest message NCCL may post (maxP2pBytes, "
           "maxCollBytes); larger operations are split by NCCL.",
@@ -506,7 +508,10 @@ uccl::Result<Endpoint*> NetPlugin::endpoint(PluginDevice* d) {
   // ~100 us per hop (all_reduce 216-600 us instead of ~20 us up to 4 KiB;
   // BENCHMARKS.md, session 7), while never sleeping kept every engine of
   // every rank spinning for the life of the job. Idle engines yield their
-  // cores before that.
+  // cores before that. Waking on datagrams and commands (idle_wait) did not
+  // make sooner sleeps safe: sleeping after 10 ms idle with 1 ms waits, a
+  // PyTorch loop's 4 B-1 KiB all_reduce ran at ~80 us per call in 1 of 4
+  // runs (session 33).
   if (cfg.idle_sleep_after_ms < 0) cfg.idle_sleep_after_ms = 1000;
   auto ep = Endpoint::create(cfg);
   if (!ep.ok()) return ep.status().with_context("device " + d->name);
@@ -539,22 +544,49 @@ void NetPlugin::log_comm(const PluginComm* c) {
           (e.ok() ? std::to_string(*e) : std::string("?")));
 }
 
-void NetPlugin::steer_thread() {
+void NetPlugin::steer_thread(bool data_path) {
   thread_local bool steered = false;
-  if (steered) return;
-  steered = true;
-  if (!knob_steer().get()) return;
+  if (steered && (!data_path || main_steered_.load(std::memory_order_relaxed)))
+    return;
+  if (!knob_steer().get()) {
+    steered = true;
+    main_steered_.store(true, std::memory_order_relaxed);
+    return;
+  }
+  // Engines exist by now (the endpoint starts them at listen); where none
+  // is pinned there is nothing to keep off, then or later.
   const std::vector<int> avoid = Endpoint::engine_cores_on_host();
-  if (avoid.empty()) return;
-  auto now = uccl::avoid_cpus_current_thread(avoid);
+  const pid_t self = static_cast<pid_t>(syscall(SYS_gettid));
+  if (!steered) {
+    steered = true;
+    if (!avoid.empty()) steer(self, 0, avoid, "thread ");
+  }
+  if (avoid.empty()) {
+    main_steered_.store(true, std::memory_order_relaxed);
+    return;
+  }
+  // The process's main thread (where a PyTorch program issues its
+  // collectives), once, from the first send or receive: by then NCCL has
+  // finished initialising the comm. An idle engine sleeps on its core, and
+  // the kernel may then put a thread there, which the engine interrupts
+  // whenever it wakes.
+  if (data_path && !main_steered_.exchange(true)) {
+    const pid_t main_tid = getpid();
+    if (main_tid != self) steer(main_tid, main_tid, avoid, "main thread ");
+  }
+}
+
+void NetPlugin::steer(pid_t log_tid, pid_t tid, const std::vector<int>& avoid,
+                      const char* who) {
+  auto now = uccl::avoid_cpus_thread(tid, avoid);
   if (!now.ok()) {
     log(kLogWarn, __FILE__, __LINE__,
-        "cannot keep this thread off the engines' cores: " +
-            now.status().to_string());
+        std::string("cannot keep ") + who + std::to_string(log_tid) +
+            " off the engines' cores: " + now.status().to_string());
     return;
   }
   log(kLogInfo, __FILE__, __LINE__,
-      "thread " + std::to_string(static_cast<long>(syscall(SYS_gettid))) +
+      who + std::to_string(static_cast<long>(log_tid)) +
           " keeps off the engines' cores " + uccl::format_cpu_list(avoid) +
           ": it runs on " + uccl::format_cpu_list(*now));
 }
@@ -611,7 +643,7 @@ NcclResult NetPlugin::listen(int dev, void* handle, void** listen_comm) {
 
 NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
   if (handle == nullptr || send_comm == nullptr) return kInternalError;
-  steer_thread();
+  steer_thread(false);
   *send_comm = nullptr;
   ConnectHandle* h = static_cast<ConnectHandle*>(handle);
   if (h->magic != kHandleMagic || h->version != kHandleVersion ||
@@ -689,7 +721,7 @@ NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
 
 NcclResult NetPlugin::accept(void* listen_comm, void** recv_comm) {
   if (listen_comm == nullptr || recv_comm == nullptr) return kInternalError;
-  steer_thread();
+  steer_thread(false);
   *recv_comm = nullptr;
   auto* l = static_cast<PluginListen*>(listen_comm);
   int ready = 0;
@@ -880,7 +912,7 @@ NcclResult NetPlugin::isend(void* send_comm, void* data, size_t size, int tag,
                             void* mhandle, void* phandle, void** request) {
   if (send_comm == nullptr || request == nullptr) return kInternalError;
   auto* c = static_cast<PluginComm*>(send_comm);
-  steer_thread();
+  steer_thread(true);
   *request = nullptr;
   if (!c->broken.ok()) return fail("isend", c->broken);
   if (size > max_bytes_) {
@@ -942,7 +974,7 @@ NcclResult NetPlugin::irecv(void* recv_comm, int n, void** data,
                             void** mhandles, void** phandles, void** request) {
   if (recv_comm == nullptr || request == nullptr) return kInternalError;
   *request = nullptr;  // also clears NCCL's optional-completion marker
-  steer_thread();
+  steer_thread(true);
   if (n < 1 || n > max_recvs_ || data == nullptr || sizes == nullptr) {
     return fail(
         "irecv",

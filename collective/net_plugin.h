@@ -155,8 +155,13 @@ class NetPlugin {
                          int k);
   void log_comm(const PluginComm* c);  // where its connections run
   // Once per calling thread (NCCL's proxy threads), where
-  // UCCL_NCCL_STEER_THREADS allows: keeps it off the cores engines spin on.
-  void steer_thread();
+  // UCCL_NCCL_STEER_THREADS allows: keeps it off the cores engines run on;
+  // from the first send or receive (data_path), the process's main thread
+  // too, once.
+  void steer_thread(bool data_path);
+  void steer(pid_t log_tid, pid_t tid, const std::vector<int>& avoid,
+             const char* who);
+  std::atomic<bool> main_steered_{false};
   ncclabi::NcclResult fail(const char* what, const Status& st,
                            ncclabi::NcclResult code = ncclabi::kSystemError);
 

@@ -144,8 +144,11 @@ UCCL_KNOB(int64_t, knob_idle_yield, "UCCL_IDLE_YIELD_LOOPS", 64,
           "loop (sched_yield; matters when it shares a core).",
           0, 1LL << 40);
 UCCL_KNOB(int64_t, knob_idle_sleep_us, "UCCL_IDLE_SLEEP_US", 20,
-          "Engine: sleep per empty loop once idle, us (0 = always spin).", 0,
-          1000000);
+          "Engine: sleep per empty loop once idle, us (0 = always spin). On "
+          "the software NIC the engine blocks instead until a datagram or a "
+          "command arrives, or this long at most; verbs devices sleep it "
+          "through.",
+          0, 1000000);
 // The NCCL plugin sets 1000 unless this is given (collective/net_plugin.cc):
 // its engines sleep only after a second with nothing to do.
 UCCL_KNOB(int64_t, knob_idle_sleep_after_ms, "UCCL_IDLE_SLEEP_AFTER_MS", 0,
@@ -1173,6 +1176,11 @@ std::vector<EngineStats> Endpoint::engine_stats() const {
   std::vector<EngineStats> out;
   for (auto& e : impl_->engines) out.push_back(e->stats());
   return out;
+}
+
+Result<bool> Endpoint::engine_waiting(int engine) const {
+  UCCL_RETURN_IF_ERROR(impl_->check_engine("engine_waiting", engine, nullptr));
+  return impl_->engines[engine]->waiting();
 }
 
 Status Endpoint::inject_wire_fault(int engine, uint32_t fault) {

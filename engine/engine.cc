@@ -4,8 +4,10 @@
 #include "engine/engine.h"
 
 #include <linux/futex.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -157,6 +159,8 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
   e->inflight_.reserve(Imm::kMaxFlows);
   e->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   if (e->epoll_fd_ < 0) return ErrnoStatus("epoll_create1", errno);
+  e->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (e->wake_fd_ < 0) return ErrnoStatus("eventfd", errno);
   e->qpn_map_.assign(8192, QpnEntry{0, 0, false});
   if (!cfg.trace_file.empty()) {
     e->trace_.resize(1u << 20);
@@ -173,6 +177,7 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
 UcclRDMAEngine::~UcclRDMAEngine() {
   stop();
   if (epoll_fd_ >= 0) close(epoll_fd_);
+  if (wake_fd_ >= 0) close(wake_fd_);
 }
 
 void UcclRDMAEngine::start() {
@@ -187,6 +192,7 @@ void UcclRDMAEngine::start() {
 void UcclRDMAEngine::stop() {
   if (!thread_.joinable()) return;
   stop_.store(true, std::memory_order_release);
+  if (waiting_.fetch_or(0, std::memory_order_acq_rel)) wake();  // as submit()
   thread_.join();
   // Everything still pending fails; the thread is gone, so this is safe.
   Command c;
@@ -332,10 +338,7 @@ void UcclRDMAEngine::run() {
       if (idle++ == 0) idle_since_ns = now;
       if (idle > cfg_.idle_spin_loops && cfg_.idle_sleep_ns > 0 &&
           now - idle_since_ns >= cfg_.idle_sleep_after_ns) {
-        timespec ts{static_cast<time_t>(cfg_.idle_sleep_ns / 1000000000),
-                    static_cast<long>(cfg_.idle_sleep_ns % 1000000000)};
-        nanosleep(&ts, nullptr);
-        ++idle_sleeps_;
+        idle_wait();
       } else if (idle > cfg_.idle_yield_loops) {
         sched_yield();
       }
@@ -343,6 +346,38 @@ void UcclRDMAEngine::run() {
       idle = 0;
     }
   }
+}
+
+void UcclRDMAEngine::idle_wait() {
+  ++idle_sleeps_;
+  const timespec ts{static_cast<time_t>(cfg_.idle_sleep_ns / 1000000000),
+                    static_cast<long>(cfg_.idle_sleep_ns % 1000000000)};
+  const int dev_fd = dev_->wait_fd();
+  if (dev_fd < 0) {
+    nanosleep(&ts, nullptr);
+    return;
+  }
+  // Pairs with submit()'s and stop()'s read-modify-writes of waiting_: a
+  // command (or stop) whose RMW came first is seen below; one whose RMW
+  // comes after this sees 1 and wakes us.
+  waiting_.exchange(1, std::memory_order_acq_rel);
+  if (queue_.front() == nullptr && !stop_.load(std::memory_order_acquire)) {
+    pollfd fds[3] = {
+        {dev_fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}, {epoll_fd_, POLLIN, 0}};
+    const int n = ppoll(fds, 3, &ts, nullptr);
+    if (n > 0) ++idle_wakes_;
+    if (n > 0 && (fds[1].revents & POLLIN)) {
+      uint64_t v;
+      (void)!read(wake_fd_, &v, sizeof(v));  // resets the eventfd's count
+    }
+  }
+  waiting_.store(0, std::memory_order_release);
+}
+
+void UcclRDMAEngine::wake() {
+  const uint64_t one = 1;
+  // Fails only with EAGAIN, where the count is already non-zero.
+  (void)!write(wake_fd_, &one, sizeof(one));
 }
 
 int UcclRDMAEngine::drain_commands() {
@@ -368,6 +403,7 @@ void UcclRDMAEngine::handle(const Command& cmd) {
       q->engine.loops = loops_;
       q->engine.idle_loops = idle_loops_;
       q->engine.idle_sleeps = idle_sleeps_;
+      q->engine.idle_wakes = idle_wakes_;
       q->engine.conn_visits = conn_visits_;
       q->engine.timer_visits = timer_visits_;
       q->engine.late_activations = late_activations_;

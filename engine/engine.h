@@ -142,8 +142,19 @@ class UcclRDMAEngine {
   void start();
   void stop();  // joins the thread; pending requests fail with kCancelled
 
-  // Thread-safe: false when the queue is full.
-  bool submit(const Command& c) { return queue_.try_push(c); }
+  // Thread-safe: false when the queue is full. Wakes the engine where it
+  // waits idle (idle_wait()).
+  bool submit(const Command& c) {
+    if (!queue_.try_push(c)) return false;
+    // A read-modify-write, like idle_wait()'s exchange: whichever of the
+    // two comes second in waiting_'s order sees the other's side (this
+    // command, or the engine waiting, which it then wakes). Not a fence:
+    // the same for ThreadSanitizer, which does not model fences.
+    if (waiting_.fetch_or(0, std::memory_order_acq_rel)) wake();
+    return true;
+  }
+  // Test hook: the engine is blocked in idle_wait() now (any thread).
+  bool waiting() const { return waiting_.load(std::memory_order_acquire); }
   // Blocking round trip through the engine for a statistics snapshot
   // (no shared counters between threads).
   Result<FlowStats> conn_stats(uint32_t conn);
@@ -184,6 +195,12 @@ class UcclRDMAEngine {
   struct Conn;
   UcclRDMAEngine() = default;
   void run();
+  // An idle engine's sleep: blocks until its device has a datagram, a
+  // command arrives (submit() or stop() writes wake_fd_), a connection's
+  // liveness socket has news, or idle_sleep_ns passes. Devices without a
+  // file to wait on (verbs) sleep idle_sleep_ns.
+  void idle_wait();
+  void wake();
   int drain_commands();
   void handle(const Command& c);
   void create_conn(ConnSetup* s);
@@ -302,12 +319,17 @@ class UcclRDMAEngine {
   CommandQueue queue_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  uint64_t next_liveness_ns_ = 0;
+  int wake_fd_ = -1;  // eventfd: a command for a waiting engine
+  // On a cache line of its own: every submit() writes it (an RMW), while
+  // the engine reads stop_ every loop.
+  alignas(64) std::atomic<uint32_t> waiting_{0};  // 1: in idle_wait()
+  alignas(64) uint64_t next_liveness_ns_ = 0;
   uint64_t next_timer_ns_ = 0;
   uint64_t next_stats_ns_ = 0;
 
   // Statistics (engine thread only; read through kQuery commands).
   uint64_t loops_ = 0, idle_loops_ = 0, commands_ = 0, idle_sleeps_ = 0;
+  uint64_t idle_wakes_ = 0;  // idle sleeps an event ended early
   BusyMeter busy_;
   uint64_t protocol_errors_ = 0;
   std::atomic<uint32_t> wire_fault_{0};  // WireFault, test hook

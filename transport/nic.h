@@ -373,6 +373,10 @@ class Device {
   bool owner_driven() const { return owner_driven_; }
   // Returns the packets it handed to the wire (0 on hardware).
   virtual uint32_t flush() { return 0; }
+  // A file that polls readable (POLLIN) when progress() has datagrams to
+  // take, for an idle owner to block on instead of sleeping blind; -1 where
+  // there is none (hardware, the null device). Owned by the device.
+  virtual int wait_fd() const { return -1; }
   // Research tracing (UCCL_TRACE_FILE): the device reports each batch of
   // datagrams it hands to / takes from the kernel as (name, count, monotonic
   // ns). The software NIC does; hardware has nothing to report. nullptr: off.

@@ -113,9 +113,14 @@ std::vector<int> allowed_cpus() {
 
 Result<std::vector<int>> avoid_cpus_current_thread(
     const std::vector<int>& avoid) {
+  return avoid_cpus_thread(0, avoid);
+}
+
+Result<std::vector<int>> avoid_cpus_thread(pid_t tid,
+                                           const std::vector<int>& avoid) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+  if (sched_getaffinity(tid, sizeof(set), &set) != 0) {
     return Internal(std::string("sched_getaffinity: ") + std::strerror(errno));
   }
   cpu_set_t narrowed = set;
@@ -126,7 +131,7 @@ Result<std::vector<int>> avoid_cpus_current_thread(
   const bool any = CPU_COUNT(&narrowed) > 0;
   const cpu_set_t& now = any ? narrowed : set;
   if (any && !CPU_EQUAL(&narrowed, &set) &&
-      sched_setaffinity(0, sizeof(narrowed), &narrowed) != 0) {
+      sched_setaffinity(tid, sizeof(narrowed), &narrowed) != 0) {
     return Internal(std::string("sched_setaffinity: ") + std::strerror(errno));
   }
   for (int c = 0; c < CPU_SETSIZE; ++c) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <string>
@@ -31,6 +32,10 @@ std::vector<int> allowed_cpus();
 // remain (then nothing changes). Returns the CPUs the thread may now use.
 Result<std::vector<int>> avoid_cpus_current_thread(
     const std::vector<int>& avoid);
+// The same for thread `tid` (0: the calling thread; a thread of another
+// process only where the caller may change its affinity).
+Result<std::vector<int>> avoid_cpus_thread(pid_t tid,
+                                           const std::vector<int>& avoid);
 
 // A file's identity: its device (major, minor) and inode.
 struct FileId {

@@ -149,6 +149,9 @@ struct FlowStats {
 struct EngineStats {
   uint64_t loops = 0, idle_loops = 0;
   uint64_t idle_sleeps = 0;  // empty loops that slept (idle_sleep_ns)
+  // Of those, the sleeps a datagram, a command or a peer's liveness socket
+  // ended before idle_sleep_ns (the software NIC; verbs devices sleep).
+  uint64_t idle_wakes = 0;
   // Connections the loops' passes visited, summed over loops: only those
   // with something to send, resend, acknowledge or flush are visited, so an
   // idle connection adds nothing (engine/engine.h, activate()).
@@ -284,6 +287,8 @@ class Endpoint {
   // Test hook: engine `engine` damages the next eager header or receive
   // descriptor it writes as `fault` (UcclRDMAEngine::WireFault) says.
   Status inject_wire_fault(int engine, uint32_t fault);
+  // Test hook: engine `engine` is blocked in its idle wait now.
+  Result<bool> engine_waiting(int engine) const;
   Result<ConnId> accept_impl(bool by_tag, uint64_t tag);
   std::unique_ptr<Impl> impl_;
 };

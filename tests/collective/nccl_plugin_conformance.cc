@@ -14,6 +14,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -786,8 +787,10 @@ void scenario_placement(Api& a) {
 // process's and those other processes claim in the lock directory
 // (CONFORMANCE_STEER_CLAIM=1: this scenario holds the claim of the
 // second-highest CPU, as another process would; files not named
-// uccl-core-<n>.lock do not count), where other CPUs remain; the thread that
-// loaded the plugin keeps its CPUs. Off: nobody moves.
+// uccl-core-<n>.lock do not count), where other CPUs remain. The process's
+// main thread (which loaded the plugin here, and calls none of those)
+// keeps its CPUs through connect and accept and leaves those cores too at
+// the first send or receive. Off: nobody moves.
 void scenario_steer(Api& a) {
   const char* knob = std::getenv("UCCL_NCCL_STEER_THREADS");
   const bool steer = knob == nullptr || std::strcmp(knob, "0") != 0;
@@ -826,6 +829,8 @@ void scenario_steer(Api& a) {
   });
   connector.join();
   REQUIRE(sc != nullptr && rc != nullptr, "connect/accept");
+  REQUIRE(syscall(SYS_gettid) == getpid(), "run on the main thread");
+  const std::vector<int> main_after_connect = uccl::allowed_cpus();
   CloseOnReturn closer(a, {sc}, {rc}, {lc});
   std::vector<int> engines = uccl::testing::pinned_engine_cores(1);
   REQUIRE(engines.size() == 1, "%zu engine cores pinned, want 1",
@@ -855,10 +860,14 @@ void scenario_steer(Api& a) {
   CHECK_THAT(sender_cpus == want, "sending thread may run on %s, want %s",
              uccl::format_cpu_list(sender_cpus).c_str(),
              uccl::format_cpu_list(want).c_str());
-  CHECK_THAT(uccl::allowed_cpus() == cpus,
-             "the loading thread may run on %s, had %s",
-             uccl::format_cpu_list(uccl::allowed_cpus()).c_str(),
+  CHECK_THAT(main_after_connect == cpus,
+             "the main thread may run on %s after connect, had %s",
+             uccl::format_cpu_list(main_after_connect).c_str(),
              uccl::format_cpu_list(cpus).c_str());
+  CHECK_THAT(uccl::allowed_cpus() == want,
+             "the main thread may run on %s after the first send, want %s",
+             uccl::format_cpu_list(uccl::allowed_cpus()).c_str(),
+             uccl::format_cpu_list(want).c_str());
   closer.dismiss();
   a.close_send(sc);
   a.close_recv(rc);

@@ -567,6 +567,76 @@ TEST(EndpointTest, IdleSleepWaitsForIdleTime) {
   }
 }
 
+// An idle engine on the software NIC blocks until something arrives, not
+// for its whole sleep: with 1 s sleeps (the longest allowed), a message
+// posted while both engines wait still completes in well under half of
+// one, ten times: the sender's engine wakes for the send command, the
+// receiver's for the datagrams (its receive was posted before it went back
+// to waiting). A sleep-through design takes up to a second per message, so
+// at least one of the ten would miss. Destroying endpoints whose engines
+// wait is as quick (stop() wakes them). The counts say the waits ended
+// early.
+TEST(EndpointTest, IdleEngineWakesForCommandsAndDatagrams) {
+  EndpointConfig c = test_config(1, 1);
+  c.idle_sleep_us = 1000000;
+  c.idle_sleep_after_ms = 0;
+  auto p = Pair::make(c, c);
+  ASSERT_TRUE(p);
+  auto both_waiting = [&] {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto a = EndpointTestAccess::engine_waiting(p->server.get(), 0);
+      auto b = EndpointTestAccess::engine_waiting(p->client.get(), 0);
+      if (!a.ok() || !b.ok()) return false;
+      if (*a && *b) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  };
+  EXPECT_FALSE(EndpointTestAccess::engine_waiting(p->server.get(), 1).ok());
+  constexpr size_t kBytes = 100000;  // several datagrams
+  std::vector<uint8_t> src(kBytes), dst(kBytes);
+  auto smr = p->client->reg_mr(src.data(), src.size());
+  auto rmr = p->server->reg_mr(dst.data(), dst.size());
+  ASSERT_TRUE(smr.ok() && rmr.ok());
+  constexpr int kRounds = 10;
+  for (int round = 0; round < kRounds; ++round) {
+    fill_pattern(src.data(), src.size(), 20 + round);
+    std::fill(dst.begin(), dst.end(), 0);
+    Request rr, sr;
+    ASSERT_TRUE(
+        p->server->recv_async(p->s_conns[0], dst.data(), dst.size(), *rmr, &rr)
+            .ok());
+    ASSERT_TRUE(both_waiting()) << "round " << round;
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(
+        p->client->send_async(p->c_conns[0], src.data(), src.size(), *smr, &sr)
+            .ok());
+    ASSERT_TRUE(p->server->wait(&rr, 20000).ok());
+    ASSERT_TRUE(p->client->wait(&sr, 20000).ok());
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - t0)
+                        .count();
+    EXPECT_LT(ms, 500) << "round " << round << ": engines slept through";
+    EXPECT_EQ(find_pattern_mismatch(dst.data(), dst.size(), 20 + round), -1);
+  }
+  const EngineStats s = p->server->engine_stats()[0];
+  const EngineStats k = p->client->engine_stats()[0];
+  EXPECT_GE(s.idle_sleeps, static_cast<uint64_t>(kRounds));
+  EXPECT_GE(s.idle_wakes, static_cast<uint64_t>(kRounds));
+  EXPECT_GE(k.idle_wakes, static_cast<uint64_t>(kRounds));
+  EXPECT_LE(s.idle_wakes, s.idle_sleeps);
+  ASSERT_TRUE(both_waiting());
+  const auto t0 = std::chrono::steady_clock::now();
+  p.reset();
+  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::steady_clock::now() - t0)
+                .count(),
+            500)
+      << "stop() waited out the engines' sleeps";
+}
+
 // The engine loop's pass visits only connections with work: 32 connections
 // that carried a message each and then went idle add no visits per loop
 // (visiting every live one, as the loop used to, adds 32 per loop). The

@@ -65,6 +65,10 @@ class EndpointTestAccess {
   static Status inject_wire_fault(Endpoint* ep, int engine, uint32_t fault) {
     return ep->inject_wire_fault(engine, fault);
   }
+  // True while the engine is blocked in its idle wait (engine/engine.h).
+  static Result<bool> engine_waiting(const Endpoint* ep, int engine) {
+    return ep->engine_waiting(engine);
+  }
 };
 
 // A registered host buffer.

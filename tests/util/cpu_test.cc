@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -72,6 +74,35 @@ TEST(AvoidCpusTest, NarrowsTheCallingThreadUnlessNoneWouldRemain) {
   });
   t.join();
   EXPECT_EQ(allowed_cpus(), cpus) << "other threads keep theirs";
+}
+
+// By thread id: another thread of this process is narrowed, the caller
+// keeps its CPUs; a thread that does not exist is an error.
+TEST(AvoidCpusTest, NarrowsAnotherThreadByItsId) {
+  const std::vector<int> cpus = allowed_cpus();
+  ASSERT_FALSE(cpus.empty());
+  std::atomic<pid_t> tid{0};
+  std::atomic<bool> done{false};
+  std::vector<int> seen;
+  std::thread t([&] {
+    tid.store(static_cast<pid_t>(syscall(SYS_gettid)));
+    while (!done.load()) std::this_thread::yield();
+    seen = allowed_cpus();
+  });
+  while (tid.load() == 0) std::this_thread::yield();
+  auto now = avoid_cpus_thread(tid.load(), {cpus.back()});
+  ASSERT_TRUE(now.ok()) << now.status();
+  const std::vector<int> want =
+      cpus.size() < 2 ? cpus : std::vector<int>(cpus.begin(), cpus.end() - 1);
+  EXPECT_EQ(*now, want);
+  done.store(true);
+  t.join();
+  EXPECT_EQ(seen, want);
+  EXPECT_EQ(allowed_cpus(), cpus) << "the caller keeps its CPUs";
+  auto gone = avoid_cpus_thread(tid.load(), {cpus.back()});  // exited
+  EXPECT_FALSE(gone.ok());
+  EXPECT_NE(gone.status().message().find("sched_getaffinity"),
+            std::string::npos);
 }
 
 TEST(FlockedFilesTest, ReadsGrantedFlocksFromProcLocks) {

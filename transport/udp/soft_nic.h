@@ -385,6 +385,7 @@ class SoftDevice final : public Device {
       ProtectionDomain* pd, const PortAddress& dest) override;
   uint32_t progress() override;
   uint32_t flush() override;
+  int wait_fd() const override { return fd_; }  // the data socket
   void set_trace(TraceFn fn, void* ctx) override {
     trace_fn_ = fn;
     trace_ctx_ = ctx;

@@ -533,6 +533,7 @@ def run_suite(a, world, tmp):
           "(GB/s) | best Socket busbw | ratio | UCCL won | UCCL host us "
           "| P2P floor us |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
     def f(x, fmt):  # "-" where no run of that net gave a figure
         return "-" if x is None else fmt % x
 

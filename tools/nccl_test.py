@@ -24,7 +24,8 @@ round), and the summary: per size each net's median, the ratio, in how many
 rounds UCCL was no slower than both Socket runs, and the target verdicts.
 Each run's table also gives the slowest rank's CPU reference (a fixed piece
 of Python work, timed: small sizes here are bound by the host, whose vCPUs
-change speed) and how many timed loops blocked. Every run but --net P2P forces
+change speed), how many timed loops blocked and how often the issuing thread
+was preempted (it shared its CPU). Every run but --net P2P forces
 NCCL off NVLink and shared memory (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) so
 the bytes cross the network layer.
 profile: all_reduce and send/recv (checked values) with NCCL's profiler
@@ -158,6 +159,7 @@ def bench_worker(rank, world, port, out, sizes, max_iters, reps=1):
     host = {}  # time the host spent issuing the calls (before synchronize)
     ref = {}  # this process's CPU speed just before (cpu_reference_ms)
     blocked = {}  # timed loops in which the issuing thread blocked
+    preempted = {}  # its involuntary context switches in the timed loops
     buf = torch.empty(max(sizes) // 4, device=dev)
     for _ in range(reps):
         for size in sizes:
@@ -170,16 +172,17 @@ def bench_worker(rank, world, port, out, sizes, max_iters, reps=1):
             torch.cuda.synchronize()
             dist.barrier()
             ref.setdefault(n, []).append(cpu_reference_ms())
-            w0 = voluntary_switches()
+            w0, p0 = context_switches()
             t0 = time.perf_counter()
             for _ in range(iters):
                 dist.all_reduce(x)
             t1 = time.perf_counter()
-            w1 = voluntary_switches()
+            w1, p1 = context_switches()
             torch.cuda.synchronize()
             times.setdefault(n, []).append((time.perf_counter() - t0) / iters)
             host.setdefault(n, []).append((t1 - t0) / iters)
             blocked[n] = blocked.get(n, 0) + (w1 > w0)
+            preempted[n] = preempted.get(n, 0) + (p1 - p0)
     rows = []
     for n in sorted(times):
         dt = median(times[n])
@@ -188,7 +191,8 @@ def bench_worker(rank, world, port, out, sizes, max_iters, reps=1):
                      "host_us": median(host[n]) * 1e6,
                      "busbw": algbw * 2 * (world - 1) / world,
                      "reps_us": [t * 1e6 for t in times[n]],
-                     "ref_ms": median(ref[n]), "blocked": blocked[n]})
+                     "ref_ms": median(ref[n]), "blocked": blocked[n],
+                     "preempted": preempted[n]})
     dist.barrier()
     dist.destroy_process_group()
     # Every rank's rows: a collective takes as long as its slowest rank, so
@@ -215,20 +219,23 @@ def cpu_reference_ms():
     return (time.perf_counter() - t0) * 1e3
 
 
-def voluntary_switches():
+def context_switches():
     # The calling thread's voluntary context switches so far (it blocked:
-    # e.g. NCCL waited for its proxy thread to free an operation slot).
+    # e.g. NCCL waited for its proxy thread to free an operation slot) and
+    # involuntary ones (another thread took its CPU).
     import resource
-    return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+    ru = resource.getrusage(resource.RUSAGE_THREAD)
+    return ru.ru_nvcsw, ru.ru_nivcsw
 
 
 def merge_ranks(per_rank):
     # Rank 0's times; per size the slowest rank's CPU reference and every
-    # rank's blocked loops.
+    # rank's blocked loops and preemptions.
     rows = [dict(r) for r in per_rank[0]]
     for i, r in enumerate(rows):
         r["ref_ms"] = max(p[i]["ref_ms"] for p in per_rank)
         r["blocked"] = sum(p[i]["blocked"] for p in per_rank)
+        r["preempted"] = sum(p[i].get("preempted", 0) for p in per_rank)
     return rows
 
 
@@ -465,14 +472,15 @@ def run_bench(a, world, tmp, net, threads=0, socks=0, label=None,
     # does, or the launch queue filled up and the host waited (see P2P).
     # cpu ref: the slowest rank's cpu_reference_ms (lower: faster CPU).
     # blocked: timed loops, over ranks and sweeps, in which the issuing
-    # thread blocked at least once.
+    # thread blocked at least once. preempted: its involuntary context
+    # switches in them (another thread shared its CPU), summed alike.
     print("| size (B) | time (us) | algbw (GB/s) | busbw (GB/s) | host (us) "
-          "| cpu ref (ms) | blocked |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+          "| cpu ref (ms) | blocked | preempted |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %d |" % (
+        print("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %d | %d |" % (
             r["bytes"], r["time_us"], r["algbw"], r["busbw"], r["host_us"],
-            r["ref_ms"], r["blocked"]))
+            r["ref_ms"], r["blocked"], r["preempted"]))
     for r in rows:
         if len(r.get("reps_us", [])) > 1:
             print("reps %d B (us): %s" % (r["bytes"], " ".join(

@@ -13,9 +13,10 @@ sys.path.insert(0, TOOLS)
 import nccl_test  # noqa: E402
 
 
-def row(size, time_us, host_us=10.0, ref_ms=7.0, blocked=0):
+def row(size, time_us, host_us=10.0, ref_ms=7.0, blocked=0, preempted=0):
     return {"bytes": size, "time_us": time_us, "busbw": size / time_us / 1e3,
-            "host_us": host_us, "ref_ms": ref_ms, "blocked": blocked}
+            "host_us": host_us, "ref_ms": ref_ms, "blocked": blocked,
+            "preempted": preempted}
 
 
 class MedianTest(unittest.TestCase):
@@ -27,12 +28,15 @@ class MedianTest(unittest.TestCase):
 
 class MergeRanksTest(unittest.TestCase):
     def test_rank0_times_slowest_reference_all_blocked_loops(self):
-        r0 = [row(4, 20.0, ref_ms=7.0, blocked=1), row(64, 21.0, ref_ms=8.0)]
-        r1 = [row(4, 99.0, ref_ms=12.0, blocked=2), row(64, 98.0, ref_ms=6.0)]
+        r0 = [row(4, 20.0, ref_ms=7.0, blocked=1, preempted=5),
+              row(64, 21.0, ref_ms=8.0)]
+        r1 = [row(4, 99.0, ref_ms=12.0, blocked=2),
+              row(64, 98.0, ref_ms=6.0, preempted=7)]
         m = nccl_test.merge_ranks([r0, r1])
         self.assertEqual([r["time_us"] for r in m], [20.0, 21.0])
         self.assertEqual([r["ref_ms"] for r in m], [12.0, 8.0])
         self.assertEqual([r["blocked"] for r in m], [3, 0])
+        self.assertEqual([r["preempted"] for r in m], [5, 7])
         self.assertEqual(r0[0]["ref_ms"], 7.0)  # inputs untouched
 
 

@@ -1,10 +1,13 @@
 # tools/nccl_test.py's host-side logic, without GPUs or torch: medians, how
-# ranks' rows merge, how interleaved rounds combine, and bad flags.
+# ranks' rows merge, how interleaved rounds combine, the bench worker's rows
+# (torch stood in for), and bad flags.
 import contextlib
 import io
+import json
 import os
 import subprocess
 import sys
+import tempfile
 import unittest
 
 TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
@@ -146,6 +149,73 @@ class SuiteTest(unittest.TestCase):
         self.assertIn("FAILED (process 1 terminated with exit code 1)", out)
         self.assertIn("no slower than Socket (medians): no (ratios 0.83)",
                       out)
+
+
+class BenchWorkerTest(unittest.TestCase):
+    """bench_worker with a stand-in for torch: what each rank writes."""
+
+    def test_rows_per_size_with_host_cpu_and_switch_counts(self):
+        calls = []
+
+        class Buf:
+            def __getitem__(self, sl):
+                return self
+
+            def fill_(self, v):
+                pass
+
+        class Torch:
+            class cuda:
+                @staticmethod
+                def synchronize():
+                    pass
+
+            @staticmethod
+            def device(kind, rank):
+                return (kind, rank)
+
+            @staticmethod
+            def empty(n, device=None):
+                calls.append(("empty", n))
+                return Buf()
+
+        class Dist:
+            @staticmethod
+            def all_reduce(x):
+                calls.append("all_reduce")
+
+            @staticmethod
+            def barrier():
+                pass
+
+            @staticmethod
+            def destroy_process_group():
+                calls.append("destroyed")
+
+        old = nccl_test.init
+        nccl_test.init = lambda rank, world, port: (Torch, Dist)
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                out = os.path.join(d, "bench.json")
+                nccl_test.bench_worker(1, 2, 0, out, [4, 1024], 7, reps=3)
+                with open(out + ".1") as f:
+                    rows = json.load(f)
+                self.assertFalse(os.path.exists(out + ".0"))
+        finally:
+            nccl_test.init = old
+        self.assertEqual([r["bytes"] for r in rows], [4, 1024])
+        for r in rows:
+            self.assertEqual(len(r["reps_us"]), 3)
+            self.assertAlmostEqual(r["time_us"],
+                                   nccl_test.median(r["reps_us"]))
+            self.assertGreater(r["ref_ms"], 0)
+            self.assertLessEqual(r["blocked"], 3)  # loops, not switches
+            self.assertGreaterEqual(r["preempted"], 0)
+            self.assertGreater(r["host_us"], 0)
+        # 3 warm-up calls and 7 timed ones per size and sweep.
+        self.assertEqual(calls.count("all_reduce"), 2 * 3 * (3 + 7))
+        self.assertEqual(calls[0], ("empty", 256))
+        self.assertEqual(calls[-1], "destroyed")
 
 
 class FlagsTest(unittest.TestCase):

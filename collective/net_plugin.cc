@@ -136,12 +136,19 @@ UCCL_KNOB(bool, knob_steer, "UCCL_NCCL_STEER_THREADS", true,
           "accept, send or receive (its proxy threads) leaves, once, the "
           "cores UCCL engines of any process on the host are pinned to "
           "(Endpoint::engine_cores_on_host), where it may run on others; so "
-          "does the process's main thread, at the first send or receive. A "
+          "does the process's main thread, at the first send or receive "
+          "(UCCL_NCCL_STEER_MAIN). A "
           "busy engine does not yield its core, so a proxy thread the "
           "scheduler put there waited behind it, up to a scheduler tick per "
           "message, until the kernel moved it (BENCHMARKS.md, session 32); "
           "a thread put beside a sleeping engine is interrupted each time it "
           "wakes (session 33). Off: the kernel alone places them.");
+UCCL_KNOB(bool, knob_steer_main, "UCCL_NCCL_STEER_MAIN", true,
+          "NCCL plugin, with UCCL_NCCL_STEER_THREADS: the process's main "
+          "thread leaves the engines' cores too, once, at the first send or "
+          "receive. The threads and processes it starts afterwards (e.g. "
+          "data loader workers) inherit that affinity. Off: only NCCL's "
+          "threads move.");
 UCCL_KNOB(int64_t, knob_max_bytes, "UCCL_NCCL_MAX_BYTES", int64_t{1} << 30,
           "NCCL plugin: largest message NCCL may post (maxP2pBytes, "
           "maxCollBytes); larger operations are split by NCCL.",
@@ -552,6 +559,10 @@ void NetPlugin::steer_thread(bool data_path) {
     steered = true;
     main_steered_.store(true, std::memory_order_relaxed);
     return;
+  }
+  if (!knob_steer_main().get()) {
+    main_steered_.store(true, std::memory_order_relaxed);
+    if (steered) return;
   }
   // Engines exist by now (the endpoint starts them at listen); where none
   // is pinned there is nothing to keep off, then or later.

@@ -448,6 +448,8 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
                 kInvalidArgument);
   }
   spread_ = knob_spread().get();
+  // Nothing to do for the main thread unless both knobs ask for it.
+  main_steered_.store(!(knob_steer().get() && knob_steer_main().get()));
   std::random_device rd;
   next_tag_.store((static_cast<uint64_t>(rd()) << 20) & ((1ull << 56) - 1));
   std::string list;
@@ -552,18 +554,9 @@ void NetPlugin::log_comm(const PluginComm* c) {
 }
 
 void NetPlugin::steer_thread(bool data_path) {
-  thread_local bool steered = false;
+  thread_local bool steered = !knob_steer().get();
   if (steered && (!data_path || main_steered_.load(std::memory_order_relaxed)))
     return;
-  if (!knob_steer().get()) {
-    steered = true;
-    main_steered_.store(true, std::memory_order_relaxed);
-    return;
-  }
-  if (!knob_steer_main().get()) {
-    main_steered_.store(true, std::memory_order_relaxed);
-    if (steered) return;
-  }
   // Engines exist by now (the endpoint starts them at listen); where none
   // is pinned there is nothing to keep off, then or later.
   const std::vector<int> avoid = Endpoint::engine_cores_on_host();
@@ -572,10 +565,6 @@ void NetPlugin::steer_thread(bool data_path) {
     steered = true;
     if (!avoid.empty()) steer(self, 0, avoid, "thread ");
   }
-  if (avoid.empty()) {
-    main_steered_.store(true, std::memory_order_relaxed);
-    return;
-  }
   // The process's main thread (where a PyTorch program issues its
   // collectives), once, from the first send or receive: by then NCCL has
   // finished initialising the comm. An idle engine sleeps on its core, and
@@ -583,7 +572,9 @@ void NetPlugin::steer_thread(bool data_path) {
   // whenever it wakes.
   if (data_path && !main_steered_.exchange(true)) {
     const pid_t main_tid = getpid();
-    if (main_tid != self) steer(main_tid, main_tid, avoid, "main thread ");
+    if (!avoid.empty() && main_tid != self) {
+      steer(main_tid, main_tid, avoid, "main thread ");
+    }
   }
 }
 

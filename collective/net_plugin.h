@@ -163,7 +163,7 @@ class NetPlugin {
   // `who` + `log_tid`, or warns.
   void steer(pid_t log_tid, pid_t tid, const std::vector<int>& avoid,
              const char* who);
-  std::atomic<bool> main_steered_{false};  // done, or not to be done
+  std::atomic<bool> main_steered_{false};  // done, or not to be (init())
   ncclabi::NcclResult fail(const char* what, const Status& st,
                            ncclabi::NcclResult code = ncclabi::kSystemError);
 

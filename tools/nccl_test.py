@@ -235,7 +235,7 @@ def merge_ranks(per_rank):
     for i, r in enumerate(rows):
         r["ref_ms"] = max(p[i]["ref_ms"] for p in per_rank)
         r["blocked"] = sum(p[i]["blocked"] for p in per_rank)
-        r["preempted"] = sum(p[i].get("preempted", 0) for p in per_rank)
+        r["preempted"] = sum(p[i]["preempted"] for p in per_rank)
     return rows
 
 

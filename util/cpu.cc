@@ -111,11 +111,6 @@ std::vector<int> allowed_cpus() {
   return out;
 }
 
-Result<std::vector<int>> avoid_cpus_current_thread(
-    const std::vector<int>& avoid) {
-  return avoid_cpus_thread(0, avoid);
-}
-
 Result<std::vector<int>> avoid_cpus_thread(pid_t tid,
                                            const std::vector<int>& avoid) {
   cpu_set_t set;

@@ -25,15 +25,13 @@ Status pin_thread(pthread_t thread, int cpu);
 // CPU the calling thread runs on now, -1 if unknown.
 int current_cpu();
 // CPUs the calling thread may run on (sched_getaffinity), sorted: the
-// process's, unless that thread was narrowed (avoid_cpus_current_thread).
+// process's, unless that thread was narrowed (avoid_cpus_thread).
 std::vector<int> allowed_cpus();
 
-// Takes `avoid` out of the calling thread's allowed CPUs, unless none would
-// remain (then nothing changes). Returns the CPUs the thread may now use.
-Result<std::vector<int>> avoid_cpus_current_thread(
-    const std::vector<int>& avoid);
-// The same for thread `tid` (0: the calling thread; a thread of another
-// process only where the caller may change its affinity).
+// Takes `avoid` out of thread `tid`'s allowed CPUs (0: the calling thread;
+// a thread of another process only where the caller may change its
+// affinity), unless none would remain (then nothing changes). Returns the
+// CPUs the thread may now use.
 Result<std::vector<int>> avoid_cpus_thread(pid_t tid,
                                            const std::vector<int>& avoid);
 

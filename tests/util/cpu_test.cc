@@ -60,13 +60,13 @@ TEST(AvoidCpusTest, NarrowsTheCallingThreadUnlessNoneWouldRemain) {
   ASSERT_FALSE(cpus.empty());
   std::thread t([&] {
     // Every CPU avoided: nothing changes.
-    auto same = avoid_cpus_current_thread(cpus);
+    auto same = avoid_cpus_thread(0, cpus);
     ASSERT_TRUE(same.ok()) << same.status();
     EXPECT_EQ(*same, cpus);
     EXPECT_EQ(allowed_cpus(), cpus);
     if (cpus.size() < 2) return;  // one CPU: nothing else to test
     // The last one and a CPU out of range avoided: the rest remain.
-    auto now = avoid_cpus_current_thread({cpus.back(), CPU_SETSIZE + 3, -1});
+    auto now = avoid_cpus_thread(0, {cpus.back(), CPU_SETSIZE + 3, -1});
     ASSERT_TRUE(now.ok()) << now.status();
     const std::vector<int> rest(cpus.begin(), cpus.end() - 1);
     EXPECT_EQ(*now, rest);

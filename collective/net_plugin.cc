@@ -195,6 +195,10 @@ struct PluginDevice {
   std::string pci;
   uint64_t speed_mbps = 0;  // reported; 0 until init where the link has none
   uint64_t guid = 0;
+  // A software NIC device: its idle engines block on their socket and wake
+  // at the first datagram or command (UcclRDMAEngine::idle_wait); verbs
+  // devices' engines sleep blind.
+  bool soft_nic = false;
   std::unique_ptr<Endpoint> ep;
   uint16_t port = 0;
   // The next send / receive comm's lane (lane_engine, stripe.h); mu_.
@@ -392,12 +396,14 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
     d->name = n;
     d->ep_name = n;
     d->ip = host_ip;
+    d->soft_nic = n.compare(0, 3, "udp") == 0;
     for (const auto& info : all) {
       if (info.name != n && !(n == "udp" && info.netdev == "lo")) continue;
       if (!info.ip.empty() && info.backend == "udp" && n != "udp") {
         d->ip = info.ip;
       }
       d->pci = info.pci_path;
+      d->soft_nic = info.backend == "udp";
       d->speed_mbps = info.link_speed_known ? info.link_speed_mbps : 0;
       d->guid = info.guid;
     }
@@ -510,27 +516,40 @@ uccl::Result<Endpoint*> NetPlugin::endpoint(PluginDevice* d) {
   EndpointConfig cfg = EndpointConfig::from_knobs();
   cfg.device = d->ep_name;
   cfg.num_engines = engines_per_device_;
-  // Engines sleep only after a second with nothing to do, unless
-  // UCCL_IDLE_SLEEP_AFTER_MS / UCCL_IDLE_SLEEP_US say otherwise: sleeping
-  // after the default 20000 empty loops (a few ms), NCCL runs of small
-  // messages fell, about one process pair in four (7 of 26), into a steady
-  // ~100 us per hop (all_reduce 216-600 us instead of ~20 us up to 4 KiB;
-  // BENCHMARKS.md, session 7), while never sleeping kept every engine of
-  // every rank spinning for the life of the job. Idle engines yield their
-  // cores before that. Waking on datagrams and commands (idle_wait) did not
-  // make sooner sleeps safe: sleeping after 10 ms idle with 1 ms waits, a
-  // PyTorch loop's 4 B-1 KiB all_reduce ran at ~80 us per call in 1 of 4
-  // runs (session 33).
-  if (cfg.idle_sleep_after_ms < 0) cfg.idle_sleep_after_ms = 1000;
+  // Unless UCCL_IDLE_SLEEP_AFTER_MS / UCCL_IDLE_SLEEP_US say otherwise, an
+  // engine on the software NIC sleeps once it has had nothing to do for
+  // 10 ms, blocking up to 1 ms per wait and waking at the first datagram or
+  // command, so a job's engines give their cores back between bursts (NCCL
+  // lets its own proxy thread sleep as soon as it is idle). Against sleeping
+  // only after 1 s with 20 us waits, NCCL's 64 KiB-256 MiB all_reduce and
+  // 4 B-1 KiB latency moved within 3%, and a PyTorch loop of 4 B-1 KiB
+  // all_reduce (bound by its host) ran 1.4x faster on one VM, 0.8-0.9x on
+  // another and the same on two (BENCHMARKS.md, session 34). Verbs devices'
+  // engines sleep blind, so only after a second: blind 20 us sleeps after
+  // the default 20000 empty loops put about one NCCL process pair in four
+  // (7 of 26) into a steady ~100 us per hop (session 7).
+  if (cfg.idle_sleep_after_ms < 0) {
+    cfg.idle_sleep_after_ms = d->soft_nic ? 10 : 1000;
+  }
+  if (cfg.idle_sleep_us < 0 && d->soft_nic) cfg.idle_sleep_us = 1000;
   auto ep = Endpoint::create(cfg);
   if (!ep.ok()) return ep.status().with_context("device " + d->name);
   auto port = (*ep)->listen(0);
   if (!port.ok()) return port.status().with_context("device " + d->name);
   d->port = *port;
   d->ep = std::move(*ep);
+  // What the engines took (the knobs fill what cfg left unset).
+  std::string idle = "idle engines never sleep";
+  const std::vector<EngineStats> st = d->ep->engine_stats();
+  if (!st.empty() && st[0].idle_sleep_ns > 0) {
+    idle = "idle engines sleep after " +
+           std::to_string(st[0].idle_sleep_after_ns / 1000000) + " ms, " +
+           std::to_string(st[0].idle_sleep_ns / 1000) + " us per wait" +
+           (d->soft_nic ? " (woken early by datagrams and commands)" : "");
+  }
   log(kLogInfo, __FILE__, __LINE__,
       "device " + d->name + ": endpoint up, bootstrap on " + d->ip + ":" +
-          std::to_string(d->port));
+          std::to_string(d->port) + "; " + idle);
   return d->ep.get();
 }
 
@@ -1139,19 +1158,38 @@ NcclResult NetPlugin::test(void* request, int* done, int* sizes) {
   return kSuccess;
 }
 
+namespace {
+
+// For the close log: how often the engine of the comm's connection 0 (its
+// small messages) has slept since it started, and how many of those sleeps
+// a datagram or a command ended early.
+std::string idle_note(const PluginComm* c) {
+  if (c->conns.empty()) return "";
+  const auto e = c->ep->engine_of(c->conns[0]);
+  if (!e.ok()) return "";
+  const std::vector<EngineStats> st = c->ep->engine_stats();
+  if (*e < 0 || static_cast<size_t>(*e) >= st.size()) return "";
+  const EngineStats& s = st[static_cast<size_t>(*e)];
+  return "; its engine " + std::to_string(*e) + " slept " +
+         std::to_string(s.idle_sleeps) + " times, " +
+         std::to_string(s.idle_wakes) + " woken early";
+}
+
+}  // namespace
+
 NcclResult NetPlugin::close_comm(void* comm) {
   if (comm == nullptr) return kSuccess;
   auto* c = static_cast<PluginComm*>(comm);
+  std::string line = std::string(c->is_send ? "send" : "recv") + " comm closed";
   if (c->messages > 0) {
     static const char* const kModes[] = {"first", "all", "auto"};
-    log(kLogInfo, __FILE__, __LINE__,
-        std::string(c->is_send ? "send" : "recv") +
-            " comm closed: " + std::to_string(c->messages) + " messages, " +
+    line += ": " + std::to_string(c->messages) + " messages, " +
             std::to_string(c->all_parts_messages) +
             " with all parts at once, " + std::to_string(c->early_messages) +
             " done with part 0 (UCCL_NCCL_PARTS=" +
-            kModes[static_cast<int>(c->parts_mode)] + ")");
+            kModes[static_cast<int>(c->parts_mode)] + ")";
   }
+  log(kLogInfo, __FILE__, __LINE__, line + idle_note(c));
   for (ConnId x : c->conns) c->ep->close(x);
   // Closing completes what is still pending (kCancelled); the requests live
   // in this comm, so wait (bounded) until the engines let go of them.

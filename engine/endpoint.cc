@@ -147,14 +147,15 @@ UCCL_KNOB(int64_t, knob_idle_sleep_us, "UCCL_IDLE_SLEEP_US", 20,
           "Engine: sleep per empty loop once idle, us (0 = always spin). On "
           "the software NIC the engine blocks instead until a datagram or a "
           "command arrives, or this long at most; verbs devices sleep it "
-          "through.",
+          "through. The NCCL plugin: 1000 on the software NIC.",
           0, 1000000);
-// The NCCL plugin sets 1000 unless this is given (collective/net_plugin.cc):
-// its engines sleep only after a second with nothing to do.
+// The NCCL plugin sets 10 on the software NIC (with UCCL_IDLE_SLEEP_US
+// 1000) and 1000 on verbs devices unless these are given
+// (collective/net_plugin.cc): its engines sleep only after that long idle.
 UCCL_KNOB(int64_t, knob_idle_sleep_after_ms, "UCCL_IDLE_SLEEP_AFTER_MS", 0,
           "Engine: sleep only once idle this long as well, ms (0: "
           "UCCL_IDLE_SPIN_LOOPS empty loops alone decide; the NCCL plugin: "
-          "1000).",
+          "10 on the software NIC, 1000 on verbs devices).",
           0, 3600000);
 UCCL_KNOB(
     std::string, knob_trace_file, "UCCL_TRACE_FILE", "",

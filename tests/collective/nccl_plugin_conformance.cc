@@ -8,7 +8,8 @@
 //
 // Scenarios: props, data, backpressure, truncation, grouped, close, twoproc
 // (sender in a second process), tuner (ncclTunerPlugin_v4), parts (each
-// UCCL_NCCL_PARTS mode), steer (NCCL's threads off engine cores), and
+// UCCL_NCCL_PARTS mode), steer (NCCL's threads off engine cores), idle
+// (the engines' sleep policy, and commands waking a sleeping engine), and
 // data/twoproc again under 1% injected loss.
 #include <dirent.h>
 #include <dlfcn.h>
@@ -87,6 +88,10 @@ void note_closed_mrs(const char* fmt, va_list ap) {
 // ("12 engine(s) on cores"), the connections of the last comm logged
 // ("6 connections, "); -1 until seen.
 std::atomic<int> g_chosen_engines{-1}, g_started_engines{-1}, g_comm_conns{-1};
+// The endpoint's idle policy and, from comms' close lines, the most sleeps
+// and early wakes their engine reported; -1 until seen.
+std::atomic<int> g_idle_after_ms{-1}, g_idle_wait_us{-1}, g_idle_sleeps{-1},
+    g_idle_wakes{-1};
 int number_before(const char* msg, const char* what) {
   const char* p = std::strstr(msg, what);
   if (p == nullptr) return -1;
@@ -115,6 +120,19 @@ void note_counts(const char* fmt, va_list ap) {
   if (n >= 0) g_started_engines = n;
   n = number_before(msg, " connections, ");
   if (n >= 0) g_comm_conns = n;
+  // "idle engines sleep after A ms, W us per wait" (the endpoint), and
+  // "its engine E slept S times, K woken early" (each comm's close).
+  n = number_before(msg, " ms, ");
+  if (n >= 0 && std::strstr(msg, "idle engines sleep after ")) {
+    g_idle_after_ms = n;
+    g_idle_wait_us = number_before(msg, " us per wait");
+  }
+  n = number_before(msg, " times, ");
+  if (n >= 0 && std::strstr(msg, " slept ")) {
+    g_idle_sleeps = std::max(g_idle_sleeps.load(), n);
+    g_idle_wakes =
+        std::max(g_idle_wakes.load(), number_before(msg, " woken early"));
+  }
 }
 void logger(int level, unsigned long, const char* file, int line,
             const char* fmt, ...) {
@@ -915,6 +933,47 @@ void scenario_auto_engines(Api& a) {
   a.close_listen(lc);
 }
 
+// Idle engines (run with UCCL_NCCL_ENGINES=1; CONFORMANCE_IDLE_AFTER_MS and
+// CONFORMANCE_IDLE_WAIT_US: the policy the endpoint must log). A comm pair
+// exchanges six messages, byte-checked, the second after 300 ms idle and
+// the others after 50 ms. Where the policy sleeps after less than 50 ms the
+// engine must have slept, and commands or datagrams must have woken it
+// early; where it sleeps after more than 300 ms, it must not have slept.
+void scenario_idle(Api& a) {
+  const char* after = std::getenv("CONFORMANCE_IDLE_AFTER_MS");
+  const char* wait = std::getenv("CONFORMANCE_IDLE_WAIT_US");
+  REQUIRE(after && wait, "run with CONFORMANCE_IDLE_AFTER_MS/_WAIT_US");
+  void *sc, *rc, *lc;
+  REQUIRE(connect_pair(a, 0, &sc, &rc, &lc), "connect/accept");
+  CloseOnReturn closer(a, {sc}, {rc}, {lc});
+  CHECK_THAT(g_idle_after_ms.load() == std::atoi(after) &&
+                 g_idle_wait_us.load() == std::atoi(wait),
+             "the endpoint logged sleeps after %d ms, %d us per wait; want "
+             "%s ms, %s us",
+             g_idle_after_ms.load(), g_idle_wait_us.load(), after, wait);
+  std::vector<uint8_t> sbuf(1000), rbuf(4096);
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(i == 1 ? 300 : 50));
+    for (size_t k = 0; k < sbuf.size(); ++k) sbuf[k] = uint8_t(k * 3 + i);
+    exchange_once(a, sc, rc, sbuf, rbuf, "after idle");
+  }
+  closer.dismiss();
+  a.close_send(sc);
+  a.close_recv(rc);
+  a.close_listen(lc);
+  const int after_ms = std::atoi(after);
+  if (after_ms < 50) {
+    CHECK_THAT(g_idle_sleeps.load() > 0, "the engine slept %d times",
+               g_idle_sleeps.load());
+    CHECK_THAT(g_idle_wakes.load() > 0, "no sleep of %d was woken early",
+               g_idle_sleeps.load());
+  } else if (after_ms > 300) {
+    CHECK_THAT(g_idle_sleeps.load() == 0,
+               "the engine slept %d times, idle for 300 ms at most",
+               g_idle_sleeps.load());
+  }
+}
+
 // maxRecvs > 1 (UCCL_NCCL_MAX_RECVS=8): grouped receives, tags pick buffers.
 void scenario_grouped(Api& a) {
   PropertiesV11 p;
@@ -1575,6 +1634,8 @@ int run_scenario(const std::string& plugin, const std::string& name,
     scenario_auto_engines(a);
   else if (name == "steer")
     scenario_steer(a);
+  else if (name == "idle")
+    scenario_idle(a);
   else if (name == "twoproc")
     scenario_twoproc(a, self);
   else if (name == "twoproc_sender")
@@ -1670,6 +1731,21 @@ int main(int argc, char** argv) {
   runs.push_back({"steer",
                   11,
                   {"UCCL_NCCL_ENGINES=1", lock_env, "UCCL_NCCL_STEER_MAIN=0"}});
+  // The plugin's default on the software NIC; what the knobs set instead.
+  // An engine also sleeps only past UCCL_IDLE_SPIN_LOOPS empty loops, each
+  // of which yields its core: on a busy machine 20000 of them can outlast
+  // the scenario, so here the idle time alone decides.
+  runs.push_back(
+      {"idle",
+       11,
+       {"UCCL_NCCL_ENGINES=1", "UCCL_IDLE_SPIN_LOOPS=0",
+        "CONFORMANCE_IDLE_AFTER_MS=10", "CONFORMANCE_IDLE_WAIT_US=1000"}});
+  runs.push_back(
+      {"idle",
+       11,
+       {"UCCL_NCCL_ENGINES=1", "UCCL_IDLE_SPIN_LOOPS=0",
+        "UCCL_IDLE_SLEEP_AFTER_MS=60000", "UCCL_IDLE_SLEEP_US=20",
+        "CONFORMANCE_IDLE_AFTER_MS=60000", "CONFORMANCE_IDLE_WAIT_US=20"}});
   runs.push_back({"tuner", 11, {}});
   runs.push_back({"tuner", 11, {"UCCL_NCCL_LL_MAX_KB=16"}});
   runs.push_back({"tuner", 11, {"UCCL_NCCL_LL_MAX_KB=0"}});

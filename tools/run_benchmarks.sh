@@ -8,11 +8,13 @@
 #      late_recv_bench: a late receive's completion, eager vs rendezvous
 #   3. engine goodput under 1% injected loss vs lossless (transport_test tpt)
 #   4. tools/bench_transport.sh: loopback tpt/lat vs TCP/UDP, netns CC runs
+#   5. wake_bench: waking a thread asleep on a condition variable vs one
+#      that spins (what NCCL's host thread pays when its proxy slept)
 # Each run is bounded in time; the whole script takes about 3 minutes.
 set -uo pipefail
 BUILD=${1:-build}
 BIN="$BUILD/bin"
-for b in crc_bench nic_bench engine_bench late_recv_bench transport_test socket_bench; do
+for b in crc_bench nic_bench engine_bench late_recv_bench transport_test socket_bench wake_bench; do
   [ -x "$BIN/$b" ] || { echo "run_benchmarks: $BIN/$b not built" >&2; exit 2; }
 done
 
@@ -56,3 +58,11 @@ echo "| 1% loss (RC mode, NIC go-back-N) | ${rc:-?} | $(ratio "${rc:-0}" "${clea
 echo
 
 tools/bench_transport.sh "$BUILD"
+rc=$?
+
+echo "## Waking a sleeping thread (wake_bench, a spinning one as baseline)"
+echo
+timeout 30 "$BIN/wake_bench" 2>&1
+wrc=$?
+[ $rc -ne 0 ] && exit $rc
+exit $wrc

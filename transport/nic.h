@@ -175,7 +175,9 @@ static_assert(sizeof(QpInfo) == 40, "QpInfo is exchanged on the wire");
 struct RcAttrs {
   // 4.096 us << timeout: ~67 ms. The software NIC starts from the measured
   // RTT where that is shorter, doubles per retry and waits at most 64x
-  // this (udp/soft_qp.cc, UCCL_SOFTNIC_RC_MIN_TIMEOUT_US).
+  // this (udp/soft_qp.cc, UCCL_SOFTNIC_RC_MIN_TIMEOUT_US); it gives up no
+  // sooner than verbs would: after retry_cnt retries and (retry_cnt + 1)
+  // timeouts of silence.
   uint8_t timeout = 14;
   uint8_t retry_cnt = 7;       // retransmissions before kRetryExceeded
   uint8_t rnr_retry = 7;       // 7 = retry forever

@@ -810,6 +810,32 @@ TEST(RcErrorsTest, DeadPeerGivesRetryExceeded) {
   EXPECT_EQ(a->send_wcs[0].status, WcStatus::kRetryExceeded);
 }
 
+// With an RTT sample the retransmissions come every ~200 us, doubling, so
+// retry_cnt of them pass in a few ms; the QP still waits out retry_cnt + 1
+// configured timeouts of silence before it fails, as verbs would.
+TEST(RcErrorsTest, DeadPeerFailsNoSoonerThanTheConfiguredTimeouts) {
+  QpConfig cfg;
+  cfg.rc.timeout = 10;  // 4.096 us << 10: ~4.2 ms
+  cfg.rc.retry_cnt = 3;
+  const uint64_t budget_ns = (4096ull << 10) * 4;
+  auto a = Side::make(QpType::kRC, 8192, Side::no_faults(), cfg);
+  auto b = Side::make(QpType::kRC, 8192, Side::no_faults(), cfg);
+  connect_pair(a.get(), b.get());
+  transfer_once(a.get(), b.get(), WrOpcode::kWrite, 1000, 3);  // RTT sample
+  a->send_wcs.clear();
+  b.reset();  // peer gone
+  const uint64_t t0 = monotonic_ns();
+  ASSERT_TRUE(a->post_send(WrOpcode::kWrite, 1, 0, 100, 0x1000, 1).ok());
+  ASSERT_TRUE(drive(
+      {a.get()}, [&] { return !a->send_wcs.empty(); }, 10000));
+  const uint64_t took_ns = monotonic_ns() - t0;
+  EXPECT_EQ(a->send_wcs[0].status, WcStatus::kRetryExceeded);
+  EXPECT_GE(took_ns, budget_ns);
+  // It retransmitted sooner than the configured timeout: more than
+  // retry_cnt times before failing.
+  EXPECT_GT(cnt(a.get()).rc_timeouts, 4u);
+}
+
 TEST(ApiErrorsTest, BadPostsReturnClearStatus) {
   auto a = Side::make(QpType::kUC, 8192);
   auto b = Side::make(QpType::kUC, 8192);

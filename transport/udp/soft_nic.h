@@ -244,7 +244,8 @@ class SoftQp final : public QueuePair {
   void on_timer(uint64_t now_ns);
   // The wait before the next retransmission: the RTT-based timeout (or the
   // configured one before any sample), doubled per retry, at most 64x the
-  // configured one.
+  // configured one. The QP fails after retry_cnt retries once the stall has
+  // also lasted retry_cnt + 1 configured timeouts (on_timer).
   uint64_t retransmit_timeout_ns() const;
   void rtt_sample(uint64_t rtt_ns);
   void flush(uint64_t now_ns);
@@ -319,6 +320,7 @@ class SoftQp final : public QueuePair {
   uint32_t reads_in_sq_ = 0;  // READs posted and not yet completed
   uint64_t last_progress_ns_ = 0;
   uint32_t retries_ = 0;
+  uint64_t stall_since_ns_ = 0;  // last progress before the first retry
   uint32_t rnr_retries_ = 0;
   uint64_t rnr_until_ns_ = 0;
   uint64_t rto_ns_ = 0;  // the configured timeout (QpConfig::rc.timeout)

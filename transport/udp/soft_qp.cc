@@ -634,7 +634,13 @@ void SoftQp::on_timer(uint64_t now) {
     return;
   }
   ++dev_->counters_.rc_timeouts;
-  if (++retries_ > cfg_.rc.retry_cnt) {
+  if (retries_ == 0) stall_since_ns_ = last_progress_ns_;
+  // Verbs gives a silent responder retry_cnt + 1 configured timeouts. The
+  // retransmissions here come sooner (RTT-based, doubling), so the QP fails
+  // once both have run out: retry_cnt retransmissions and that much time
+  // since the stall began. A busy peer process is not a dead one.
+  if (++retries_ > cfg_.rc.retry_cnt &&
+      now - stall_since_ns_ >= rto_ns_ * (cfg_.rc.retry_cnt + 1ull)) {
     VLOG(kVlogLifecycle) << "QP " << qpn_ << ": retry count exceeded";
     complete_send(h, WcStatus::kRetryExceeded, now);
     ++sq_head_;

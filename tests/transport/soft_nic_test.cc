@@ -811,8 +811,9 @@ TEST(RcErrorsTest, DeadPeerGivesRetryExceeded) {
 }
 
 // With an RTT sample the retransmissions come every ~200 us, doubling, so
-// retry_cnt of them pass in a few ms; the QP still waits out retry_cnt + 1
-// configured timeouts of silence before it fails, as verbs would.
+// retry_cnt of them pass in ~3 ms; the QP still waits out retry_cnt + 1
+// configured timeouts of silence before it fails, as verbs would (before
+// the fix it failed after ~3 ms).
 TEST(RcErrorsTest, DeadPeerFailsNoSoonerThanTheConfiguredTimeouts) {
   QpConfig cfg;
   cfg.rc.timeout = 10;  // 4.096 us << 10: ~4.2 ms
@@ -831,9 +832,6 @@ TEST(RcErrorsTest, DeadPeerFailsNoSoonerThanTheConfiguredTimeouts) {
   const uint64_t took_ns = monotonic_ns() - t0;
   EXPECT_EQ(a->send_wcs[0].status, WcStatus::kRetryExceeded);
   EXPECT_GE(took_ns, budget_ns);
-  // It retransmitted sooner than the configured timeout: more than
-  // retry_cnt times before failing.
-  EXPECT_GT(cnt(a.get()).rc_timeouts, 4u);
 }
 
 TEST(ApiErrorsTest, BadPostsReturnClearStatus) {

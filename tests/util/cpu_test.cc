@@ -99,7 +99,15 @@ TEST(AvoidCpusTest, NarrowsAnotherThreadByItsId) {
   t.join();
   EXPECT_EQ(seen, want);
   EXPECT_EQ(allowed_cpus(), cpus) << "the caller keeps its CPUs";
-  auto gone = avoid_cpus_thread(tid.load(), {cpus.back()});  // exited
+  // An exited thread: join() can return before the kernel reaps it, and
+  // until then it still has an affinity, so wait (bounded) for its task
+  // entry to go.
+  const std::string task = "/proc/self/task/" + std::to_string(tid.load());
+  for (int i = 0; i < 5000 && access(task.c_str(), F_OK) == 0; ++i) {
+    usleep(1000);
+  }
+  ASSERT_NE(access(task.c_str(), F_OK), 0) << task << " still there after 5 s";
+  auto gone = avoid_cpus_thread(tid.load(), {cpus.back()});
   EXPECT_FALSE(gone.ok());
   EXPECT_NE(gone.status().message().find("sched_getaffinity"),
             std::string::npos);

@@ -541,11 +541,11 @@ uccl::Result<Endpoint*> NetPlugin::endpoint(PluginDevice* d) {
   d->ep = std::move(*ep);
   // What the engines took (the knobs fill what cfg left unset).
   std::string idle = "idle engines never sleep";
-  const std::vector<EngineStats> st = d->ep->engine_stats();
-  if (!st.empty() && st[0].idle_sleep_ns > 0) {
+  const auto st = d->ep->engine_stats(0);  // all engines take the same
+  if (st.ok() && st->idle_sleep_ns > 0) {
     idle = "idle engines sleep after " +
-           std::to_string(st[0].idle_sleep_after_ns / 1000000) + " ms, " +
-           std::to_string(st[0].idle_sleep_ns / 1000) + " us per wait" +
+           std::to_string(st->idle_sleep_after_ns / 1000000) + " ms, " +
+           std::to_string(st->idle_sleep_ns / 1000) + " us per wait" +
            (d->soft_nic ? " (woken early by datagrams and commands)" : "");
   }
   log(kLogInfo, __FILE__, __LINE__,
@@ -1168,12 +1168,11 @@ std::string idle_note(const PluginComm* c) {
   if (c->conns.empty()) return "";
   const auto e = c->ep->engine_of(c->conns[0]);
   if (!e.ok()) return "";
-  const std::vector<EngineStats> st = c->ep->engine_stats();
-  if (*e < 0 || static_cast<size_t>(*e) >= st.size()) return "";
-  const EngineStats& s = st[static_cast<size_t>(*e)];
+  const auto s = c->ep->engine_stats(*e);
+  if (!s.ok()) return "";
   return "; its engine " + std::to_string(*e) + " slept " +
-         std::to_string(s.idle_sleeps) + " times, " +
-         std::to_string(s.idle_wakes) + " woken early";
+         std::to_string(s->idle_sleeps) + " times, " +
+         std::to_string(s->idle_wakes) + " woken early";
 }
 
 }  // namespace

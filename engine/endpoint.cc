@@ -1179,6 +1179,11 @@ std::vector<EngineStats> Endpoint::engine_stats() const {
   return out;
 }
 
+Result<EngineStats> Endpoint::engine_stats(int engine) const {
+  UCCL_RETURN_IF_ERROR(impl_->check_engine("engine_stats", engine, nullptr));
+  return impl_->engines[engine]->stats();
+}
+
 Result<bool> Endpoint::engine_waiting(int engine) const {
   UCCL_RETURN_IF_ERROR(impl_->check_engine("engine_waiting", engine, nullptr));
   return impl_->engines[engine]->waiting();

@@ -270,6 +270,8 @@ class Endpoint {
   // --- observability ---
   Result<FlowStats> conn_stats(ConnId c) const;
   std::vector<EngineStats> engine_stats() const;
+  // One engine's (a round trip to that engine alone).
+  Result<EngineStats> engine_stats(int engine) const;
   std::string stats_text() const;  // one line per engine
   // The NIC's own counters per engine (packets, drops by reason, faults).
   std::string nic_counters() const;

@@ -498,6 +498,17 @@ TEST(EndpointTest, IdleSleepIsConfigurable) {
     for (const EngineStats& s : (*ep)->engine_stats()) {
       EXPECT_EQ(s.idle_sleep_ns, want) << "idle_sleep_us " << sleep_us;
     }
+    // One engine's stats alone, and a clear error for one it lacks.
+    for (int i = 0; i < 2; ++i) {
+      auto one = (*ep)->engine_stats(i);
+      ASSERT_TRUE(one.ok()) << one.status();
+      EXPECT_EQ(one->idle_sleep_ns, want) << "engine " << i;
+    }
+    auto none = (*ep)->engine_stats(2);
+    EXPECT_FALSE(none.ok());
+    EXPECT_NE(none.status().message().find("engine_stats: engine 2"),
+              std::string::npos)
+        << none.status();
     if (sleep_us > 0) {
       const EngineStats a = (*ep)->engine_stats()[0];
       std::this_thread::sleep_for(std::chrono::milliseconds(1000));

@@ -16,7 +16,10 @@ check: all_reduce, all_gather, reduce_scatter, all_to_all and send/recv from
 log must say the traffic went "via NET/UCCL". bench: all_reduce bus bandwidth
 per size (busbw = algbw * 2(n-1)/n), and the host's time per call ("host":
 issuing only; well below "time" means the GPU/network side is the bound;
-close to it means the host is, or the launch queue filled up). --net P2P
+close to it means the host is, or the launch queue filled up), and, taken
+apart, "pipeline" (per call with the host far ahead: a GPU sleep holds the
+stream while the host issues every call, which then run back to back, as
+nccl-tests times them) and "latency" (one call from idle). --net P2P
 gives the loop's floor without a network (NVLink), for reading small sizes.
 suite: check, then bench for UCCL, Socket (defaults) and Socket (4 threads x
 4 sockets), interleaved in --rounds rounds (default 3; order rotated each
@@ -160,6 +163,8 @@ def bench_worker(rank, world, port, out, sizes, max_iters, reps=1):
     ref = {}  # this process's CPU speed just before (cpu_reference_ms)
     blocked = {}  # timed loops in which the issuing thread blocked
     preempted = {}  # its involuntary context switches in the timed loops
+    pipe = {}  # per call with the host far ahead (pipeline_s)
+    lat = {}  # one call from idle (latency_s)
     buf = torch.empty(max(sizes) // 4, device=dev)
     for _ in range(reps):
         for size in sizes:
@@ -183,6 +188,11 @@ def bench_worker(rank, world, port, out, sizes, max_iters, reps=1):
             host.setdefault(n, []).append((t1 - t0) / iters)
             blocked[n] = blocked.get(n, 0) + (w1 > w0)
             preempted[n] = preempted.get(n, 0) + (p1 - p0)
+            p = pipeline_s(torch, dist, x, iters, t1 - t0)
+            if p is not None:
+                pipe.setdefault(n, []).append(p)
+            lat.setdefault(n, []).append(latency_s(torch, dist, x,
+                                                   min(20, iters)))
     rows = []
     for n in sorted(times):
         dt = median(times[n])
@@ -192,13 +202,54 @@ def bench_worker(rank, world, port, out, sizes, max_iters, reps=1):
                      "busbw": algbw * 2 * (world - 1) / world,
                      "reps_us": [t * 1e6 for t in times[n]],
                      "ref_ms": median(ref[n]), "blocked": blocked[n],
-                     "preempted": preempted[n]})
+                     "preempted": preempted[n],
+                     "pipe_us": median(pipe[n]) * 1e6 if n in pipe else None,
+                     "lat_us": median(lat[n]) * 1e6})
     dist.barrier()
     dist.destroy_process_group()
     # Every rank's rows: a collective takes as long as its slowest rank, so
     # the table shows rank 0's times and the slowest rank's CPU reference.
     with open("%s.%d" % (out, rank), "w") as f:
         json.dump(rows, f)
+
+
+def pipeline_s(torch, dist, x, iters, issue_s):
+    # The GPU/network side's time per call with the host far ahead: a GPU
+    # sleep holds the stream while the host issues all `iters` calls, which
+    # then run back to back (what nccl-tests measures). The hold is 3x the
+    # timed loop's issue time and at least 20 ms, at <= 2 GHz; None if the
+    # host still was not done when it ended (a slow host: no figure).
+    dist.barrier()
+    torch.cuda.synchronize()
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(int(max(0.02, 3 * issue_s) * 2e9))
+    start.record()
+    for _ in range(iters):
+        dist.all_reduce(x)
+    held = not start.query()  # the sleep still held the stream
+    end.record()
+    end.synchronize()
+    # Every rank must agree, or one rank's figure includes the other's wait.
+    ok = torch.tensor([1.0 if held else 0.0], device=x.device)
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    if ok.item() < 1.0:
+        return None
+    return start.elapsed_time(end) / 1e3 / iters
+
+
+def latency_s(torch, dist, x, calls):
+    # One call's time from an idle pipeline to its completion seen by the
+    # host (issue, launch, network, synchronize), median of `calls`.
+    torch.cuda.synchronize()
+    dist.barrier()
+    out = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        dist.all_reduce(x)
+        torch.cuda.synchronize()
+        out.append(time.perf_counter() - t)
+    return median(out)
 
 
 def median(xs):
@@ -260,16 +311,27 @@ def combine_rounds(rounds, subject, baselines):
                 for r in rows:
                     if r["bytes"] == size:
                         per.setdefault(net, []).append(r)
+        row["pipe_us"], row["lat_us"] = {}, {}
         for net, rs in per.items():
             row["time_us"][net] = median([r["time_us"] for r in rs])
             row["busbw"][net] = median([r["busbw"] for r in rs])
             row["rounds"][net] = len(rs)
+            for k in ("pipe_us", "lat_us"):
+                xs = [r[k] for r in rs if r.get(k) is not None]
+                if xs:
+                    row[k][net] = median(xs)
         if subject in per:
             row["host_us"] = median([r["host_us"] for r in per[subject]])
         base = [row["time_us"][b] for b in baselines if b in per]
         row["best_baseline_us"] = min(base) if base else None
         row["ratio"] = (min(base) / row["time_us"][subject]
                         if base and subject in per else None)
+        for k in ("pipe_us", "lat_us"):
+            base_k = [row[k][b] for b in baselines if b in row[k]]
+            row["best_baseline_" + k] = min(base_k) if base_k else None
+            row[k[:-3] + "_ratio"] = (
+                min(base_k) / row[k][subject]
+                if base_k and row[k].get(subject) else None)
         wins = played = 0
         for rd in rounds:
             mine = [r for r in rd.get(subject, []) if r["bytes"] == size]
@@ -474,13 +536,20 @@ def run_bench(a, world, tmp, net, threads=0, socks=0, label=None,
     # blocked: timed loops, over ranks and sweeps, in which the issuing
     # thread blocked at least once. preempted: its involuntary context
     # switches in them (another thread shared its CPU), summed alike.
+    # pipeline: the time per call with the host far ahead (the GPU/network
+    # side alone, as nccl-tests measures it; "-": the host was too slow to
+    # get ahead). latency: one call from an idle pipeline until the host
+    # sees it done, median of up to 20.
     print("| size (B) | time (us) | algbw (GB/s) | busbw (GB/s) | host (us) "
-          "| cpu ref (ms) | blocked | preempted |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| cpu ref (ms) | blocked | preempted | pipeline (us) "
+          "| latency (us) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %d | %d |" % (
-            r["bytes"], r["time_us"], r["algbw"], r["busbw"], r["host_us"],
-            r["ref_ms"], r["blocked"], r["preempted"]))
+        print("| %d | %.1f | %.2f | %.2f | %.1f | %.2f | %d | %d | %s | %.1f "
+              "|" % (r["bytes"], r["time_us"], r["algbw"], r["busbw"],
+                     r["host_us"], r["ref_ms"], r["blocked"], r["preempted"],
+                     "-" if r["pipe_us"] is None else "%.1f" % r["pipe_us"],
+                     r["lat_us"]))
     for r in rows:
         if len(r.get("reps_us", [])) > 1:
             print("reps %d B (us): %s" % (r["bytes"], " ".join(
@@ -561,19 +630,39 @@ def run_suite(a, world, tmp):
         print("| %d | %.2f | %.2f | %.2f |" % (
             x8["bytes"], x8["busbw"], z8["busbw"],
             x8["busbw"] / z8["busbw"] if z8["busbw"] else 0))
-    big = [r for r in comb if r["bytes"] == 256 * MiB and r["ratio"]]
     small = [r for r in comb if r["bytes"] <= 65536]
+    print("\nSizes <= 64 KiB, the loop's time taken apart (medians): "
+          "pipeline = per call with the host far ahead (the transport's "
+          "throughput for back-to-back calls, what nccl-tests times); "
+          "latency = one call from idle until the host sees it done. The "
+          "loop's time adds the host's issue time per call, which follows "
+          "the vCPU's speed. Ratios: best Socket / UCCL (> 1: UCCL is "
+          "faster).\n")
+    print("| size (B) | loop ratio | UCCL pipeline us | best Socket pipeline "
+          "us | pipeline ratio | UCCL latency us | best Socket latency us "
+          "| latency ratio |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in small:
+        print("| %d | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["bytes"], f(r["ratio"], "%.2f"),
+            f(r["pipe_us"].get("UCCL"), "%.1f"),
+            f(r["best_baseline_pipe_us"], "%.1f"),
+            f(r["pipe_ratio"], "%.2f"), f(r["lat_us"].get("UCCL"), "%.1f"),
+            f(r["best_baseline_lat_us"], "%.1f"), f(r["lat_ratio"], "%.2f")))
+    big = [r for r in comb if r["bytes"] == 256 * MiB and r["ratio"]]
     if big:
         print("\n256 MiB: UCCL %.2f GB/s vs best Socket %.2f GB/s: %.2fx "
               "(target >= 2x)" % (big[0]["busbw"]["UCCL"],
                                   big[0]["busbw"]["UCCL"] / big[0]["ratio"],
                                   big[0]["ratio"]))
-    if small:
-        print("sizes <= 64 KiB no slower than Socket (medians): %s "
-              "(ratios %s)" % (
-                  "yes" if all(r["ratio"] and r["ratio"] >= 1.0
-                               for r in small) else "no",
-                  " ".join(f(r["ratio"], "%.2f") for r in small)))
+    for key, what in (("ratio", "loop time"), ("pipe_ratio", "pipeline"),
+                      ("lat_ratio", "latency")):
+        if small:
+            print("sizes <= 64 KiB no slower than Socket by %s (medians): "
+                  "%s (ratios %s)" % (
+                      what, "yes" if all(r[key] and r[key] >= 1.0
+                                         for r in small) else "no",
+                      " ".join(f(r[key], "%.2f") for r in small)))
     return ok, {"rounds": rounds, "combined": comb, "UCCL_8ch": u8,
                 "Socket_4x4_8ch": s48, "P2P": p2p}
 

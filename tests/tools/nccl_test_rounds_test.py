@@ -16,10 +16,11 @@ sys.path.insert(0, TOOLS)
 import nccl_test  # noqa: E402
 
 
-def row(size, time_us, host_us=10.0, ref_ms=7.0, blocked=0, preempted=0):
+def row(size, time_us, host_us=10.0, ref_ms=7.0, blocked=0, preempted=0,
+        pipe_us=None, lat_us=None):
     return {"bytes": size, "time_us": time_us, "busbw": size / time_us / 1e3,
             "host_us": host_us, "ref_ms": ref_ms, "blocked": blocked,
-            "preempted": preempted}
+            "preempted": preempted, "pipe_us": pipe_us, "lat_us": lat_us}
 
 
 class MedianTest(unittest.TestCase):
@@ -88,6 +89,29 @@ class CombineRoundsTest(unittest.TestCase):
         self.assertEqual(small["time_us"]["Socket"], 37.5)
         self.assertEqual((small["wins"], small["played"]), (1, 2))
 
+    def test_pipeline_and_latency_medians_and_ratios(self):
+        # UCCL pipeline 20/22/(none: the host never got ahead), Socket
+        # 30/26/28, 4x4 none; latency UCCL 50/60/55, Socket 40/45/70, 4x4
+        # 50/50/50.
+        for rd, (up, ul, sp, sl, fl) in zip(self.rounds, [
+                (20.0, 50.0, 30.0, 40.0, 50.0), (22.0, 60.0, 26.0, 45.0, 50.0),
+                (None, 55.0, 28.0, 70.0, 50.0)]):
+            rd["UCCL"][0].update(pipe_us=up, lat_us=ul)
+            rd["Socket"][0].update(pipe_us=sp, lat_us=sl)
+            rd["Socket_4x4"][0].update(lat_us=fl)
+        small = nccl_test.combine_rounds(self.rounds, "UCCL",
+                                         ["Socket", "Socket_4x4"])[0]
+        self.assertEqual(small["pipe_us"], {"UCCL": 21.0, "Socket": 28.0})
+        self.assertEqual(small["best_baseline_pipe_us"], 28.0)
+        self.assertAlmostEqual(small["pipe_ratio"], 28.0 / 21.0)
+        self.assertEqual(small["lat_us"],
+                         {"UCCL": 55.0, "Socket": 45.0, "Socket_4x4": 50.0})
+        self.assertEqual(small["best_baseline_lat_us"], 45.0)
+        self.assertAlmostEqual(small["lat_ratio"], 45.0 / 55.0)
+        big = nccl_test.combine_rounds(self.rounds, "UCCL", ["Socket"])[1]
+        self.assertEqual(big["pipe_us"], {})  # no run gave a figure
+        self.assertIsNone(big["pipe_ratio"])
+
     def test_no_baseline_gives_no_ratio(self):
         c = nccl_test.combine_rounds([{"UCCL": [row(4, 30.0)]}], "UCCL",
                                      ["Socket"])
@@ -108,7 +132,11 @@ class SuiteTest(unittest.TestCase):
             if key in fail:
                 raise RuntimeError("process 1 terminated with exit code 1")
             t = times.get(net if not threads else "Socket_4x4", 50.0)
-            return [row(4, t), row(256 << 20, t * 100)], True
+            # Pipeline: UCCL 2 us faster than its loop, the others as
+            # theirs; latency: 60 us each, UCCL's none for Socket 4x4.
+            p = t - 2.0 if net == "UCCL" else t
+            return [row(4, t, pipe_us=p, lat_us=60.0),
+                    row(256 << 20, t * 100)], True
 
         class A:
             rounds = 3
@@ -134,8 +162,12 @@ class SuiteTest(unittest.TestCase):
         self.assertIn("| 4 | 20.0 | 25.0 | 41.0 |", out)
         self.assertIn("| 1.25 | 3/3 |", out)
         self.assertIn("1.25x (target >= 2x)", out)
-        self.assertIn("no slower than Socket (medians): yes (ratios 1.25)",
+        self.assertIn("no slower than Socket by loop time (medians): yes "
+                      "(ratios 1.25)", out)
+        self.assertIn("| 4 | 1.25 | 18.0 | 25.0 | 1.39 | 60.0 | 60.0 | 1.00 |",
                       out)
+        self.assertIn("by pipeline (medians): yes (ratios 1.39)", out)
+        self.assertIn("by latency (medians): yes (ratios 1.00)", out)
 
     def test_slower_small_size_and_a_failed_run(self):
         ok, summary, out, _ = self.run_suite(
@@ -147,28 +179,68 @@ class SuiteTest(unittest.TestCase):
         # Round 2 is played against the 4x4 run alone (30 <= 41).
         self.assertIn("| 0.83 | 1/3 |", out)
         self.assertIn("FAILED (process 1 terminated with exit code 1)", out)
-        self.assertIn("no slower than Socket (medians): no (ratios 0.83)",
-                      out)
+        self.assertIn("no slower than Socket by loop time (medians): no "
+                      "(ratios 0.83)", out)
+        # 28 against 25: slower by pipeline too.
+        self.assertIn("by pipeline (medians): no (ratios 0.89)", out)
 
 
 class BenchWorkerTest(unittest.TestCase):
     """bench_worker with a stand-in for torch: what each rank writes."""
 
-    def test_rows_per_size_with_host_cpu_and_switch_counts(self):
+    def run_worker(self, held):
+        """One rank's rows for 4 B and 1 KiB, 3 sweeps of 7 calls; `held`:
+        whether the GPU sleep still held the stream when the host had
+        issued the pipeline's calls."""
         calls = []
 
         class Buf:
+            device = "cuda:1"
+
             def __getitem__(self, sl):
                 return self
 
             def fill_(self, v):
                 pass
 
+        class Flag:  # the ranks' agreement on `held`
+            def __init__(self, v):
+                self.v = v
+
+            def item(self):
+                return self.v
+
+        class FakeEvent:
+            def __init__(self, enable_timing=False):
+                pass
+
+            def record(self):
+                calls.append("record")
+
+            def query(self):
+                return not held
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, end):
+                return 0.7  # ms, over 7 calls: 100 us each
+
         class Torch:
             class cuda:
+                Event = FakeEvent
+
                 @staticmethod
                 def synchronize():
                     pass
+
+                @staticmethod
+                def _sleep(cycles):
+                    calls.append(("sleep", cycles))
+
+            @staticmethod
+            def tensor(v, device=None):
+                return Flag(v[0])
 
             @staticmethod
             def device(kind, rank):
@@ -180,9 +252,12 @@ class BenchWorkerTest(unittest.TestCase):
                 return Buf()
 
         class Dist:
+            class ReduceOp:
+                MIN = "min"
+
             @staticmethod
-            def all_reduce(x):
-                calls.append("all_reduce")
+            def all_reduce(x, op=None):
+                calls.append("all_reduce" if op is None else op)
 
             @staticmethod
             def barrier():
@@ -203,6 +278,10 @@ class BenchWorkerTest(unittest.TestCase):
                 self.assertFalse(os.path.exists(out + ".0"))
         finally:
             nccl_test.init = old
+        return rows, calls
+
+    def test_rows_per_size_with_host_cpu_and_switch_counts(self):
+        rows, calls = self.run_worker(held=True)
         self.assertEqual([r["bytes"] for r in rows], [4, 1024])
         for r in rows:
             self.assertEqual(len(r["reps_us"]), 3)
@@ -212,10 +291,23 @@ class BenchWorkerTest(unittest.TestCase):
             self.assertLessEqual(r["blocked"], 3)  # loops, not switches
             self.assertGreaterEqual(r["preempted"], 0)
             self.assertGreater(r["host_us"], 0)
-        # 3 warm-up calls and 7 timed ones per size and sweep.
-        self.assertEqual(calls.count("all_reduce"), 2 * 3 * (3 + 7))
+            self.assertAlmostEqual(r["pipe_us"], 100.0)
+            self.assertGreater(r["lat_us"], 0)
+        # Per size and sweep: 3 warm-up calls, 7 timed, 7 behind the GPU
+        # sleep (held at least 20 ms at 2 GHz), 7 one at a time, and the
+        # ranks' agreement that the sleep held.
+        self.assertEqual(calls.count("all_reduce"), 2 * 3 * (3 + 7 + 7 + 7))
+        self.assertEqual(calls.count("min"), 2 * 3)
+        sleeps = [c for c in calls if c[0] == "sleep"]
+        self.assertEqual(len(sleeps), 2 * 3)
+        self.assertTrue(all(c[1] >= 4e7 for c in sleeps))
         self.assertEqual(calls[0], ("empty", 256))
         self.assertEqual(calls[-1], "destroyed")
+
+    def test_no_pipeline_figure_when_the_host_did_not_get_ahead(self):
+        rows, _ = self.run_worker(held=False)
+        self.assertEqual([r["pipe_us"] for r in rows], [None, None])
+        self.assertTrue(all(r["lat_us"] > 0 for r in rows))
 
 
 class FlagsTest(unittest.TestCase):

@@ -565,6 +565,31 @@ SUITE_NETS = [("UCCL", "UCCL", 0, 0, "UCCL"),
               ("Socket_4x4", "Socket", 4, 4, "Socket, 4 threads x 4 sockets")]
 
 
+def print_small_apart(small, f):
+    # The suite's sizes up to 64 KiB taken apart (combine_rounds' rows; f
+    # formats a figure or "-").
+    if not small:
+        return
+    print("\nSizes <= 64 KiB, the loop's time taken apart (medians): "
+          "pipeline = per call with the host far ahead (the transport's "
+          "throughput for back-to-back calls, what nccl-tests times); "
+          "latency = one call from idle until the host sees it done. The "
+          "loop's time adds the host's issue time per call, which follows "
+          "the vCPU's speed. Ratios: best Socket / UCCL (> 1: UCCL is "
+          "faster).\n")
+    print("| size (B) | loop ratio | UCCL pipeline us | best Socket pipeline "
+          "us | pipeline ratio | UCCL latency us | best Socket latency us "
+          "| latency ratio |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in small:
+        print("| %d | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["bytes"], f(r["ratio"], "%.2f"),
+            f(r["pipe_us"].get("UCCL"), "%.1f"),
+            f(r["best_baseline_pipe_us"], "%.1f"),
+            f(r["pipe_ratio"], "%.2f"), f(r["lat_us"].get("UCCL"), "%.1f"),
+            f(r["best_baseline_lat_us"], "%.1f"), f(r["lat_ratio"], "%.2f")))
+
+
 def run_suite(a, world, tmp):
     """Returns (every run went via its net, JSON summary)."""
     ok = True
@@ -631,24 +656,7 @@ def run_suite(a, world, tmp):
             x8["bytes"], x8["busbw"], z8["busbw"],
             x8["busbw"] / z8["busbw"] if z8["busbw"] else 0))
     small = [r for r in comb if r["bytes"] <= 65536]
-    print("\nSizes <= 64 KiB, the loop's time taken apart (medians): "
-          "pipeline = per call with the host far ahead (the transport's "
-          "throughput for back-to-back calls, what nccl-tests times); "
-          "latency = one call from idle until the host sees it done. The "
-          "loop's time adds the host's issue time per call, which follows "
-          "the vCPU's speed. Ratios: best Socket / UCCL (> 1: UCCL is "
-          "faster).\n")
-    print("| size (B) | loop ratio | UCCL pipeline us | best Socket pipeline "
-          "us | pipeline ratio | UCCL latency us | best Socket latency us "
-          "| latency ratio |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in small:
-        print("| %d | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["bytes"], f(r["ratio"], "%.2f"),
-            f(r["pipe_us"].get("UCCL"), "%.1f"),
-            f(r["best_baseline_pipe_us"], "%.1f"),
-            f(r["pipe_ratio"], "%.2f"), f(r["lat_us"].get("UCCL"), "%.1f"),
-            f(r["best_baseline_lat_us"], "%.1f"), f(r["lat_ratio"], "%.2f")))
+    print_small_apart(small, f)
     big = [r for r in comb if r["bytes"] == 256 * MiB and r["ratio"]]
     if big:
         print("\n256 MiB: UCCL %.2f GB/s vs best Socket %.2f GB/s: %.2fx "

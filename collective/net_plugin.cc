@@ -583,7 +583,7 @@ void NetPlugin::steer_thread(bool data_path) {
   const pid_t self = static_cast<pid_t>(syscall(SYS_gettid));
   if (!steered) {
     steered = true;
-    if (!avoid.empty()) steer(self, 0, avoid, "thread ");
+    if (!avoid.empty()) steer(self, avoid, "thread ");
   }
   // The process's main thread (where a PyTorch program issues its
   // collectives), once, from the first send or receive: by then NCCL has
@@ -593,22 +593,22 @@ void NetPlugin::steer_thread(bool data_path) {
   if (data_path && !main_steered_.exchange(true)) {
     const pid_t main_tid = getpid();
     if (!avoid.empty() && main_tid != self) {
-      steer(main_tid, main_tid, avoid, "main thread ");
+      steer(main_tid, avoid, "main thread ");
     }
   }
 }
 
-void NetPlugin::steer(pid_t log_tid, pid_t tid, const std::vector<int>& avoid,
+void NetPlugin::steer(pid_t tid, const std::vector<int>& avoid,
                       const char* who) {
   auto now = uccl::avoid_cpus_thread(tid, avoid);
   if (!now.ok()) {
     log(kLogWarn, __FILE__, __LINE__,
-        std::string("cannot keep ") + who + std::to_string(log_tid) +
+        std::string("cannot keep ") + who + std::to_string(tid) +
             " off the engines' cores: " + now.status().to_string());
     return;
   }
   log(kLogInfo, __FILE__, __LINE__,
-      who + std::to_string(static_cast<long>(log_tid)) +
+      who + std::to_string(static_cast<long>(tid)) +
           " keeps off the engines' cores " + uccl::format_cpu_list(avoid) +
           ": it runs on " + uccl::format_cpu_list(*now));
 }

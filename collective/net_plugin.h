@@ -159,10 +159,9 @@ class NetPlugin {
   // from the first send or receive (data_path), the process's main thread
   // too, once (UCCL_NCCL_STEER_MAIN).
   void steer_thread(bool data_path);
-  // Takes `avoid` out of thread `tid`'s CPUs (0: the caller) and logs it as
-  // `who` + `log_tid`, or warns.
-  void steer(pid_t log_tid, pid_t tid, const std::vector<int>& avoid,
-             const char* who);
+  // Takes `avoid` out of thread `tid`'s CPUs and logs it as `who` + `tid`,
+  // or warns.
+  void steer(pid_t tid, const std::vector<int>& avoid, const char* who);
   std::atomic<bool> main_steered_{false};  // done, or not to be (init())
   ncclabi::NcclResult fail(const char* what, const Status& st,
                            ncclabi::NcclResult code = ncclabi::kSystemError);

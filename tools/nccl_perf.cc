@@ -56,6 +56,14 @@ DEFINE_uint32(iters, 1000,
 DEFINE_uint64(bytes_per_size, 4ull << 30,
               "Caps iterations per size at this many bytes reduced.");
 DEFINE_uint32(warmup, 20, "Untimed iterations per size.");
+DEFINE_uint32(lat_calls, 50,
+              "Latency: after the timed loop, this many calls one at a time "
+              "(each issued once the previous one is done; at most the "
+              "size's iterations), timed by the host from issue to "
+              "cudaStreamSynchronize; the median is the size's latency. 0: "
+              "none.");
+DEFINE_uint64(lat_max_bytes, 64 << 10,
+              "Latency is measured for sizes up to this many bytes.");
 DEFINE_uint32(rounds, 3, "Rounds; each runs every net once, in turn.");
 DEFINE_uint32(gpus, 2, "Ranks (one process and GPU each).");
 DEFINE_uint32(timeout_s, 300, "One net's run is killed after this long.");
@@ -242,6 +250,23 @@ bool read_all(int fd, void* p, size_t n) {
         std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
     row.errors = sendrecv ? uccl::tools::perf_check_recv(host.data(), n, prev)
                           : uccl::tools::perf_check(host.data(), n, nranks);
+    if (FLAGS_lat_calls > 0 && bytes <= FLAGS_lat_max_bytes) {
+      // Isolated calls: the pipeline is empty when each one is issued, so
+      // this is what one call costs end to end (the host's issue in C is a
+      // few us, unlike the torch loop's).
+      barrier();
+      std::vector<double> lat(std::min(FLAGS_lat_calls, iters));
+      for (double& l : lat) {
+        auto c0 = std::chrono::steady_clock::now();
+        op(n);
+        CUDA_OK(rank, cudaStreamSynchronize(stream));
+        l = std::chrono::duration<double, std::micro>(
+                std::chrono::steady_clock::now() - c0)
+                .count();
+      }
+      std::sort(lat.begin(), lat.end());
+      row.lat_us = lat[lat.size() / 2];
+    }
     rows.push_back(row);
   }
   // Every rank's errors count: one all_reduce folds them into rank 0's rows
@@ -528,6 +553,15 @@ int main(int argc, char** argv) {
   }
   std::string table = uccl::tools::perf_table(nets, results, FLAGS_gpus, *coll);
   std::fputs(table.c_str(), stdout);
+  std::string lat = uccl::tools::perf_latency_table(nets, results);
+  if (!lat.empty()) {
+    std::printf(
+        "\n# latency: one call at a time, issue to cudaStreamSynchronize, "
+        "median of up to %u per size and run, then the median of the "
+        "runs\n",
+        FLAGS_lat_calls);
+    std::fputs(lat.c_str(), stdout);
+  }
   if (FLAGS_per_round && FLAGS_rounds > 1) {
     std::printf("\n# every round, time per call\n");
     std::fputs(uccl::tools::perf_rounds_table(nets, results).c_str(), stdout);

@@ -166,6 +166,24 @@ std::vector<uint64_t> table_sizes(
   return sizes;
 }
 
+// Which nets are baselines: every net after the subject except UCCL
+// variants (UCCL+VAR=value), which get their column but are what is being
+// compared, not what to beat, and floors (SHM, P2P: no network), which bound
+// every network transport instead. *floor: the first floor's index, 0 if
+// none.
+std::vector<bool> baseline_nets(const std::vector<std::string>& nets,
+                                size_t* floor) {
+  std::vector<bool> is_base(nets.size(), false);
+  *floor = 0;
+  for (size_t k = 1; k < nets.size(); ++k) {
+    auto spec = parse_net_spec(nets[k]);
+    const bool fl = spec.ok() && is_floor_net(spec->base);
+    if (fl && *floor == 0) *floor = k;
+    is_base[k] = !fl && (!spec.ok() || spec->base != "UCCL");
+  }
+  return is_base;
+}
+
 }  // namespace
 
 Result<PerfColl> parse_coll(const std::string& name) {
@@ -186,20 +204,10 @@ std::string perf_table(
     uint32_t nranks, PerfColl coll) {
   const std::vector<uint64_t> sizes = table_sizes(results);
   const double bus = bus_factor(coll, nranks);
-  // Baselines: every other net except UCCL variants (UCCL+VAR=value), which
-  // get their column but are what is being compared, not what to beat, and
-  // floors (SHM, P2P: no network), which bound every network transport
-  // instead; the first floor gets a ratio column of its own.
-  std::vector<bool> is_base(nets.size(), false);
-  bool baselines = false;
   size_t floor = 0;  // 0: none
-  for (size_t k = 1; k < nets.size(); ++k) {
-    auto spec = parse_net_spec(nets[k]);
-    const bool fl = spec.ok() && is_floor_net(spec->base);
-    if (fl && floor == 0) floor = k;
-    is_base[k] = !fl && (!spec.ok() || spec->base != "UCCL");
-    baselines = baselines || is_base[k];
-  }
+  const std::vector<bool> is_base = baseline_nets(nets, &floor);
+  const bool baselines =
+      std::find(is_base.begin(), is_base.end(), true) != is_base.end();
   std::string s = "| size (B) |";
   for (const std::string& n : nets) s += " " + n + " us |";
   s += " " + nets[0] + " host us | " + nets[0] + " busbw GB/s |";
@@ -270,6 +278,46 @@ std::string perf_table(
   return s;
 }
 
+std::string perf_latency_table(
+    const std::vector<std::string>& nets,
+    const std::vector<std::vector<std::vector<PerfRow>>>& results) {
+  size_t floor = 0;
+  const std::vector<bool> is_base = baseline_nets(nets, &floor);
+  std::string body;
+  for (uint64_t bytes : table_sizes(results)) {
+    std::vector<double> med(nets.size());
+    bool any = false;
+    for (size_t k = 0; k < nets.size(); ++k) {
+      std::vector<double> l;
+      for (const auto& run : results[k]) {
+        const PerfRow* r = find_row(run, bytes);
+        if (r && !std::isnan(r->lat_us)) l.push_back(r->lat_us);
+      }
+      med[k] = median(l);
+      any = any || !l.empty();
+    }
+    if (!any) continue;
+    double best = NAN;
+    for (size_t k = 1; k < nets.size(); ++k) {
+      if (is_base[k] && !std::isnan(med[k]) &&
+          (std::isnan(best) || med[k] < best)) {
+        best = med[k];
+      }
+    }
+    body += "| " + std::to_string(bytes) + " |";
+    for (double m : med) body += " " + fmt("%.1f", m) + " |";
+    body +=
+        " " + fmt("%.1f", best) + " | " + fmt("%.2f", best / med[0]) + " |\n";
+  }
+  if (body.empty()) return "";
+  std::string s = "| size (B) |";
+  for (const std::string& n : nets) s += " " + n + " latency us |";
+  s += " best baseline latency us | ratio (baseline / " + nets[0] +
+       ") |\n|---:|";
+  for (size_t k = 0; k < nets.size(); ++k) s += "---:|";
+  return s + "---:|---:|\n" + body;
+}
+
 std::string perf_rounds_table(
     const std::vector<std::string>& nets,
     const std::vector<std::vector<std::vector<PerfRow>>>& results) {
@@ -309,11 +357,16 @@ std::string perf_json(
         char b[200];
         std::snprintf(b, sizeof(b),
                       "%s{\"bytes\": %llu, \"iters\": %u, \"time_us\": %.3f, "
-                      "\"host_us\": %.3f, \"errors\": %llu}",
+                      "\"host_us\": %.3f, \"errors\": %llu",
                       i ? ", " : "", static_cast<unsigned long long>(row.bytes),
                       row.iters, row.time_us, row.host_us,
                       static_cast<unsigned long long>(row.errors));
         s += b;
+        if (!std::isnan(row.lat_us)) {
+          std::snprintf(b, sizeof(b), ", \"lat_us\": %.3f", row.lat_us);
+          s += b;
+        }
+        s += "}";
       }
       s += "]";
     }

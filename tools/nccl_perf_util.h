@@ -2,6 +2,7 @@
 // tested on any machine: size lists, the data pattern and its check, tables.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -20,8 +21,11 @@ struct PerfRow {
   double time_us = 0;   // per all_reduce, CUDA events over the timed loop
   double host_us = 0;   // per call, the host's issuing time only
   uint64_t errors = 0;  // wrong output elements, summed over the ranks
+  // One call from an idle stream until the host sees it done (issue, launch,
+  // network, synchronize), median over --lat_calls; NaN where not measured.
+  double lat_us = NAN;
 };
-static_assert(sizeof(PerfRow) == 40, "PerfRow crosses a pipe as bytes");
+static_assert(sizeof(PerfRow) == 48, "PerfRow crosses a pipe as bytes");
 
 // "4,64,1K,256M" -> bytes (K/M/G are powers of 1024). Every size must be a
 // positive multiple of 4 (float32 elements); an empty or malformed list is
@@ -95,6 +99,14 @@ std::string perf_table(
     const std::vector<std::string>& nets,
     const std::vector<std::vector<std::vector<PerfRow>>>& results,
     uint32_t nranks, PerfColl coll = PerfColl::kAllReduce);
+
+// The sizes that have a latency (PerfRow::lat_us): per size each net's
+// median latency over its rounds, the best baseline's (baselines as in
+// perf_table) and the ratio baseline / subject (> 1: the subject's isolated
+// call completes sooner). "" when no run measured a latency.
+std::string perf_latency_table(
+    const std::vector<std::string>& nets,
+    const std::vector<std::vector<std::vector<PerfRow>>>& results);
 
 // Every round's time per size and net, one row per (size, net) and one
 // column per round ("-" where that run failed): shows what a median hides,

@@ -175,8 +175,12 @@ def bench_worker(rank, world, port, out, sizes, max_iters, reps=1):
             for _ in range(3):
                 dist.all_reduce(x)
             torch.cuda.synchronize()
-            dist.barrier()
             ref.setdefault(n, []).append(cpu_reference_ms())
+            # The barrier comes last: the CPU reference takes 7-15 ms and
+            # differs between processes, and a rank that started its loop
+            # that much earlier would time the other rank's lateness (at 100
+            # calls, 5 ms is 50 us per call).
+            dist.barrier()
             w0, p0 = context_switches()
             t0 = time.perf_counter()
             for _ in range(iters):
@@ -224,6 +228,10 @@ def pipeline_s(torch, dist, x, iters, issue_s):
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(int(max(0.02, 3 * issue_s) * 2e9))
+    # Each rank's sleep ends at its own time (its own issue time, its GPU's
+    # clock): the timing starts after one call, which both GPUs leave only
+    # when both have woken, so no rank times the other's sleep.
+    dist.all_reduce(x)
     start.record()
     for _ in range(iters):
         dist.all_reduce(x)
@@ -320,10 +328,15 @@ def combine_rounds(rounds, subject, baselines):
                 xs = [r[k] for r in rs if r.get(k) is not None]
                 if xs:
                     row[k][net] = median(xs)
+        row["host_net_us"] = {net: median([r["host_us"] for r in rs])
+                              for net, rs in per.items()}
         if subject in per:
-            row["host_us"] = median([r["host_us"] for r in per[subject]])
+            row["host_us"] = row["host_net_us"][subject]
         base = [row["time_us"][b] for b in baselines if b in per]
         row["best_baseline_us"] = min(base) if base else None
+        row["best_baseline"] = min(
+            (b for b in baselines if b in per),
+            key=lambda b: row["time_us"][b]) if base else None
         row["ratio"] = (min(base) / row["time_us"][subject]
                         if base and subject in per else None)
         for k in ("pipe_us", "lat_us"):
@@ -565,25 +578,52 @@ SUITE_NETS = [("UCCL", "UCCL", 0, 0, "UCCL"),
               ("Socket_4x4", "Socket", 4, 4, "Socket, 4 threads x 4 sockets")]
 
 
+# A loop whose time per call is within this factor of its host's issue time
+# per call is bound by the host: the transport kept up with it.
+HOST_BOUND = 1.1
+
+
+def loop_per_host(r, net):
+    # One combine_rounds row: net's loop time over its host's issue time
+    # (None where that net has no figure).
+    t, h = r["time_us"].get(net), r["host_net_us"].get(net)
+    return t / h if t and h else None
+
+
+def host_bound(rows):
+    # combine_rounds' rows in which both UCCL's loop and the best baseline's
+    # are bound by their hosts.
+    def bound(r, net):
+        x = loop_per_host(r, net)
+        return x is not None and x <= HOST_BOUND
+    return [r for r in rows
+            if bound(r, "UCCL") and bound(r, r["best_baseline"])]
+
+
 def print_small_apart(small, f):
     # The suite's sizes up to 64 KiB taken apart (combine_rounds' rows; f
     # formats a figure or "-").
     if not small:
         return
     print("\nSizes <= 64 KiB, the loop's time taken apart (medians): "
-          "pipeline = per call with the host far ahead (the transport's "
-          "throughput for back-to-back calls, what nccl-tests times); "
-          "latency = one call from idle until the host sees it done. The "
-          "loop's time adds the host's issue time per call, which follows "
-          "the vCPU's speed. Ratios: best Socket / UCCL (> 1: UCCL is "
+          "loop / host = the loop's time per call over its host's issue "
+          "time per call (near 1: the host bounds the loop and the "
+          "transport kept up; the loop ratio then compares the two runs' "
+          "vCPU speed, see cpu ref); pipeline = per call with the host far "
+          "ahead (the transport's throughput for back-to-back calls, what "
+          "nccl-tests times); latency = one call from idle until the host "
+          "sees it done. Ratios: best Socket / UCCL (> 1: UCCL is "
           "faster).\n")
-    print("| size (B) | loop ratio | UCCL pipeline us | best Socket pipeline "
+    print("| size (B) | loop ratio | UCCL loop / host | best Socket loop / "
+          "host | UCCL pipeline us | best Socket pipeline "
           "us | pipeline ratio | UCCL latency us | best Socket latency us "
           "| latency ratio |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in small:
-        print("| %d | %s | %s | %s | %s | %s | %s | %s |" % (
+        print("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["bytes"], f(r["ratio"], "%.2f"),
+            f(loop_per_host(r, "UCCL"), "%.2f"),
+            f(loop_per_host(r, r["best_baseline"]), "%.2f"),
             f(r["pipe_us"].get("UCCL"), "%.1f"),
             f(r["best_baseline_pipe_us"], "%.1f"),
             f(r["pipe_ratio"], "%.2f"), f(r["lat_us"].get("UCCL"), "%.1f"),
@@ -671,6 +711,13 @@ def run_suite(a, world, tmp):
                       what, "yes" if all(r[key] and r[key] >= 1.0
                                          for r in small) else "no",
                       " ".join(f(r[key], "%.2f") for r in small)))
+    bound = host_bound(small)
+    if bound:
+        print("host-bound loops (UCCL's and the best Socket run's loop "
+              "within %d%% of their hosts' issue time): %s B; there the "
+              "loop ratio is the ratio of the runs' host issue times" % (
+                  round((HOST_BOUND - 1) * 100),
+                  ", ".join(str(r["bytes"]) for r in bound)))
     return ok, {"rounds": rounds, "combined": comb, "UCCL_8ch": u8,
                 "Socket_4x4_8ch": s48, "P2P": p2p}
 

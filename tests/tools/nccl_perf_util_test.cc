@@ -211,12 +211,57 @@ TEST(NcclPerfUtil, RoundsTableShowsEveryRunAndMarksFailedOnes) {
             std::string::npos);
 }
 
+TEST(NcclPerfUtil, LatencyTableGivesMediansAndTheBestBaselinesRatio) {
+  auto lrow = [](uint64_t bytes, double lat_us) {
+    PerfRow r = row(bytes, 1.0);
+    r.lat_us = lat_us;
+    return r;
+  };
+  // 4 B, 3 rounds: UCCL 30/34/31 (median 31), Socket 33/40/35 (35),
+  // Socket4x4 32/32/60 (32, the best baseline), the variant 20/20/20 and
+  // SHM 10/10/10 (columns, not baselines). 1 MiB has no latency: no row.
+  std::vector<std::string> nets = {"UCCL", "Socket", "Socket4x4",
+                                   "UCCL+UCCL_PATHS=1", "SHM"};
+  std::vector<std::vector<std::vector<PerfRow>>> res(5);
+  double u[] = {30, 34, 31}, s[] = {33, 40, 35}, s4[] = {32, 32, 60};
+  for (int r = 0; r < 3; ++r) {
+    res[0].push_back({lrow(4, u[r]), row(1 << 20, 100)});
+    res[1].push_back({lrow(4, s[r]), row(1 << 20, 200)});
+    res[2].push_back({lrow(4, s4[r]), row(1 << 20, 150)});
+    res[3].push_back({lrow(4, 20), row(1 << 20, 90)});
+    res[4].push_back({lrow(4, 10), row(1 << 20, 50)});
+  }
+  std::string t = perf_latency_table(nets, res);
+  EXPECT_EQ(t,
+            "| size (B) | UCCL latency us | Socket latency us | Socket4x4 "
+            "latency us | UCCL+UCCL_PATHS=1 latency us | SHM latency us | "
+            "best baseline latency us | ratio (baseline / UCCL) |\n"
+            "|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+            "| 4 | 31.0 | 35.0 | 32.0 | 20.0 | 10.0 | 32.0 | 1.03 |\n");
+  // A failed run and a size one net did not measure: medians of what ran,
+  // "-" where nothing did.
+  res[0][1] = {};
+  res[1] = {{row(4, 1.0)}, {row(4, 1.0)}, {row(4, 1.0)}};
+  res[2].clear();
+  EXPECT_NE(perf_latency_table(nets, res).find(
+                "| 4 | 30.5 | - | - | 20.0 | 10.0 | - | - |"),
+            std::string::npos)
+      << perf_latency_table(nets, res);
+  // No latency anywhere: no table.
+  std::vector<std::vector<std::vector<PerfRow>>> none(1);
+  none[0] = {{row(4, 10)}};
+  EXPECT_EQ(perf_latency_table({"UCCL"}, none), "");
+}
+
 TEST(NcclPerfUtil, JsonHasEveryRound) {
   std::vector<std::vector<std::vector<PerfRow>>> res(1);
   res[0] = {{row(4, 10)}, {}};
   EXPECT_EQ(perf_json({"UCCL"}, res),
             "{\"UCCL\": [[{\"bytes\": 4, \"iters\": 0, \"time_us\": 10.000, "
             "\"host_us\": 1.000, \"errors\": 0}], []]}\n");
+  res[0][0][0].lat_us = 31.25;  // a measured latency is written too
+  EXPECT_NE(perf_json({"UCCL"}, res).find("\"errors\": 0, \"lat_us\": 31.250}"),
+            std::string::npos);
 }
 
 TEST(NcclPerfUtil, SendRecvIsCheckedAgainstThePreviousRankAndHasBusFactorOne) {

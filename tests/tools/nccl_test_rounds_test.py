@@ -70,7 +70,11 @@ class CombineRoundsTest(unittest.TestCase):
         self.assertEqual(small["time_us"],
                          {"UCCL": 30.0, "Socket": 30.0, "Socket_4x4": 35.0})
         self.assertEqual(small["host_us"], 18.0)
+        self.assertEqual(small["host_net_us"],
+                         {"UCCL": 18.0, "Socket": 10.0, "Socket_4x4": 10.0})
         self.assertEqual(small["best_baseline_us"], 30.0)
+        self.assertEqual(small["best_baseline"], "Socket")
+        self.assertEqual(big["best_baseline"], "Socket_4x4")
         self.assertAlmostEqual(small["ratio"], 1.0)
         # Round 1: 30 > 25 lost; round 2: 20 <= 22 won; round 3: 40 won.
         self.assertEqual((small["wins"], small["played"]), (2, 3))
@@ -122,7 +126,7 @@ class CombineRoundsTest(unittest.TestCase):
 class SuiteTest(unittest.TestCase):
     """run_suite with run_bench replaced: what the summary says."""
 
-    def run_suite(self, times, fail=()):
+    def run_suite(self, times, fail=(), host=None):
         calls = []
 
         def fake_bench(a, world, tmp, net, threads=0, socks=0, label=None,
@@ -135,7 +139,8 @@ class SuiteTest(unittest.TestCase):
             # Pipeline: UCCL 2 us faster than its loop, the others as
             # theirs; latency: 60 us each, UCCL's none for Socket 4x4.
             p = t - 2.0 if net == "UCCL" else t
-            return [row(4, t, pipe_us=p, lat_us=60.0),
+            h = (host or {}).get(net if not threads else "Socket_4x4", 10.0)
+            return [row(4, t, host_us=h, pipe_us=p, lat_us=60.0),
                     row(256 << 20, t * 100)], True
 
         class A:
@@ -164,10 +169,30 @@ class SuiteTest(unittest.TestCase):
         self.assertIn("1.25x (target >= 2x)", out)
         self.assertIn("no slower than Socket by loop time (medians): yes "
                       "(ratios 1.25)", out)
-        self.assertIn("| 4 | 1.25 | 18.0 | 25.0 | 1.39 | 60.0 | 60.0 | 1.00 |",
-                      out)
+        # Loop / host: 20 / 10 and 25 / 10 (the fake's host time is 10 us).
+        self.assertIn("| 4 | 1.25 | 2.00 | 2.50 | 18.0 | 25.0 | 1.39 | 60.0 "
+                      "| 60.0 | 1.00 |", out)
         self.assertIn("by pipeline (medians): yes (ratios 1.39)", out)
         self.assertIn("by latency (medians): yes (ratios 1.00)", out)
+        self.assertNotIn("host-bound loops", out)
+
+    def test_host_bound_loops_are_named(self):
+        # Both loops within 10% of their host time: UCCL 30 against 28,
+        # Socket 25 against 24 (the best baseline; the 4x4 run's 41 against
+        # 24 is not what the ratio compares).
+        ok, _, out, _ = self.run_suite(
+            {"UCCL": 30.0, "Socket": 25.0, "Socket_4x4": 41.0},
+            host={"UCCL": 28.0, "Socket": 24.0, "Socket_4x4": 24.0})
+        self.assertIn("| 4 | 0.83 | 1.07 | 1.04 |", out)
+        self.assertIn("host-bound loops (UCCL's and the best Socket run's "
+                      "loop within 10% of their hosts' issue time): 4 B;", out)
+        # UCCL's host keeps up but Socket's loop waits on its network: not
+        # host-bound.
+        _, _, out, _ = self.run_suite(
+            {"UCCL": 30.0, "Socket": 25.0, "Socket_4x4": 41.0},
+            host={"UCCL": 28.0, "Socket": 20.0, "Socket_4x4": 24.0})
+        self.assertIn("| 4 | 0.83 | 1.07 | 1.25 |", out)
+        self.assertNotIn("host-bound loops", out)
 
     def test_slower_small_size_and_a_failed_run(self):
         ok, summary, out, _ = self.run_suite(
@@ -261,14 +286,19 @@ class BenchWorkerTest(unittest.TestCase):
 
             @staticmethod
             def barrier():
-                pass
+                calls.append("barrier")
 
             @staticmethod
             def destroy_process_group():
                 calls.append("destroyed")
 
-        old = nccl_test.init
+        old = nccl_test.init, nccl_test.cpu_reference_ms
         nccl_test.init = lambda rank, world, port: (Torch, Dist)
+
+        def ref():
+            calls.append("ref")
+            return 7.0
+        nccl_test.cpu_reference_ms = ref
         try:
             with tempfile.TemporaryDirectory() as d:
                 out = os.path.join(d, "bench.json")
@@ -277,7 +307,7 @@ class BenchWorkerTest(unittest.TestCase):
                     rows = json.load(f)
                 self.assertFalse(os.path.exists(out + ".0"))
         finally:
-            nccl_test.init = old
+            nccl_test.init, nccl_test.cpu_reference_ms = old
         return rows, calls
 
     def test_rows_per_size_with_host_cpu_and_switch_counts(self):
@@ -293,14 +323,27 @@ class BenchWorkerTest(unittest.TestCase):
             self.assertGreater(r["host_us"], 0)
             self.assertAlmostEqual(r["pipe_us"], 100.0)
             self.assertGreater(r["lat_us"], 0)
-        # Per size and sweep: 3 warm-up calls, 7 timed, 7 behind the GPU
-        # sleep (held at least 20 ms at 2 GHz), 7 one at a time, and the
+        # Per size and sweep: 3 warm-up calls, 7 timed, 1 + 7 behind the
+        # GPU sleep (held at least 20 ms at 2 GHz), 7 one at a time, and the
         # ranks' agreement that the sleep held.
-        self.assertEqual(calls.count("all_reduce"), 2 * 3 * (3 + 7 + 7 + 7))
+        self.assertEqual(calls.count("all_reduce"),
+                         2 * 3 * (3 + 7 + 1 + 7 + 7))
         self.assertEqual(calls.count("min"), 2 * 3)
-        sleeps = [c for c in calls if c[0] == "sleep"]
+        sleeps = [i for i, c in enumerate(calls) if c[0] == "sleep"]
         self.assertEqual(len(sleeps), 2 * 3)
-        self.assertTrue(all(c[1] >= 4e7 for c in sleeps))
+        self.assertTrue(all(calls[i][1] >= 4e7 for i in sleeps))
+        # The ranks meet at a barrier after the CPU reference, right before
+        # the timed calls (a rank that started earlier would time the other
+        # rank's reference).
+        refs = [i for i, c in enumerate(calls) if c == "ref"]
+        self.assertEqual(len(refs), 2 * 3)
+        for i in refs:
+            self.assertEqual(calls[i + 1:i + 9],
+                             ["barrier"] + 7 * ["all_reduce"])
+        # The pipeline's timing starts after one call past the sleep, which
+        # no GPU leaves before both ranks' sleeps end.
+        for i in sleeps:
+            self.assertEqual(calls[i + 1:i + 3], ["all_reduce", "record"])
         self.assertEqual(calls[0], ("empty", 256))
         self.assertEqual(calls[-1], "destroyed")
 

@@ -15,7 +15,7 @@ check: all_reduce, all_gather, reduce_scatter, all_to_all and send/recv from
 4 B to 256 MiB, every element compared with its expected value, and the NCCL
 log must say the traffic went "via NET/UCCL". bench: all_reduce bus bandwidth
 per size (busbw = algbw * 2(n-1)/n), and the host's time per call ("host":
-issuing only; well below "time" means the GPU/network side is the bound;
+issuing only, the slowest rank's; well below "time" means the GPU/network side is the bound;
 close to it means the host is, or the launch queue filled up), and, taken
 apart, "pipeline" (per call with the host far ahead: a GPU sleep holds the
 stream while the host issues every call, which then run back to back, as
@@ -288,10 +288,12 @@ def context_switches():
 
 
 def merge_ranks(per_rank):
-    # Rank 0's times; per size the slowest rank's CPU reference and every
-    # rank's blocked loops and preemptions.
+    # Rank 0's times; per size the slowest rank's issue time (a collective
+    # waits for every rank's call, so the loop is no faster than that) and
+    # CPU reference, and every rank's blocked loops and preemptions.
     rows = [dict(r) for r in per_rank[0]]
     for i, r in enumerate(rows):
+        r["host_us"] = max(p[i]["host_us"] for p in per_rank)
         r["ref_ms"] = max(p[i]["ref_ms"] for p in per_rank)
         r["blocked"] = sum(p[i]["blocked"] for p in per_rank)
         r["preempted"] = sum(p[i]["preempted"] for p in per_rank)
@@ -542,7 +544,8 @@ def run_bench(a, world, tmp, net, threads=0, socks=0, label=None,
             "via NET/%s seen" % net if via else "NET path NOT seen")
     print("### all_reduce, %s (%s, %d NET channels)\n" % (label, seen,
                                                          len(chans)))
-    # host: the host's time per all_reduce call (issuing only). Well below
+    # host: the slowest rank's time per all_reduce call (issuing only; the
+    # loop waits for every rank's call). Well below
     # the time: the GPU/network side bounds the loop. Close to it: the host
     # does, or the launch queue filled up and the host waited (see P2P).
     # cpu ref: the slowest rank's cpu_reference_ms (lower: faster CPU).

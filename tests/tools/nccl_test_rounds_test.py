@@ -31,13 +31,15 @@ class MedianTest(unittest.TestCase):
 
 
 class MergeRanksTest(unittest.TestCase):
-    def test_rank0_times_slowest_reference_all_blocked_loops(self):
-        r0 = [row(4, 20.0, ref_ms=7.0, blocked=1, preempted=5),
-              row(64, 21.0, ref_ms=8.0)]
-        r1 = [row(4, 99.0, ref_ms=12.0, blocked=2),
-              row(64, 98.0, ref_ms=6.0, preempted=7)]
+    def test_rank0_times_slowest_host_and_reference_all_blocked_loops(self):
+        r0 = [row(4, 20.0, host_us=12.0, ref_ms=7.0, blocked=1,
+                  preempted=5),
+              row(64, 21.0, host_us=19.0, ref_ms=8.0)]
+        r1 = [row(4, 99.0, host_us=18.0, ref_ms=12.0, blocked=2),
+              row(64, 98.0, host_us=11.0, ref_ms=6.0, preempted=7)]
         m = nccl_test.merge_ranks([r0, r1])
         self.assertEqual([r["time_us"] for r in m], [20.0, 21.0])
+        self.assertEqual([r["host_us"] for r in m], [18.0, 19.0])
         self.assertEqual([r["ref_ms"] for r in m], [12.0, 8.0])
         self.assertEqual([r["blocked"] for r in m], [3, 0])
         self.assertEqual([r["preempted"] for r in m], [5, 7])

@@ -264,8 +264,7 @@ bool read_all(int fd, void* p, size_t n) {
                 std::chrono::steady_clock::now() - c0)
                 .count();
       }
-      std::sort(lat.begin(), lat.end());
-      row.lat_us = lat[lat.size() / 2];
+      row.lat_us = uccl::tools::median(std::move(lat));
     }
     rows.push_back(row);
   }

@@ -130,13 +130,6 @@ uint64_t perf_check_recv(const float* out, size_t n, int from) {
 
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
 // The row of `bytes` in one run, or nullptr (run failed or size missing).
 const PerfRow* find_row(const std::vector<PerfRow>& run, uint64_t bytes) {
   for (const PerfRow& r : run) {
@@ -184,7 +177,27 @@ std::vector<bool> baseline_nets(const std::vector<std::string>& nets,
   return is_base;
 }
 
+// The lowest of the baselines' figures (NaN where none has one).
+double best_baseline(const std::vector<double>& med,
+                     const std::vector<bool>& is_base) {
+  double best = NAN;
+  for (size_t k = 1; k < med.size(); ++k) {
+    if (is_base[k] && !std::isnan(med[k]) &&
+        (std::isnan(best) || med[k] < best)) {
+      best = med[k];
+    }
+  }
+  return best;
+}
+
 }  // namespace
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
 
 Result<PerfColl> parse_coll(const std::string& name) {
   if (name == "all_reduce") return PerfColl::kAllReduce;
@@ -235,13 +248,7 @@ std::string perf_table(
       }
       med[k] = median(t);
     }
-    double best = NAN;
-    for (size_t k = 1; k < nets.size(); ++k) {
-      if (is_base[k] && !std::isnan(med[k]) &&
-          (std::isnan(best) || med[k] < best)) {
-        best = med[k];
-      }
-    }
+    const double best = best_baseline(med, is_base);
     // Rounds in which every net ran: did the subject beat all baselines?
     size_t rounds = 0, wins = 0;
     size_t nrounds = results[0].size();
@@ -297,13 +304,7 @@ std::string perf_latency_table(
       any = any || !l.empty();
     }
     if (!any) continue;
-    double best = NAN;
-    for (size_t k = 1; k < nets.size(); ++k) {
-      if (is_base[k] && !std::isnan(med[k]) &&
-          (std::isnan(best) || med[k] < best)) {
-        best = med[k];
-      }
-    }
+    const double best = best_baseline(med, is_base);
     body += "| " + std::to_string(bytes) + " |";
     for (double m : med) body += " " + fmt("%.1f", m) + " |";
     body +=

@@ -52,6 +52,9 @@ bool is_floor_net(const std::string& base);
 // naming the bad part.
 Result<NetSpec> parse_net_spec(const std::string& entry);
 
+// The median (the mean of the middle two for an even count); NaN if empty.
+double median(std::vector<double> v);
+
 // Timed iterations for one size: `iters`, capped at `cap_bytes / bytes`,
 // never below 5.
 uint32_t perf_iters(uint64_t bytes, uint32_t iters, uint64_t cap_bytes);

@@ -334,13 +334,13 @@ def combine_rounds(rounds, subject, baselines):
                               for net, rs in per.items()}
         if subject in per:
             row["host_us"] = row["host_net_us"][subject]
-        base = [row["time_us"][b] for b in baselines if b in per]
-        row["best_baseline_us"] = min(base) if base else None
-        row["best_baseline"] = min(
-            (b for b in baselines if b in per),
-            key=lambda b: row["time_us"][b]) if base else None
-        row["ratio"] = (min(base) / row["time_us"][subject]
-                        if base and subject in per else None)
+        base = [b for b in baselines if b in per]
+        best = (min(base, key=lambda b: row["time_us"][b]) if base
+                else None)
+        row["best_baseline"] = best
+        row["best_baseline_us"] = row["time_us"][best] if best else None
+        row["ratio"] = (row["time_us"][best] / row["time_us"][subject]
+                        if best and subject in per else None)
         for k in ("pipe_us", "lat_us"):
             base_k = [row[k][b] for b in baselines if b in row[k]]
             row["best_baseline_" + k] = min(base_k) if base_k else None

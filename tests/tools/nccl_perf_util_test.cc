@@ -211,6 +211,12 @@ TEST(NcclPerfUtil, RoundsTableShowsEveryRunAndMarksFailedOnes) {
             std::string::npos);
 }
 
+TEST(NcclPerfUtil, MedianOfOddEvenAndNoValues) {
+  EXPECT_DOUBLE_EQ(median({5, 1, 3}), 3.0);
+  EXPECT_DOUBLE_EQ(median({4, 1, 3, 2}), 2.5);
+  EXPECT_TRUE(std::isnan(median({})));
+}
+
 TEST(NcclPerfUtil, LatencyTableGivesMediansAndTheBestBaselinesRatio) {
   auto lrow = [](uint64_t bytes, double lat_us) {
     PerfRow r = row(bytes, 1.0);

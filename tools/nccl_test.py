@@ -24,7 +24,11 @@ gives the loop's floor without a network (NVLink), for reading small sizes.
 suite: check, then bench for UCCL, Socket (defaults) and Socket (4 threads x
 4 sockets), interleaved in --rounds rounds (default 3; order rotated each
 round), and the summary: per size each net's median, the ratio, in how many
-rounds UCCL was no slower than both Socket runs, and the target verdicts.
+rounds UCCL was no slower than both Socket runs, and the target verdicts:
+by medians, and, per measure up to 64 KiB, whether every round of UCCL's
+beat (faster) or lost to (slower) every round of the best Socket run's or
+the two overlap (level: these rounds show no difference; with 3 rounds
+each, a complete split happens by chance 1 time in 20).
 Each run's table also gives the slowest rank's CPU reference (a fixed piece
 of Python work, timed: small sizes here are bound by the host, whose vCPUs
 change speed), how many timed loops blocked and how often the issuing thread
@@ -300,12 +304,33 @@ def merge_ranks(per_rank):
     return rows
 
 
+# Rounds per side that rounds_apart needs: with 3 and 3, one side's rounds
+# all below the other's happens by chance 1 time in 20 (C(6,3) orders).
+APART_MIN_ROUNDS = 3
+
+
+def rounds_apart(mine, theirs):
+    """Times (lower is better) of one net's rounds against another's:
+    "faster" when each of mine beat each of theirs, "slower" when each lost,
+    "level" otherwise (the two overlap: no difference these rounds can
+    show); None with fewer than APART_MIN_ROUNDS on either side."""
+    if len(mine) < APART_MIN_ROUNDS or len(theirs) < APART_MIN_ROUNDS:
+        return None
+    if max(mine) < min(theirs):
+        return "faster"
+    if min(mine) > max(theirs):
+        return "slower"
+    return "level"
+
+
 def combine_rounds(rounds, subject, baselines):
     """rounds: [{net: rows}] (a net's rows missing where its run failed).
     Per size: each net's median time over its rounds, the subject's median
     host time, the ratio best baseline median time / subject's (> 1: the
     subject is faster) and in how many rounds the subject was no slower than
-    every baseline of that round."""
+    every baseline of that round. "apart": per measure (time_us, pipe_us,
+    lat_us), rounds_apart of the subject's rounds against the rounds of
+    the baseline with the best median of that measure."""
     sizes = []
     for rd in rounds:
         for rows in rd.values():
@@ -347,6 +372,16 @@ def combine_rounds(rounds, subject, baselines):
             row[k[:-3] + "_ratio"] = (
                 min(base_k) / row[k][subject]
                 if base_k and row[k].get(subject) else None)
+        # Each measure's rounds against the best baseline's for it.
+        row["apart"] = {}
+        for k in ("time_us", "pipe_us", "lat_us"):
+            xs = {net: [r[k] for r in rs if r.get(k) is not None]
+                  for net, rs in per.items()}
+            base_k = [b for b in baselines if xs.get(b)]
+            b = (min(base_k, key=lambda n: median(xs[n])) if base_k
+                 else None)
+            row["apart"][k] = rounds_apart(xs.get(subject, []),
+                                           xs[b] if b else [])
         wins = played = 0
         for rd in rounds:
             mine = [r for r in rd.get(subject, []) if r["bytes"] == size]
@@ -633,6 +668,24 @@ def print_small_apart(small, f):
             f(r["best_baseline_lat_us"], "%.1f"), f(r["lat_ratio"], "%.2f")))
 
 
+def apart_line(small, key, what):
+    # The sizes where UCCL's rounds of one measure were all faster, all
+    # slower, or neither, than the best Socket run's (combine_rounds' rows).
+    groups = {}
+    for r in small:
+        groups.setdefault(r["apart"].get(key) or "too few rounds",
+                          []).append(str(r["bytes"]))
+    return ("sizes <= 64 KiB by %s, UCCL's rounds against the best Socket "
+            "run's (faster/slower: every round of UCCL's beat/lost to every "
+            "one of Socket's, 1 in 20 by chance with 3 rounds each; level: "
+            "they overlap): %s; no slower: %s" % (
+                what, "; ".join("%s %s B" % (g, ", ".join(groups[g]))
+                                for g in ("faster", "level", "slower",
+                                          "too few rounds") if g in groups),
+                "no" if "slower" in groups else
+                "yes" if "too few rounds" not in groups else "-"))
+
+
 def run_suite(a, world, tmp):
     """Returns (every run went via its net, JSON summary)."""
     ok = True
@@ -714,6 +767,10 @@ def run_suite(a, world, tmp):
                       what, "yes" if all(r[key] and r[key] >= 1.0
                                          for r in small) else "no",
                       " ".join(f(r[key], "%.2f") for r in small)))
+    for key, what in (("time_us", "loop time"), ("pipe_us", "pipeline"),
+                      ("lat_us", "latency")):
+        if small:
+            print(apart_line(small, key, what))
     bound = host_bound(small)
     if bound:
         print("host-bound loops (UCCL's and the best Socket run's loop "

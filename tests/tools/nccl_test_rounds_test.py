@@ -118,6 +118,42 @@ class CombineRoundsTest(unittest.TestCase):
         self.assertEqual(big["pipe_us"], {})  # no run gave a figure
         self.assertIsNone(big["pipe_ratio"])
 
+    def test_rounds_apart_per_measure_against_its_best_baseline(self):
+        # Loop: UCCL 30/20/40 against Socket 25/30/50 (best median): they
+        # overlap. Pipeline: UCCL 20/21/22 against the 4x4 run's 23/24/30
+        # (best median; Socket's 22/40/40 overlaps UCCL): all faster.
+        # Latency: UCCL 70/71/72 against Socket 60/61/69: all slower.
+        for rd, (up, sp, fp, ul, sl) in zip(self.rounds, [
+                (20.0, 22.0, 23.0, 70.0, 60.0), (21.0, 40.0, 24.0, 71.0, 61.0),
+                (22.0, 40.0, 30.0, 72.0, 69.0)]):
+            rd["UCCL"][0].update(pipe_us=up, lat_us=ul)
+            rd["Socket"][0].update(pipe_us=sp, lat_us=sl)
+            rd["Socket_4x4"][0].update(pipe_us=fp)
+        small = nccl_test.combine_rounds(self.rounds, "UCCL",
+                                         ["Socket", "Socket_4x4"])[0]
+        self.assertEqual(small["apart"], {"time_us": "level",
+                                          "pipe_us": "faster",
+                                          "lat_us": "slower"})
+        # Two rounds of a side are too few to say.
+        del self.rounds[2]["UCCL"]
+        small = nccl_test.combine_rounds(self.rounds, "UCCL",
+                                         ["Socket", "Socket_4x4"])[0]
+        self.assertEqual(small["apart"], {"time_us": None, "pipe_us": None,
+                                          "lat_us": None})
+
+    def test_rounds_apart(self):
+        self.assertEqual(nccl_test.rounds_apart([1, 2, 3], [4, 5, 6]),
+                         "faster")
+        self.assertEqual(nccl_test.rounds_apart([7, 5, 6], [1, 2, 4.9]),
+                         "slower")
+        self.assertEqual(nccl_test.rounds_apart([1, 2, 5], [4, 6, 7]),
+                         "level")
+        # A tie is no win either way.
+        self.assertEqual(nccl_test.rounds_apart([1, 2, 4], [4, 5, 6]),
+                         "level")
+        self.assertIsNone(nccl_test.rounds_apart([1, 2], [4, 5, 6]))
+        self.assertIsNone(nccl_test.rounds_apart([1, 2, 3], []))
+
     def test_no_baseline_gives_no_ratio(self):
         c = nccl_test.combine_rounds([{"UCCL": [row(4, 30.0)]}], "UCCL",
                                      ["Socket"])
@@ -176,6 +212,12 @@ class SuiteTest(unittest.TestCase):
                       "| 60.0 | 1.00 |", out)
         self.assertIn("by pipeline (medians): yes (ratios 1.39)", out)
         self.assertIn("by latency (medians): yes (ratios 1.00)", out)
+        self.assertIn("by loop time, UCCL's rounds against the best Socket "
+                      "run's", out)
+        self.assertIn("they overlap): faster 4 B; no slower: yes", out)
+        # 60 us each: a tie.
+        self.assertIn("by latency, UCCL's", out)
+        self.assertIn("they overlap): level 4 B; no slower: yes", out)
         self.assertNotIn("host-bound loops", out)
 
     def test_host_bound_loops_are_named(self):
@@ -210,6 +252,14 @@ class SuiteTest(unittest.TestCase):
                       "(ratios 0.83)", out)
         # 28 against 25: slower by pipeline too.
         self.assertIn("by pipeline (medians): no (ratios 0.89)", out)
+        # The best Socket run by median (25 us) has two rounds: too few to
+        # call a side faster or slower.
+        self.assertIn("they overlap): too few rounds 4 B; no slower: -", out)
+        # With all three rounds, 28 against 25 each time is slower.
+        _, _, out, _ = self.run_suite(
+            {"UCCL": 30.0, "Socket": 25.0, "Socket_4x4": 41.0})
+        self.assertRegex(out, r"by pipeline, UCCL's .* they overlap\): "
+                         r"slower 4 B; no slower: no")
 
 
 class BenchWorkerTest(unittest.TestCase):

@@ -677,8 +677,8 @@ def apart_line(small, key, what):
                           []).append(str(r["bytes"]))
     return ("sizes <= 64 KiB by %s, UCCL's rounds against the best Socket "
             "run's (faster/slower: every round of UCCL's beat/lost to every "
-            "one of Socket's, 1 in 20 by chance with 3 rounds each; level: "
-            "they overlap): %s; no slower: %s" % (
+            "one of Socket's, by chance 1 in 20 with 3 rounds each, 1 in "
+            "252 with 5; level: they overlap): %s; no slower: %s" % (
                 what, "; ".join("%s %s B" % (g, ", ".join(groups[g]))
                                 for g in ("faster", "level", "slower",
                                           "too few rounds") if g in groups),

@@ -366,22 +366,22 @@ def combine_rounds(rounds, subject, baselines):
         row["best_baseline_us"] = row["time_us"][best] if best else None
         row["ratio"] = (row["time_us"][best] / row["time_us"][subject]
                         if best and subject in per else None)
+        best_of = {"time_us": best}  # per measure, the best baseline
         for k in ("pipe_us", "lat_us"):
-            base_k = [row[k][b] for b in baselines if b in row[k]]
-            row["best_baseline_" + k] = min(base_k) if base_k else None
+            has = [b for b in baselines if b in row[k]]
+            bk = min(has, key=row[k].get) if has else None
+            best_of[k] = bk
+            row["best_baseline_" + k] = row[k][bk] if bk else None
             row[k[:-3] + "_ratio"] = (
-                min(base_k) / row[k][subject]
-                if base_k and row[k].get(subject) else None)
-        # Each measure's rounds against the best baseline's for it.
-        row["apart"] = {}
-        for k in ("time_us", "pipe_us", "lat_us"):
-            xs = {net: [r[k] for r in rs if r.get(k) is not None]
-                  for net, rs in per.items()}
-            base_k = [b for b in baselines if xs.get(b)]
-            b = (min(base_k, key=lambda n: median(xs[n])) if base_k
-                 else None)
-            row["apart"][k] = rounds_apart(xs.get(subject, []),
-                                           xs[b] if b else [])
+                row[k][bk] / row[k][subject]
+                if bk and row[k].get(subject) else None)
+
+        def figures(net, k):  # net's rounds that gave measure k
+            return [r[k] for r in per.get(net, []) if r.get(k) is not None]
+        # Each measure's rounds against its best baseline's.
+        row["apart"] = {k: rounds_apart(figures(subject, k),
+                                        figures(b, k) if b else [])
+                        for k, b in best_of.items()}
         wins = played = 0
         for rd in rounds:
             mine = [r for r in rd.get(subject, []) if r["bytes"] == size]

@@ -1245,7 +1245,11 @@ void UcclRDMAEngine::flush_ctrl(Conn* c) {
                         wr.signaled ? c->ctrl_unsignaled : 0, 0);
   if (wr.signaled) c->ctrl_unsignaled = 0;
   Status st = c->ctrl->post_send(&wr, nullptr);
-  if (!st.ok()) fail_conn(c, st.with_context("posting control messages"));
+  if (!st.ok()) {
+    fail_conn(c, st.with_context("posting control messages"));
+    return;
+  }
+  ++ctrl_sends_;
 }
 
 // One control SEND: one or more messages back to back (wire.h).
@@ -1473,6 +1477,22 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
   // descriptors lost, or acknowledged later than the timeout.
   const std::string counters = dev_->counters_text();
   const uint64_t rc_timeouts = transport::counter_sum(counters, "rc_timeouts");
+  // Datagrams per second through the NIC (software NIC; verbs counts none):
+  // sent, of them by reference (spliced) and the RC ACKs of the control
+  // QPs, received, of them placed directly.
+  static const char* const kNicPkts[kNicCounters] = {
+      "tx_packets", "tx_spliced", "acks_sent", "rx_packets", "rx_direct"};
+  uint64_t nic[kNicCounters];
+  for (int i = 0; i < kNicCounters; ++i) {
+    nic[i] = transport::counter_sum(counters, kNicPkts[i]);
+  }
+  // (ACK counts are the live connections': a close may lower them.)
+  auto per_s = [secs](uint64_t now_count, uint64_t last) {
+    return now_count > last ? static_cast<uint64_t>((now_count - last) / secs)
+                            : uint64_t{0};
+  };
+  auto nic_per_s = [&](int i) { return per_s(nic[i], last_stats_nic_[i]); };
+
   // Of the wall time since the last line (BusyMeter: loops that did work).
   const uint64_t run = busy_.run_ns() - last_stats_run_ns_;
   const int busy_pct =
@@ -1495,7 +1515,12 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
             << drops - last_stats_drops_ << " ("
             << transport::nonzero_counters(counters, "drop_")
             << " since start) rc timeouts "
-            << rc_timeouts - last_stats_rc_timeouts_ << " loops "
+            << rc_timeouts - last_stats_rc_timeouts_ << " pkts/s: nic tx "
+            << nic_per_s(0) << " (spliced " << nic_per_s(1) << ", rc acks "
+            << nic_per_s(2) << ") rx " << nic_per_s(3) << " (direct "
+            << nic_per_s(4) << "), engine acks "
+            << per_s(f.acks_sent, last_stats_acks_) << " control sends "
+            << per_s(ctrl_sends_, last_stats_ctrl_sends_) << " loops "
             << loops_ - last_stats_loops_ << " idle "
             << idle_loops_ - last_stats_idle_ << " busy " << busy_pct
             << "% protocol errors " << protocol_errors_ << " late activations "
@@ -1504,6 +1529,9 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
   last_stats_run_ns_ = busy_.run_ns();
   last_stats_drops_ = drops;
   last_stats_rc_timeouts_ = rc_timeouts;
+  std::copy(nic, nic + kNicCounters, last_stats_nic_);
+  last_stats_acks_ = f.acks_sent;
+  last_stats_ctrl_sends_ = ctrl_sends_;
   last_stats_loops_ = loops_;
   last_stats_idle_ = idle_loops_;
   last_stats_tx_ = f.tx_bytes;

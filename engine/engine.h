@@ -286,6 +286,13 @@ class UcclRDMAEngine {
   std::unique_ptr<cc::PullPacer> pacer_;  // cc == credit
   uint64_t last_stats_drops_ = 0;
   uint64_t last_stats_rc_timeouts_ = 0;
+  // Stats line: the NIC's datagram counts at the last line (software NIC;
+  // log_stats names them), engine ACKs and control SENDs (one per
+  // flush_ctrl(), any number of messages each) then and now.
+  static constexpr int kNicCounters = 5;
+  uint64_t last_stats_nic_[kNicCounters] = {};
+  uint64_t last_stats_acks_ = 0, last_stats_ctrl_sends_ = 0;
+  uint64_t ctrl_sends_ = 0;
   uint64_t last_stats_loops_ = 0, last_stats_idle_ = 0;
   uint64_t last_stats_busy_ns_ = 0, last_stats_run_ns_ = 0;
   size_t rr_start_ = 0;      // first connection served by the next loop

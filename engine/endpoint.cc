@@ -48,9 +48,11 @@ UCCL_KNOB(std::string, knob_core_lock_dir, "UCCL_CORE_LOCK_DIR", "/dev/shm",
           "no cross-process claims.");
 UCCL_KNOB(
     int64_t, knob_chunk_kb, "UCCL_CHUNK_KB", 64,
-    "Largest chunk in KiB: each chunk is one RDMA_WRITE_WITH_IMM. Rounded "
-    "down to whole packets of the device's payload MTU (the software "
-    "NIC on lo: 65408 B, so 64 KiB gives one datagram per chunk).",
+    "Largest chunk in KiB: each chunk is one RDMA_WRITE_WITH_IMM. At most "
+    "one packet to a peer on this host (the software NIC: lo's payload "
+    "MTU, 61440 B while splicing) and rounded down to whole packets of "
+    "the device's payload MTU (the software NIC on lo: 65408 B copied, "
+    "so 64 KiB gives one datagram per chunk).",
     1, 4096);
 UCCL_KNOB(int64_t, knob_paths, "UCCL_PATHS", 4,
           "Queue pairs (paths) per connection; chunks are sprayed over them.",

@@ -69,7 +69,10 @@ bool RequestAccess::wait(Request* r, uint64_t timeout_ns) {
 
 // ------------------------------------------------------------- creation
 
-uint32_t whole_packet_chunk_bytes(uint32_t chunk_bytes, uint32_t mtu_bytes) {
+uint32_t whole_packet_chunk_bytes(uint32_t chunk_bytes, uint32_t mtu_bytes,
+                                  uint32_t local_mtu_bytes) {
+  if (local_mtu_bytes != 0)
+    chunk_bytes = std::min(chunk_bytes, local_mtu_bytes);
   if (mtu_bytes == 0 || chunk_bytes <= mtu_bytes) return chunk_bytes;
   return chunk_bytes - chunk_bytes % mtu_bytes;
 }
@@ -86,7 +89,8 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
   UCCL_ASSIGN_OR_RETURN(e->dev_, transport::open_device(device, dev_opts));
   e->dev_->set_owner_driven(cfg.drive_nic);
   e->cfg_.chunk_bytes =
-      whole_packet_chunk_bytes(cfg.chunk_bytes, e->dev_->info().mtu_bytes);
+      whole_packet_chunk_bytes(cfg.chunk_bytes, e->dev_->info().mtu_bytes,
+                               e->dev_->info().local_mtu_bytes);
   if (e->cfg_.chunk_bytes > sizeof(EagerHdr)) {  // an eager send is one chunk
     e->cfg_.eager_bytes = std::min<uint32_t>(
         cfg.eager_bytes, e->cfg_.chunk_bytes - sizeof(EagerHdr));

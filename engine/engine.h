@@ -22,18 +22,23 @@
 
 namespace uccl::engine {
 
-// The chunk size an engine uses: `chunk_bytes` rounded down to whole packets
-// of `mtu_bytes` payload (0: unknown, unchanged), never below one packet. A
-// chunk just over a multiple of the MTU costs a short tail packet per chunk:
-// 64 KiB over lo's 65408-byte payload MTU was two datagrams, 65408 B and
-// 128 B, each a full trip through the kernel's stack.
-uint32_t whole_packet_chunk_bytes(uint32_t chunk_bytes, uint32_t mtu_bytes);
+// The chunk size an engine uses: `chunk_bytes`, at most one packet to a peer
+// on this host (`local_mtu_bytes`, 0: no such limit), rounded down to whole
+// packets of `mtu_bytes` payload (0: unknown, unchanged), never below one
+// packet. A chunk just over a multiple of either MTU costs a short tail
+// packet per chunk, each a full trip through the kernel's stack: 64 KiB
+// over lo's 65408-byte payload MTU was two datagrams, 65408 B and 128 B;
+// on the GPU VMs' eth0, 65280-byte chunks (whole packets of eth0's MTU)
+// were 61440 + 3840 B to the other rank through lo (splice's MTU), the
+// tail copied rather than spliced (BENCHMARKS.md, session 38).
+uint32_t whole_packet_chunk_bytes(uint32_t chunk_bytes, uint32_t mtu_bytes,
+                                  uint32_t local_mtu_bytes);
 
 struct EngineConfig {
   int index = 0;
   int core = -1;  // -1: not pinned
   // Largest chunk (one WRITE_WITH_IMM); the engine uses
-  // whole_packet_chunk_bytes() of it for its device's MTU.
+  // whole_packet_chunk_bytes() of it for its device's MTUs.
   uint32_t chunk_bytes = 64 << 10;
   bool rc_mode = false;
   std::string cc_name = "none";

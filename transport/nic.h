@@ -314,6 +314,10 @@ struct DeviceInfo {
   // VM NICs) whose kernel reports no speed, or a verbs port not queried.
   bool link_speed_known = false;
   uint32_t mtu_bytes = 0;  // largest message payload per packet
+  // Largest payload per packet to a peer on this host, where that differs:
+  // the software NIC reaches those through loopback, whose MTU is often far
+  // larger than the interface's (lo 64 KiB, a VM's eth0 1500). 0: mtu_bytes.
+  uint32_t local_mtu_bytes = 0;
   // Header bytes each packet adds on the wire around mtu_bytes of payload
   // (link, network, transport); pacing to a line rate in payload bytes uses
   // mtu / (mtu + this).

@@ -32,10 +32,10 @@ size_t datagrams(size_t len, int k, size_t stripe, size_t chunk,
   return total;
 }
 
-// On lo (65408-byte chunks) and a 1500-MTU interface's software NIC
-// (65280), 8 connections: parts of two whole chunks, 17 datagrams per
-// 1 MiB (the fewest: ceil(1 MiB / chunk)) against 24 for 128 KiB parts,
-// each of which ended in a short chunk.
+// On lo (65408-byte chunks) and a 1400-MTU interface's software NIC with
+// payloads copied (65280), 8 connections: parts of two whole chunks, 17
+// datagrams per 1 MiB (the fewest: ceil(1 MiB / chunk)) against 24 for 128 KiB
+// parts, each of which ended in a short chunk.
 TEST(DefaultStripe, EightConnectionsCutTheSliceIntoWholeChunks) {
   for (uint32_t chunk : {65408u, 65280u}) {
     const size_t s = default_stripe_bytes(8, chunk);
@@ -48,13 +48,24 @@ TEST(DefaultStripe, EightConnectionsCutTheSliceIntoWholeChunks) {
   }
 }
 
-// Across connection counts and chunk sizes (lo, a 1500-MTU interface, a
-// 9000-MTU one): never more datagrams than the plain 1 MiB / K stripe,
-// the fewest possible wherever the stripe is whole chunks, and no part
-// more than an eighth above an even share.
+// 12 engines' 6 connections with spliced payloads (61440-byte chunks, lo
+// or, since session 38, the GPU VMs' eth0 too): parts of three whole
+// chunks, 18 datagrams per 1 MiB, the fewest.
+TEST(DefaultStripe, SixConnectionsOfSplicedChunks) {
+  const size_t s = default_stripe_bytes(6, 61440);
+  EXPECT_EQ(s, 3u * 61440);
+  size_t largest = 0;
+  EXPECT_EQ(datagrams(kNcclSliceBytes, 6, s, 61440, &largest), 18u);
+  EXPECT_LE(largest, kNcclSliceBytes / 6 + kNcclSliceBytes / 6 / 8);
+}
+
+// Across connection counts and chunk sizes (lo, spliced and copied, a
+// 1400-MTU interface, a 9000-MTU one, a 1500-MTU one): never more datagrams
+// than the plain 1 MiB / K stripe, the fewest possible wherever the stripe is
+// whole chunks, and no part more than an eighth above an even share.
 TEST(DefaultStripe, FewDatagramsAndEvenParts) {
   int whole = 0;
-  for (uint32_t chunk : {65408u, 65280u, 8908u, 1408u}) {
+  for (uint32_t chunk : {61440u, 65408u, 65280u, 8908u, 1408u}) {
     for (int k = 1; k <= 16; ++k) {
       const size_t s = default_stripe_bytes(k, chunk);
       const size_t plain = default_stripe_bytes(k, 0);

@@ -6,6 +6,8 @@
 
 #include "engine/engine.h"
 #include "tests/engine/engine_test_util.h"
+#include "transport/udp/netif.h"
+#include "transport/udp/wire.h"
 
 namespace uccl::testing {
 namespace {
@@ -49,13 +51,32 @@ TEST(EngineSmoke, SendRecvManySizes) {
 
 TEST(EngineChunks, WholePacketsOfTheMtu) {
   using engine::whole_packet_chunk_bytes;
-  EXPECT_EQ(whole_packet_chunk_bytes(65536, 65408), 65408u);     // lo
-  EXPECT_EQ(whole_packet_chunk_bytes(65536, 1408), 46u * 1408);  // 1500 MTU
-  EXPECT_EQ(whole_packet_chunk_bytes(65536, 4096), 65536u);  // already whole
-  EXPECT_EQ(whole_packet_chunk_bytes(65536, 0), 65536u);     // MTU unknown
-  EXPECT_EQ(whole_packet_chunk_bytes(1024, 1408), 1024u);    // under one
-  EXPECT_EQ(whole_packet_chunk_bytes(1408, 1408), 1408u);
-  EXPECT_EQ(whole_packet_chunk_bytes(2815, 1408), 1408u);  // never below one
+  EXPECT_EQ(whole_packet_chunk_bytes(65536, 65408, 65408), 65408u);  // lo
+  EXPECT_EQ(whole_packet_chunk_bytes(65536, 4096, 0), 65536u);       // whole
+  EXPECT_EQ(whole_packet_chunk_bytes(65536, 0, 0), 65536u);   // MTU unknown
+  EXPECT_EQ(whole_packet_chunk_bytes(1024, 1408, 0), 1024u);  // under one
+  EXPECT_EQ(whole_packet_chunk_bytes(1408, 1408, 0), 1408u);
+  EXPECT_EQ(whole_packet_chunk_bytes(2815, 1408, 0), 1408u);  // never below
+  // With no separate limit for peers on this host (verbs, or lo itself).
+  EXPECT_EQ(whole_packet_chunk_bytes(65536, 1408, 0), 46u * 1408);
+  EXPECT_EQ(whole_packet_chunk_bytes(65536, 61440, 61440), 61440u);  // lo
+}
+
+// An interface whose MTU is below loopback's (a VM's eth0): its chunks are
+// whole packets of that MTU and also one datagram to a peer on this host,
+// which the software NIC reaches through lo, 61440 B when spliced.
+TEST(EngineChunks, WholePacketsOfTheInterfaceAndOneDatagramToThisHost) {
+  using engine::whole_packet_chunk_bytes;
+  // MTU 1400 (the GPU VMs' and this project's machines' eth0): 1280 B of
+  // payload. 65280 B was 61440 + 3840 B through lo, the tail copied.
+  EXPECT_EQ(whole_packet_chunk_bytes(65536, 1280, 61440), 61440u);
+  EXPECT_EQ(whole_packet_chunk_bytes(65536, 1280, 65408), 65280u);  // copied
+  // MTU 1500: 1408 B; the largest whole number of them within 61440.
+  EXPECT_EQ(whole_packet_chunk_bytes(65536, 1408, 61440), 43u * 1408);
+  // Smaller chunks than either MTU allows are only made whole.
+  EXPECT_EQ(whole_packet_chunk_bytes(32768, 1408, 61440), 23u * 1408);
+  // An interface MTU above the local one: one local datagram.
+  EXPECT_EQ(whole_packet_chunk_bytes(65536, 65408, 61440), 61440u);
 }
 
 // One chunk is one datagram on loopback. Copied, a 1 MiB message is 17
@@ -64,8 +85,12 @@ TEST(EngineChunks, WholePacketsOfTheMtu) {
 // of 61440 B (15 pages) and a 4 KiB tail, every one but the tail by
 // reference (transport/udp/wire.h, "Spliced payloads"). The message arrives
 // intact.
-void expect_whole_datagrams(int splice, uint32_t chunks) {
+// `chunks` 0: whatever the device's chunk size makes of 1 MiB, each chunk
+// still one datagram, and spliced where over 16 KiB.
+void expect_whole_datagrams(int splice, uint32_t chunks,
+                            const std::string& device = "udp:lo") {
   EndpointConfig cfg = test_config(/*engines=*/1, /*paths=*/1);
+  cfg.device = device;
   cfg.eager_bytes = 0;
   cfg.softnic_splice = splice;
   auto p = Pair::make(cfg);
@@ -97,6 +122,13 @@ void expect_whole_datagrams(int splice, uint32_t chunks) {
   EXPECT_EQ(find_pattern_mismatch(rb.ptr(), kLen, 17), -1);
   auto st = p->client->conn_stats(p->c_conns[0]);
   ASSERT_TRUE(st.ok()) << st.status();
+  uint32_t over_16k = chunks - 1;  // every chunk but the tail
+  if (chunks == 0) {
+    const uint32_t chunk = p->client->config().chunk_bytes;
+    chunks = static_cast<uint32_t>((kLen + chunk - 1) / chunk);
+    over_16k = static_cast<uint32_t>(kLen / chunk) +
+               (kLen % chunk >= transport::udp::kSpliceMinPayload ? 1 : 0);
+  }
   EXPECT_EQ(st->tx_chunks, chunks);
   const uint64_t retx =
       st->fast_retransmits + st->rto_retransmits + st->tlp_retransmits;
@@ -106,7 +138,7 @@ void expect_whole_datagrams(int splice, uint32_t chunks) {
   // First transmissions of the chunks over 16 KiB only: resends are copied.
   const uint64_t spliced = nic_counter(p->client->nic_counters(), "tx_spliced");
   if (splice) {
-    EXPECT_EQ(spliced, chunks - 1) << p->client->nic_counters();
+    EXPECT_EQ(spliced, over_16k) << p->client->nic_counters();
   } else {
     EXPECT_EQ(spliced, 0u);
   }
@@ -118,6 +150,22 @@ TEST(EngineChunks, OneMegabyteIsSeventeenDatagramsOnLoopback) {
 
 TEST(EngineChunks, OneMegabyteIsEighteenSplicedDatagramsOnLoopback) {
   expect_whole_datagrams(/*splice=*/1, 18);
+}
+
+// The same between two endpoints on an interface other than lo (the GPU
+// VMs' case: NCCL's ranks on one host over eth0's address). Its MTU sets
+// the chunk; the datagrams go through lo. Skipped on a host with lo only.
+TEST(EngineChunks, OneDatagramPerChunkOverAnotherInterfaceToThisHost) {
+  std::string ifname;
+  for (const transport::udp::NetIf& n : transport::udp::list_netifs()) {
+    if (!n.loopback) {
+      ifname = n.name;
+      break;
+    }
+  }
+  if (ifname.empty()) GTEST_SKIP() << "no interface other than lo";
+  expect_whole_datagrams(/*splice=*/1, /*chunks=*/0, "udp:" + ifname);
+  expect_whole_datagrams(/*splice=*/0, /*chunks=*/0, "udp:" + ifname);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "tests/transport/nic_test_util.h"
+#include "transport/udp/netif.h"
 #include "transport/udp/wire.h"
 #include "util/pattern.h"
 
@@ -926,6 +927,23 @@ TEST(ApiErrorsTest, ErrorStateFlushesPostedReceives) {
   ASSERT_TRUE(drive({b.get()}, [&] { return b->recv_wcs.size() == 2; }));
   EXPECT_EQ(b->recv_wcs[0].status, WcStatus::kWrFlushError);
   EXPECT_EQ(b->recv_wcs[1].wr_id, 2u);
+}
+
+// The payload MTU to a peer on this host is lo's (capped like the rest):
+// the same as the device's on lo, and on any other interface too, whatever
+// that interface's own MTU (a VM's 1400-MTU eth0: 1280 B against 61440).
+TEST(DeviceTest, LocalPeersGetLoopbacksMtu) {
+  auto lo = open_device("udp:lo", Side::no_faults());
+  ASSERT_TRUE(lo.ok()) << lo.status();
+  const DeviceInfo li = (*lo)->info();
+  EXPECT_EQ(li.local_mtu_bytes, li.mtu_bytes);
+  EXPECT_GT(li.local_mtu_bytes, 60000u);
+  for (const udp::NetIf& n : udp::list_netifs()) {
+    if (n.loopback) continue;
+    auto d = open_device("udp:" + n.name, Side::no_faults());
+    ASSERT_TRUE(d.ok()) << n.name << ": " << d.status();
+    EXPECT_EQ((*d)->info().local_mtu_bytes, li.mtu_bytes) << n.name;
+  }
 }
 
 TEST(DeviceTest, ListingAndOpeningByName) {

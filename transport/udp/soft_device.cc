@@ -262,13 +262,10 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
   d->info_.netdev = nif.name;
   d->info_.ip = ipv4_to_string(nif.ipv4_be);
   d->info_.mtu_bytes = d->mtu_;
-  // Peers on this host: through loopback, as path_mtu_to() finds for them.
-  for (const NetIf& n : list_netifs()) {
-    if (!n.loopback) continue;
-    d->info_.local_mtu_bytes =
-        std::min(payload_mtu_for(n.mtu ? n.mtu : 1500), d->mtu_cap_);
-    break;
-  }
+  // Peers on this host: what path_mtu_to() finds for them (through lo).
+  bool through_lo = false;
+  auto local_mtu = d->path_mtu_to(htonl(INADDR_LOOPBACK), &through_lo);
+  if (local_mtu.ok() && through_lo) d->info_.local_mtu_bytes = *local_mtu;
   // Ethernet 14 (+4 FCS) + IPv4 20 + UDP 8 + our header.
   d->info_.wire_overhead_bytes = 18 + 20 + 8 + sizeof(WireHeader);
   d->info_.numa_node = nif.numa_node;

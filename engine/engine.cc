@@ -805,11 +805,10 @@ int UcclRDMAEngine::poll_recv_cq(uint64_t now) {
       if (w.status == WcStatus::kSuccess &&
           w.byte_len >= transport::kGrhBytes + sizeof(AckPacket)) {
         AckPacket a;
-        std::memcpy(
-            &a, ud_bufs_.data() + w.wr_id * kUdBufBytes + transport::kGrhBytes,
-            sizeof(a));
+        const uint8_t* buf = ud_bufs_.data() + w.wr_id * kUdBufBytes;
+        std::memcpy(&a, buf + transport::kGrhBytes, sizeof(a));
         if (a.magic == kAckMagic) {
-          on_ack(a, now);
+          on_ack(a, w, buf, now);
         } else {
           ++protocol_errors_;
         }

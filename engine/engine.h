@@ -223,7 +223,11 @@ class UcclRDMAEngine {
   void on_chunk(const transport::WorkCompletion& wc, uint64_t now);
   void account_chunk(Conn* c, const RxChunkInfo& info);
   void on_ctrl_msg(Conn* c, const CtrlMsg& m);
-  void on_ack(const AckPacket& a, uint64_t now);
+  // `w` and `grh`: the UD completion and receive buffer it came in; an ACK
+  // counts only from the connection's peer UD QP (and, where the NIC gives
+  // a GRH, the peer's address).
+  void on_ack(const AckPacket& a, const transport::WorkCompletion& w,
+              const uint8_t* grh, uint64_t now);
   void post_recv_slot(Conn* c, const Command& cmd);
   void maybe_send_ack(Conn* c, uint64_t now, bool force);
   void send_ctrl(Conn* c, const CtrlMsg& m);

@@ -452,9 +452,13 @@ void UcclRDMAEngine::on_rtt_sample(Conn* c, ChunkRec& ch, uint64_t rtt,
   (void)now;
 }
 
-void UcclRDMAEngine::on_ack(const AckPacket& a, uint64_t now) {
+void UcclRDMAEngine::on_ack(const AckPacket& a,
+                            const transport::WorkCompletion& w,
+                            const uint8_t* grh, uint64_t now) {
   Conn* c = a.flow_id < conns_.size() ? conns_[a.flow_id].get() : nullptr;
-  if (c == nullptr || !c->established || a.nonce_lo != c->nonce_lo) {
+  if (c == nullptr || !c->established || a.nonce_lo != c->nonce_lo ||
+      !ud_source_is(w, grh, c->peer_ud_qpn,
+                    c->peer_ah ? &c->peer_ah->address() : nullptr)) {
     ++protocol_errors_;
     return;
   }

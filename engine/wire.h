@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "engine/imm.h"
 #include "transport/nic.h"
@@ -164,5 +165,20 @@ struct AckPacket {
 };
 static_assert(sizeof(AckPacket) == 16 + 8 * kSackWords + 24,
               "AckPacket layout");
+
+// The UD QP hears anyone, so an ACK counts only when it names a live
+// connection with that connection's nonce and comes from the connection's
+// peer UD QP (`peer_qpn`) and, where the NIC reports the source (the GRH;
+// transport/nic.h, WorkCompletion::with_grh), from the peer's address
+// `peer`: its GID and, on the software NIC (a UDP port in the address), its
+// port, which the GRH's flow label carries. `grh`: the receive buffer.
+inline bool ud_source_is(const transport::WorkCompletion& w, const uint8_t* grh,
+                         uint32_t peer_qpn,
+                         const transport::PortAddress* peer) {
+  if (w.src_qp != peer_qpn) return false;
+  if (!w.with_grh || peer == nullptr) return true;
+  if (std::memcmp(grh + 8, peer->gid, 16) != 0) return false;
+  return peer->udp_port == 0 || ((grh[2] << 8) | grh[3]) == peer->udp_port;
+}
 
 }  // namespace uccl::engine

@@ -131,10 +131,15 @@ struct WorkCompletion {
   WcStatus status = WcStatus::kSuccess;
   WcOpcode opcode = WcOpcode::kSend;
   bool with_imm = false;
-  uint32_t byte_len = 0;      // receives: bytes placed (UD: includes the GRH)
-  uint32_t imm_data = 0;      // host byte order
-  uint32_t qp_num = 0;        // local QP
-  uint32_t src_qp = 0;        // UD: sender's QPN
+  uint32_t byte_len = 0;  // receives: bytes placed (UD: includes the GRH)
+  uint32_t imm_data = 0;  // host byte order
+  uint32_t qp_num = 0;    // local QP
+  uint32_t src_qp = 0;    // UD: sender's QPN
+  // UD: the receive buffer starts with a valid GRH whose source GID (bytes
+  // 8-23) is the sender's (verbs' IBV_WC_GRH; the software NIC always sets
+  // it, with the sender's UDP port as the low 16 bits of the flow label,
+  // bytes 2-3, network order).
+  bool with_grh = false;
   uint64_t timestamp_ns = 0;  // when the completion was generated/received
 };
 
@@ -160,7 +165,10 @@ struct QpInfo {
   uint32_t mtu_bytes = 0;  // path MTU we support
   QpType type = QpType::kUC;
   uint8_t flags = 0;  // QpInfoFlags
-  uint8_t pad[2] = {};
+  // Software NIC: the UDP port this QP sends from. The peer takes only
+  // datagrams from this port and the address it connected to (0: from any
+  // port of that address). 0 on verbs.
+  uint16_t src_port = 0;
 };
 enum QpInfoFlags : uint8_t {
   // Software NIC: takes payloads without a CRC from a peer on its host
@@ -170,6 +178,7 @@ enum QpInfoFlags : uint8_t {
 static_assert(sizeof(PortAddress) == 24,
               "PortAddress is exchanged on the wire");
 static_assert(sizeof(QpInfo) == 40, "QpInfo is exchanged on the wire");
+static_assert(offsetof(QpInfo, src_port) == 38, "QpInfo layout");
 
 // RC timers, in verbs' encodings (timeout: 4.096 us * 2^timeout).
 struct RcAttrs {

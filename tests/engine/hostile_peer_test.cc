@@ -2,6 +2,7 @@
 // (engine/wire.h) over the software NIC: the other side refuses them, fails
 // only that connection with a clear error, counts it, and keeps serving the
 // others.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "engine/wire.h"
 #include "tests/engine/engine_test_util.h"
 #include "util/clock.h"
 
@@ -208,6 +210,46 @@ INSTANTIATE_TEST_SUITE_P(Faults, MalformedDescriptorTest,
                                            Fault::kDescBadSlot,
                                            Fault::kDescUnknownType),
                          param_name);
+
+}  // namespace
+}  // namespace uccl::testing
+
+namespace uccl::testing {
+namespace {
+
+// ACKs arrive on a UD QP that anyone can send to: ud_source_is() takes one
+// only from the connection's peer UD QP, GID and (software NIC) UDP port.
+TEST(UdSourceTest, AnAckCountsOnlyFromThePeersQpAddressAndPort) {
+  transport::PortAddress peer;
+  transport::ipv4_to_gid(htonl(0x7f000001), peer.gid);
+  peer.udp_port = 4791;
+  uint8_t grh[transport::kGrhBytes] = {};
+  auto set_source = [&](uint32_t ip, uint16_t port) {
+    transport::ipv4_to_gid(htonl(ip), grh + 8);
+    grh[2] = static_cast<uint8_t>(port >> 8);
+    grh[3] = static_cast<uint8_t>(port);
+  };
+  transport::WorkCompletion w;
+  w.src_qp = 9;
+  w.with_grh = true;
+  set_source(0x7f000001, 4791);
+  EXPECT_TRUE(engine::ud_source_is(w, grh, 9, &peer));
+  EXPECT_FALSE(engine::ud_source_is(w, grh, 10, &peer)) << "other QPN";
+  set_source(0x7f000001, 4792);
+  EXPECT_FALSE(engine::ud_source_is(w, grh, 9, &peer)) << "other port";
+  set_source(0x7f000002, 4791);
+  EXPECT_FALSE(engine::ud_source_is(w, grh, 9, &peer)) << "other address";
+  // verbs: no UDP port in the address; the GID alone names the sender.
+  transport::PortAddress vpeer = peer;
+  vpeer.udp_port = 0;
+  set_source(0x7f000001, 1234);
+  EXPECT_TRUE(engine::ud_source_is(w, grh, 9, &vpeer));
+  // No GRH reported: the QPN alone.
+  w.with_grh = false;
+  set_source(0x0a000001, 1);
+  EXPECT_TRUE(engine::ud_source_is(w, grh, 9, &peer));
+  EXPECT_FALSE(engine::ud_source_is(w, grh, 8, &peer));
+}
 
 }  // namespace
 }  // namespace uccl::testing

@@ -127,6 +127,7 @@ class CraftedPeer {
     getsockname(fd_, reinterpret_cast<sockaddr*>(&me), &sl);
     QpInfo peer = side_->qp->local_info();
     peer.addr.udp_port = ntohs(me.sin_port);
+    peer.src_port = ntohs(me.sin_port);
     peer.qpn = kPeerQpn;
     peer.psn = kFirstPsn;
     EXPECT_TRUE(side_->qp->connect(peer).ok());

@@ -79,9 +79,14 @@ class HostileInputTest : public ::testing::Test {
     return h;
   }
 
+  // Sends from `from_` (the peer QP's own socket unless a test changes it:
+  // the datagrams then carry the peer's exact source address and port, as
+  // an attacker who can spoof it would send them).
   void send_raw(const void* p, size_t n) {
+    const int fd =
+        from_ >= 0 ? from_ : udp::SoftNicTestAccess::tx_fd(peer_->qp.get());
     ASSERT_EQ(
-        sendto(raw_, p, n, 0, reinterpret_cast<sockaddr*>(&dst_), sizeof(dst_)),
+        sendto(fd, p, n, 0, reinterpret_cast<sockaddr*>(&dst_), sizeof(dst_)),
         static_cast<ssize_t>(n));
     ++sent_;
   }
@@ -125,7 +130,8 @@ class HostileInputTest : public ::testing::Test {
   uint8_t* region_ = nullptr;
   std::unique_ptr<Side> rx_, peer_;
   std::unique_ptr<MemoryRegion> mr_;
-  int raw_ = -1;
+  int raw_ = -1;   // a stranger's socket
+  int from_ = -1;  // what send_raw() sends from; -1: the peer QP's socket
   sockaddr_in dst_{};
   uint64_t sent_ = 0;
   uint32_t next_psn_ = 0;
@@ -280,6 +286,7 @@ TEST_F(HostileInputTest, UnsummedPayloadIsTakenOnlyWhereOffered) {
   std::memset(rx2->buf.data(), 0, rx2->buf.size());
   h.dst_qpn = rx2->qp->qpn();
   h.src_qpn = peer2->qp->qpn();
+  from_ = udp::SoftNicTestAccess::tx_fd(peer2->qp.get());
   h.psn = 0;
   h.remote_addr = rx2->addr();
   h.rkey = rx2->mr->rkey();

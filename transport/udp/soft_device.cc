@@ -286,6 +286,8 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
     std::memset(&d->rx_msgs_[i], 0, sizeof(mmsghdr));
     d->rx_msgs_[i].msg_hdr.msg_iov = &d->rx_iov_[i];
     d->rx_msgs_[i].msg_hdr.msg_iovlen = 1;
+    d->rx_msgs_[i].msg_hdr.msg_name = &d->rx_from_[i];
+    d->rx_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
   }
   d->direct_rx_bytes_ = static_cast<uint32_t>(
       opts.direct_rx_bytes >= 0
@@ -297,14 +299,8 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
   // at run time (FaultInjector::set_spec) without allocating later.
   d->held_.resize(64);
   for (auto& h : d->held_) h.data.reset(new uint8_t[kRxBufBytes]);
-  double gbps =
-      opts.rate_gbps >= 0 ? opts.rate_gbps : knob_softnic_rate_gbps().get();
-  if (gbps > 0) {
-    d->rate_bytes_per_ns_ = gbps / 8.0;  // Gb/s == bits per ns
-    d->bucket_bytes_ = std::max(256.0 * 1024, gbps / 8.0 * 20000.0);  // 20 us
-    d->tokens_ = d->bucket_bytes_;
-    d->tokens_ns_ = d->now_ns();
-  }
+  d->set_rate(opts.rate_gbps >= 0 ? opts.rate_gbps
+                                  : knob_softnic_rate_gbps().get());
   // Random first QPN so a restarted peer's stale packets miss new QPs.
   uint64_t seed = d->now_ns() ^ (static_cast<uint64_t>(getpid()) << 20) ^
                   ntohs(d->local_.sin_port);
@@ -537,6 +533,8 @@ int SoftDevice::receive_batch(uint64_t now) {
   // kernel's drop count is read from the socket when the counters are
   // read; a SO_RXQ_OVFL message per datagram added 0.15-0.25 us to a
   // polled 64 B UDP trip on the GPU machine (socket_bench --lat_rxq_ovfl).
+  // Each source address is written back with its length (always a
+  // sockaddr_in on this IPv4 socket, so msg_namelen stays as set up).
   int n = recvmmsg(fd_, rx_msgs_, kRxBatch, MSG_DONTWAIT, nullptr);
   if (n <= 0) return -1;
   if (trace_fn_) {
@@ -560,18 +558,18 @@ int SoftDevice::receive_batch(uint64_t now) {
         buf[(d.corrupt_bit % (len * 8ull)) / 8] ^=
             static_cast<uint8_t>(1u << (d.corrupt_bit % 8));
       if ((d.delay_ns || d.reorder_after) &&
-          hold(Direction::kRx, d, buf, len, -1, nullptr, now)) {
-        if (d.duplicate) handle_datagram(buf, len, now);
+          hold(Direction::kRx, d, buf, len, -1, &rx_from_[i], now)) {
+        if (d.duplicate) handle_datagram(buf, len, rx_from_[i], now);
         continue;
       }
       if (d.duplicate) {
         // Process a copy first: handling may not modify buf, but keep the
         // second delivery independent of the first anyway.
         std::memcpy(scratch_.get(), buf, len);
-        handle_datagram(scratch_.get(), len, now);
+        handle_datagram(scratch_.get(), len, rx_from_[i], now);
       }
     }
-    handle_datagram(buf, len, now);
+    handle_datagram(buf, len, rx_from_[i], now);
     // A large WRITE fragment: the ones after it are likely too, so place
     // them directly (a fault-injected receive path stays staged).
     static_assert(offsetof(WireHeader, opcode) == 5, "peeked at below");
@@ -594,8 +592,12 @@ int SoftDevice::receive_direct(uint64_t now) {
       return k + 1;
     }
     WireHeader h;
+    sockaddr_in from{};
+    socklen_t from_len = sizeof(from);
     // MSG_TRUNC: the datagram's whole length, not the 64 bytes copied.
-    ssize_t n = recv(fd_, &h, sizeof(h), MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
+    ssize_t n =
+        recvfrom(fd_, &h, sizeof(h), MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT,
+                 reinterpret_cast<sockaddr*>(&from), &from_len);
     if (n < 0) return -1;  // empty (or a socket error: staged path's)
     const uint32_t len = static_cast<uint32_t>(n);
     SoftQp* qp = nullptr;
@@ -607,7 +609,7 @@ int SoftDevice::receive_direct(uint64_t now) {
         auto it = qps_.find(h.dst_qpn);
         if (it != qps_.end()) {
           qp = it->second;
-          dst = qp->direct_dst(h);
+          dst = qp->direct_dst(h, from);
         }
       }
     } else if (++direct_misses_ >= kDirectRxMisses &&
@@ -621,8 +623,11 @@ int SoftDevice::receive_direct(uint64_t now) {
       continue;
     }
     WireHeader got;
+    sockaddr_in got_from{};
     iovec iov[2] = {{&got, sizeof(got)}, {dst, h.payload_len}};
     msghdr m{};
+    m.msg_name = &got_from;
+    m.msg_namelen = sizeof(got_from);
     m.msg_iov = iov;
     m.msg_iovlen = 2;
     ssize_t r = recvmsg(fd_, &m, MSG_DONTWAIT);
@@ -632,23 +637,28 @@ int SoftDevice::receive_direct(uint64_t now) {
     if (trace_fn_) trace_fn_(trace_ctx_, "nic_rx", 1, now_ns());
     // Only this thread reads the socket, so this is the datagram peeked at.
     if (static_cast<uint32_t>(r) != len || (m.msg_flags & MSG_TRUNC) ||
-        std::memcmp(&got, &h, sizeof(h)) != 0) {
+        std::memcmp(&got, &h, sizeof(h)) != 0 ||
+        got_from.sin_addr.s_addr != from.sin_addr.s_addr ||
+        got_from.sin_port != from.sin_port) {
       ++counters_.drop_malformed;
       continue;
     }
     ++counters_.rx_direct;
-    qp->on_packet(got, dst, now);  // checks payload_crc where it landed
+    qp->on_packet(got, dst, got_from, now);  // checks payload_crc in place
   }
   return kRxBatch;
 }
 
 bool SoftDevice::receive_one_staged(uint64_t now) {
   auto* buf = static_cast<uint8_t*>(rx_iov_[0].iov_base);
-  ssize_t n = recv(fd_, buf, kRxBufBytes, MSG_DONTWAIT);
+  sockaddr_in from{};
+  socklen_t from_len = sizeof(from);
+  ssize_t n = recvfrom(fd_, buf, kRxBufBytes, MSG_DONTWAIT,
+                       reinterpret_cast<sockaddr*>(&from), &from_len);
   if (n < 0) return false;
   ++counters_.rx_packets;
   counters_.rx_bytes += static_cast<uint64_t>(n);
-  handle_datagram(buf, static_cast<uint32_t>(n), now);
+  handle_datagram(buf, static_cast<uint32_t>(n), from, now);
   return true;
 }
 
@@ -668,7 +678,8 @@ uint64_t* SoftDevice::header_problem(const WireHeader& h, uint32_t len) {
   return nullptr;
 }
 
-void SoftDevice::handle_datagram(uint8_t* buf, uint32_t len, uint64_t now) {
+void SoftDevice::handle_datagram(uint8_t* buf, uint32_t len,
+                                 const sockaddr_in& from, uint64_t now) {
   if (len < sizeof(WireHeader)) {
     ++counters_.drop_malformed;
     return;
@@ -684,7 +695,7 @@ void SoftDevice::handle_datagram(uint8_t* buf, uint32_t len, uint64_t now) {
     ++counters_.drop_unknown_qp;
     return;
   }
-  it->second->on_packet(h, buf + sizeof(WireHeader), now);
+  it->second->on_packet(h, buf + sizeof(WireHeader), from, now);
 }
 
 // --------------------------------------------------------------- transmit
@@ -874,6 +885,13 @@ void SoftDevice::splice_datagram(const WireHeader* hdr, const iovec* payload,
   ++counters_.tx_spliced;
 }
 
+void SoftDevice::set_rate(double gbps) {
+  rate_bytes_per_ns_ = gbps > 0 ? gbps / 8.0 : 0;  // Gb/s == bits per ns
+  bucket_bytes_ = std::max(256.0 * 1024, gbps / 8.0 * 20000.0);  // 20 us
+  tokens_ = bucket_bytes_;
+  tokens_ns_ = now_ns();
+}
+
 bool SoftDevice::set_splice_pipe_bytes_for_test(int bytes) {
   return splice_w_ >= 0 && fcntl(splice_w_, F_SETPIPE_SZ, bytes) >= 0;
 }
@@ -935,7 +953,7 @@ void SoftDevice::release_held(uint64_t now, bool packet_passed, Direction dir) {
     } else {
       // Copy out: handling may hold more packets and reuse this slot.
       std::memcpy(scratch_.get(), h.data.get(), h.len);
-      handle_datagram(scratch_.get(), h.len, now);
+      handle_datagram(scratch_.get(), h.len, h.addr, now);
     }
   }
 }
@@ -960,10 +978,11 @@ const SoftCounters& SoftDevice::counters() const {
 uint64_t SoftDevice::drops() const {
   const SoftCounters& c = counters();
   return c.drop_malformed + c.drop_bad_version + c.drop_bad_crc +
-         c.drop_unknown_qp + c.drop_wrong_state + c.drop_bad_rkey +
-         c.drop_out_of_bounds + c.drop_no_access + c.drop_no_recv +
-         c.drop_recv_too_small + c.drop_out_of_sequence + c.drop_duplicate +
-         c.drop_qkey + c.drop_cq_full + c.drop_kernel_rcvbuf + c.tx_errors;
+         c.drop_unknown_qp + c.drop_wrong_source + c.drop_stale_ack +
+         c.drop_wrong_state + c.drop_bad_rkey + c.drop_out_of_bounds +
+         c.drop_no_access + c.drop_no_recv + c.drop_recv_too_small +
+         c.drop_out_of_sequence + c.drop_duplicate + c.drop_qkey +
+         c.drop_cq_full + c.drop_kernel_rcvbuf + c.tx_errors;
 }
 
 std::string SoftDevice::counters_text() const {
@@ -982,6 +1001,8 @@ std::string SoftDevice::counters_text() const {
   UCCL_COUNTER(drop_bad_version);
   UCCL_COUNTER(drop_bad_crc);
   UCCL_COUNTER(drop_unknown_qp);
+  UCCL_COUNTER(drop_wrong_source);
+  UCCL_COUNTER(drop_stale_ack);
   UCCL_COUNTER(drop_wrong_state);
   UCCL_COUNTER(drop_bad_rkey);
   UCCL_COUNTER(drop_out_of_bounds);

@@ -43,8 +43,12 @@ struct SoftCounters {
   uint64_t tx_splice_fallbacks = 0;
   uint64_t drop_malformed = 0;  // short, bad magic/opcode/lengths
   uint64_t drop_bad_version = 0;
-  uint64_t drop_bad_crc = 0;      // header or payload CRC32C mismatch
-  uint64_t drop_unknown_qp = 0;   // no such QPN, or not from its peer
+  uint64_t drop_bad_crc = 0;     // header or payload CRC32C mismatch
+  uint64_t drop_unknown_qp = 0;  // no such QPN, or not from its peer
+  // UC/RC: not from the address and port the QP is connected to.
+  uint64_t drop_wrong_source = 0;
+  // RC: an ACK or NAK about nothing outstanding (stale, or forged).
+  uint64_t drop_stale_ack = 0;
   uint64_t drop_wrong_state = 0;  // QP not ready to receive
   uint64_t drop_bad_rkey = 0;
   uint64_t drop_out_of_bounds = 0;
@@ -71,6 +75,7 @@ struct SoftCounters {
 
 class SoftDevice;
 class SoftQp;
+class SoftNicTestAccess;  // tests/transport/nic_test_util.h
 
 class SoftPd final : public ProtectionDomain {
  public:
@@ -224,6 +229,7 @@ class SoftQp final : public QueuePair {
 
  private:
   friend class SoftDevice;
+  friend class SoftNicTestAccess;
 
   // --- transmit side (called by the device's progress) ---
   // Sends up to `budget` packets; returns packets sent. Keeps itself on the
@@ -255,8 +261,13 @@ class SoftQp final : public QueuePair {
                   iovec* iov, int max_iov, bool* bad_key) const;
 
   // --- receive side ---
-  void on_packet(const WireHeader& h, const uint8_t* payload, uint64_t now_ns);
-  void on_ud(const WireHeader& h, const uint8_t* payload, uint64_t now_ns);
+  // `from`: the datagram's source. UC/RC QPs take datagrams only from the
+  // address and port they are connected to; UD reports it in the GRH.
+  void on_packet(const WireHeader& h, const uint8_t* payload,
+                 const sockaddr_in& from, uint64_t now_ns);
+  bool from_peer(const sockaddr_in& from) const;
+  void on_ud(const WireHeader& h, const uint8_t* payload,
+             const sockaddr_in& from, uint64_t now_ns);
   void on_uc(const WireHeader& h, const uint8_t* payload, uint64_t now_ns);
   void on_rc_request(const WireHeader& h, const uint8_t* payload,
                      uint64_t now_ns);
@@ -271,7 +282,7 @@ class SoftQp final : public QueuePair {
   // verified (wire.h, "Direct placement"), or nullptr. Changes nothing: the
   // fragment then goes through on_packet() as usual, with the payload at
   // the returned address.
-  uint8_t* direct_dst(const WireHeader& h) const;
+  uint8_t* direct_dst(const WireHeader& h, const sockaddr_in& from) const;
   // Copies `len` bytes into the receive's scatter list at `offset`, after
   // checking them against header `h`'s payload CRC (nullptr: our own bytes).
   bool place_sges(const RecvEntry& r, uint32_t offset, const uint8_t* src,
@@ -292,10 +303,13 @@ class SoftQp final : public QueuePair {
   SoftSrq* srq_;
   int tx_fd_;  // own socket (own source port) or the device's
   bool own_fd_;
+  uint16_t tx_port_ = 0;  // tx_fd_'s port, host order (QpInfo::src_port)
   QpState state_ = QpState::kReset;
   uint32_t mtu_ = 0;  // path MTU (payload bytes per packet)
   QpInfo remote_{};
   sockaddr_in peer_{};
+  // The port the peer sends from, network order (0: any; QpInfo::src_port).
+  uint16_t peer_src_port_be_ = 0;
   bool tx_connected_ = false;  // tx_fd_ connected to peer_
   // Unsummed payloads with a peer on this host (wire.h): we take them (and
   // offered to), and the peer takes ours.
@@ -404,6 +418,8 @@ class SoftDevice final : public Device {
   // payload larger than it is taken in part and must be copied after all.
   // False when splicing is off or the kernel refuses the size.
   bool set_splice_pipe_bytes_for_test(int bytes);
+  // Test hook: the line-rate limit from now on, Gb/s (0: none).
+  void set_rate_gbps_for_test(double gbps) { set_rate(gbps); }
 
  private:
   friend class SoftQp;
@@ -415,7 +431,7 @@ class SoftDevice final : public Device {
     Direction dir = Direction::kTx;
     int fd = -1;
     bool connected = false;
-    sockaddr_in addr{};
+    sockaddr_in addr{};  // kTx: the destination; kRx: the source
     uint64_t release_ns = 0;
     uint32_t release_after = 0;  // packets still to pass (reorder)
     bool used = false;
@@ -442,6 +458,8 @@ class SoftDevice final : public Device {
   bool offers_unsummed() const {
     return local_unsummed_ && !faults_->enabled(Direction::kRx);
   }
+  // The token bucket's rate (UCCL_SOFTNIC_RATE_GBPS; 0: unlimited).
+  void set_rate(double gbps);
   void flush_tx();
   void raw_send(int fd, const sockaddr_in* dest, const void* data,
                 uint32_t len);
@@ -449,7 +467,8 @@ class SoftDevice final : public Device {
   // One transmit round: each QP with work sends up to its budget; QPs with
   // requests first, low-priority ones and pure ACKs after them.
   void transmit_pending(uint64_t now_ns);
-  void handle_datagram(uint8_t* buf, uint32_t len, uint64_t now_ns);
+  void handle_datagram(uint8_t* buf, uint32_t len, const sockaddr_in& from,
+                       uint64_t now_ns);
   // The counter a datagram of `len` bytes with header `h` is dropped under
   // before any QP sees it (bad CRC, version, lengths), or nullptr.
   uint64_t* header_problem(const WireHeader& h, uint32_t len);
@@ -499,6 +518,7 @@ class SoftDevice final : public Device {
   std::unique_ptr<uint8_t[]> rx_bufs_;
   mmsghdr rx_msgs_[kRxBatch];
   iovec rx_iov_[kRxBatch];
+  sockaddr_in rx_from_[kRxBatch];  // each datagram's source
   // Direct placement: smallest payload placed directly (0 = off); see
   // kDirectRxMisses for when it is on.
   uint32_t direct_rx_bytes_ = 0;

@@ -103,6 +103,11 @@ SoftQp::SoftQp(SoftDevice* dev, const QpConfig& cfg, uint32_t qpn, int tx_fd)
   rto_ns_ = 4096ull << std::min<uint8_t>(cfg.rc.timeout, 31);
   min_rto_ns_ =
       static_cast<uint64_t>(knob_softnic_rc_min_timeout_us().get()) * 1000;
+  sockaddr_in a{};
+  socklen_t alen = sizeof(a);
+  if (getsockname(tx_fd_, reinterpret_cast<sockaddr*>(&a), &alen) == 0) {
+    tx_port_ = ntohs(a.sin_port);
+  }
 }
 
 SoftQp::~SoftQp() {
@@ -124,6 +129,7 @@ QpInfo SoftQp::local_info() const {
   // through loopback, whatever interface its address is on).
   i.mtu_bytes = dev_->mtu_cap_;
   i.type = type_;
+  if (type_ != QpType::kUD) i.src_port = tx_port_;
   if (type_ != QpType::kUD && dev_->offers_unsummed()) {
     i.flags |= kQpInfoTakesUnsummed;
   }
@@ -162,6 +168,7 @@ Status SoftQp::connect(const QpInfo& remote) {
   peer_.sin_family = AF_INET;
   peer_.sin_addr.s_addr = ip;
   peer_.sin_port = htons(remote.addr.udp_port);
+  peer_src_port_be_ = htons(remote.src_port);
   if (own_fd_) {
     if (::connect(tx_fd_, reinterpret_cast<sockaddr*>(&peer_), sizeof(peer_)) !=
         0) {
@@ -767,11 +774,12 @@ bool SoftQp::place_sges(const RecvEntry& r, uint32_t offset, const uint8_t* src,
   return true;
 }
 
-uint8_t* SoftQp::direct_dst(const WireHeader& h) const {
+uint8_t* SoftQp::direct_dst(const WireHeader& h,
+                            const sockaddr_in& from) const {
   const auto op = static_cast<WireOp>(h.opcode);
   if ((state_ != QpState::kRts && state_ != QpState::kRtr) ||
       h.qp_type != static_cast<uint8_t>(type_) || h.src_qpn != remote_.qpn ||
-      (op != WireOp::kWrite && op != WireOp::kWriteImm) ||
+      !from_peer(from) || (op != WireOp::kWrite && op != WireOp::kWriteImm) ||
       (h.flags & kFlagRetransmit) || h.payload_len == 0) {
     return nullptr;
   }
@@ -804,8 +812,13 @@ void SoftQp::abort_message() {
   msg_ = RxMessage();
 }
 
+bool SoftQp::from_peer(const sockaddr_in& from) const {
+  return from.sin_addr.s_addr == peer_.sin_addr.s_addr &&
+         (peer_src_port_be_ == 0 || from.sin_port == peer_src_port_be_);
+}
+
 void SoftQp::on_packet(const WireHeader& h, const uint8_t* payload,
-                       uint64_t now) {
+                       const sockaddr_in& from, uint64_t now) {
   if (state_ != QpState::kRts && state_ != QpState::kRtr) {
     ++dev_->counters_.drop_wrong_state;
     return;
@@ -814,9 +827,16 @@ void SoftQp::on_packet(const WireHeader& h, const uint8_t* payload,
     ++dev_->counters_.drop_malformed;
     return;
   }
-  if (type_ == QpType::kUD) return on_ud(h, payload, now);
+  if (type_ == QpType::kUD) return on_ud(h, payload, from, now);
   if (h.src_qpn != remote_.qpn) {
     ++dev_->counters_.drop_unknown_qp;
+    return;
+  }
+  // Connected QPs hear only their peer (as verbs RC/UC check the source
+  // of every packet): a datagram from anywhere else changes nothing here,
+  // whatever its PSN, so a forged NAK or request cannot end the connection.
+  if (!from_peer(from)) {
+    ++dev_->counters_.drop_wrong_source;
     return;
   }
   const auto op = static_cast<WireOp>(h.opcode);
@@ -833,7 +853,8 @@ void SoftQp::on_packet(const WireHeader& h, const uint8_t* payload,
   on_rc_request(h, payload, now);
 }
 
-void SoftQp::on_ud(const WireHeader& h, const uint8_t* payload, uint64_t now) {
+void SoftQp::on_ud(const WireHeader& h, const uint8_t* payload,
+                   const sockaddr_in& from, uint64_t now) {
   const auto op = static_cast<WireOp>(h.opcode);
   if (!is_send(op) ||
       (h.flags & (kFlagFirst | kFlagLast)) != (kFlagFirst | kFlagLast) ||
@@ -859,6 +880,7 @@ void SoftQp::on_ud(const WireHeader& h, const uint8_t* payload, uint64_t now) {
   wc.opcode = WcOpcode::kRecv;
   wc.qp_num = qpn_;
   wc.src_qp = h.src_qpn;
+  wc.with_grh = true;
   wc.timestamp_ns = now;
   if (r.total_len < kGrhBytes + h.payload_len) {
     ++dev_->counters_.drop_recv_too_small;
@@ -866,14 +888,21 @@ void SoftQp::on_ud(const WireHeader& h, const uint8_t* payload, uint64_t now) {
     recv_cq_->push(wc);
     return;
   }
-  // Global route header as verbs writes it: version 6, payload length,
-  // next header, hop limit, source GID (v4-mapped sender), destination GID.
+  // Global route header as verbs writes it: version 6, flow label, payload
+  // length, next header, hop limit, source GID (v4-mapped sender),
+  // destination GID. The flow label carries the sender's UDP source port
+  // (RoCEv2 derives one from the other), so with the source GID it names
+  // the sending port exactly (nic.h, WorkCompletion::with_grh).
   uint8_t grh[kGrhBytes] = {};
   grh[0] = 0x60;
+  std::memcpy(grh + 2, &from.sin_port, 2);  // network order, low 16 bits
   uint16_t plen = htons(static_cast<uint16_t>(h.payload_len));
   std::memcpy(grh + 4, &plen, 2);
   grh[6] = 0x1b;
   grh[7] = 64;
+  uint8_t sgid[16];
+  ipv4_to_gid(from.sin_addr.s_addr, sgid);
+  std::memcpy(grh + 8, sgid, 16);
   PortAddress me = dev_->port_address();
   std::memcpy(grh + 24, me.gid, 16);
   bool bad = false;
@@ -1201,17 +1230,25 @@ void SoftQp::on_rc_ack(const WireHeader& h, uint64_t now) {
     }
     if (syn == AckSyndrome::kAck) rnr_retries_ = 0;
   }
+  // A NAK counts only when it is about a packet still outstanding (sent and
+  // not acknowledged): a stale NAK, or one forged with a PSN outside the
+  // window, is dropped and counted and changes nothing. This matters most
+  // for the fatal syndromes, which move the QP to ERROR.
   const uint32_t about = h.aux2;
   const bool about_outstanding =
       psn_lt(acked_psn_, about) && psn_lt(about, next_psn_);
+  if (syn != AckSyndrome::kAck && !about_outstanding) {
+    ++dev_->counters_.drop_stale_ack;
+    retire_rc(now);
+    return;
+  }
   switch (syn) {
     case AckSyndrome::kAck:
       break;
     case AckSyndrome::kNakSequence:
-      if (about_outstanding) rewind_to(about);
+      rewind_to(about);
       break;
     case AckSyndrome::kNakRnr:
-      if (!about_outstanding) break;
       if (cfg_.rc.rnr_retry != 7 && ++rnr_retries_ > cfg_.rc.rnr_retry) {
         retire_rc(now);
         if (sq_head_ != sq_tail_) {

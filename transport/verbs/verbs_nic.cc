@@ -388,7 +388,7 @@ int VerbsCq::poll(int max, WorkCompletion* out) {
   }
   auto fill = [](WorkCompletion* w, uint64_t wr_id, ibv_wc_status st,
                  ibv_wc_opcode op, uint32_t len, uint32_t imm, bool with_imm,
-                 uint32_t qpn, uint32_t src_qp) {
+                 uint32_t qpn, uint32_t src_qp, bool with_grh) {
     w->wr_id = wr_id;
     w->status = map_wc_status(st);
     switch (op) {
@@ -413,6 +413,7 @@ int VerbsCq::poll(int max, WorkCompletion* out) {
     w->with_imm = with_imm;
     w->qp_num = qpn;
     w->src_qp = src_qp;
+    w->with_grh = with_grh;
   };
   if (cq_ex_ != nullptr) {
     ibv_poll_cq_attr pa = {};
@@ -423,7 +424,8 @@ int VerbsCq::poll(int max, WorkCompletion* out) {
       uint32_t flags = ibv_wc_read_wc_flags(cq_ex_);
       fill(&w, cq_ex_->wr_id, cq_ex_->status, op, ibv_wc_read_byte_len(cq_ex_),
            ibv_wc_read_imm_data(cq_ex_), (flags & IBV_WC_WITH_IMM) != 0,
-           ibv_wc_read_qp_num(cq_ex_), ibv_wc_read_src_qp(cq_ex_));
+           ibv_wc_read_qp_num(cq_ex_), ibv_wc_read_src_qp(cq_ex_),
+           (flags & IBV_WC_GRH) != 0);
       w.timestamp_ns = ibv_wc_read_completion_wallclock_ns(cq_ex_);
     } while (n < max && ibv_next_poll(cq_ex_) == 0);
     ibv_end_poll(cq_ex_);
@@ -438,7 +440,7 @@ int VerbsCq::poll(int max, WorkCompletion* out) {
     WorkCompletion& w = out[n++];
     fill(&w, wc[i].wr_id, wc[i].status, wc[i].opcode, wc[i].byte_len,
          wc[i].imm_data, (wc[i].wc_flags & IBV_WC_WITH_IMM) != 0, wc[i].qp_num,
-         wc[i].src_qp);
+         wc[i].src_qp, (wc[i].wc_flags & IBV_WC_GRH) != 0);
     w.timestamp_ns = now;
   }
   return n;

@@ -7,42 +7,11 @@
 #include <cstring>
 
 #include "collective/nccl_net_abi.h"
+#include "collective/plugin_knobs.h"
 #include "util/knobs.h"
 
 namespace uccl::nccl {
 namespace {
-
-UCCL_KNOB(bool, knob_tuner, "UCCL_NCCL_TUNER", true,
-          "NCCL plugin: also act as NCCL's tuner (ncclTunerPlugin_v4, used "
-          "when NCCL_TUNER_PLUGIN is unset): all_reduce over the software "
-          "NIC above UCCL_NCCL_LL_MAX_KB per rank runs NCCL's Simple "
-          "protocol instead of LL/LL128. Off: NCCL's own choice.");
-// Measured on loopback with 2 ranks (BENCHMARKS.md, session 10), NCCL_PROTO
-// forced, us per all_reduce, LL / Simple: 64 KiB 49.3 / 60.5, 96 KiB 62.6 /
-// 64.0, 128 KiB 77.5 / 63.7, 256 KiB 138.1 / 73.5. NCCL's model keeps LL up
-// to 256 KiB (144 us). That was with 2 NCCL channels. With the 4 channels
-// a link without a speed now gets (session 11), LL / Simple: 96 KiB 50.4 /
-// 65.1, 128 KiB 57.3 / 66.0, 192 KiB 73.2 / 71.4, 256 KiB 91.7 / 83.3. So
-// LL up to 64 KiB per rank (128 KiB for 2 ranks).
-UCCL_KNOB(int64_t, knob_ll_max_kb, "UCCL_NCCL_LL_MAX_KB", 64,
-          "NCCL plugin tuner: largest all_reduce, in KiB per rank (the "
-          "buffer's bytes / ranks), that may still run LL/LL128; 0: the "
-          "tuner changes nothing.",
-          0, int64_t{1} << 30);
-
-// Measured with 2 ranks (BENCHMARKS.md, session 15), us per all_reduce,
-// Ring/LL (NCCL's choice) / Tree/LL: 4 B 20.7 / 19.5, 64 B 20.9 / 20.0,
-// 256 B 21.6 / 20.6, 1 KiB 22.4 / 22.4, 4 KiB 26.2 / 30.2 (6 rounds); in
-// 10 more rounds on another VM, 4 B 20.3 / 19.6, 64 B 21.3 / 20.3, 512 B
-// 21.8 / 20.8. NCCL's model puts the two 0.2 us apart (16.6 / 16.8), so it
-// takes Ring. A Tree of 2 ranks sends one way, then back; a Ring sends
-// both ways at once and each hop then shares the engines' and the kernel's
-// time with the other.
-UCCL_KNOB(int64_t, knob_tree_max_bytes, "UCCL_NCCL_TREE_MAX_BYTES", 512,
-          "NCCL plugin tuner: largest all_reduce, in bytes (the buffer), "
-          "that runs NCCL's Tree algorithm with LL where NCCL allows it; "
-          "0: NCCL's own choice.",
-          0, int64_t{1} << 30);
 
 bool is_one(const char* v) { return v != nullptr && std::strcmp(v, "1") == 0; }
 

@@ -140,6 +140,8 @@ Status Handshake::check_hello_prefix() const {
 Status Handshake::on_hello() {
   BootHello h;
   std::memcpy(&h, in_.data(), sizeof(h));
+  identified_ = true;
+  if (role_ == Role::kAccept) tag_ = h.tag;
   if ((h.rc_mode != 0) != p_.rc_mode) {
     return InvalidArgument(std::string("QP mode mismatch: peer uses ") +
                            (h.rc_mode ? "RC" : "UC") + ", we use " +
@@ -150,7 +152,6 @@ Status Handshake::on_hello() {
                          " paths");
   }
   agreed_paths_ = std::min(h.paths, p_.paths);
-  if (role_ == Role::kAccept) tag_ = h.tag;
   engine_ = pick_(tag_);
   if (engine_ == nullptr) return Internal("no engine for the connection");
   nonce_ = h.nonce ^ p_.nonce;

@@ -47,6 +47,12 @@ class Handshake {
   const std::string& peer() const { return peer_; }
   UcclRDMAEngine* engine() const { return engine_; }  // null before hello
   uint64_t tag() const { return tag_; }
+  // The peer sent a whole hello with our magic, version and size: it is a
+  // UCCL endpoint, and tag() is its tag. An acceptor reports failures of
+  // such handshakes to the acceptor of that tag; anything that failed
+  // before (a port scan, garbage, another version, a hang-up or silence)
+  // is logged, counted and dropped.
+  bool identified() const { return identified_; }
 
  private:
   enum class State {
@@ -84,6 +90,7 @@ class Handshake {
   std::vector<uint8_t> out_, in_;
   size_t out_off_ = 0;
   uint32_t agreed_paths_ = 0;
+  bool identified_ = false;
   uint64_t nonce_ = 0;
   Status failure_;
 };

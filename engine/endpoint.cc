@@ -60,8 +60,11 @@ UCCL_KNOB(int64_t, knob_paths, "UCCL_PATHS", 4,
 UCCL_KNOB(bool, knob_rc_mode, "UCCL_RC_MODE", false,
           "Use RC queue pairs (the NIC retransmits) instead of UC with "
           "UCCL's software SACK/RTO reliability.");
+const char* const kCcNames[] = {"none",  "timely", "timely_patched",
+                                "swift", "credit", nullptr};
 UCCL_KNOB(std::string, knob_cc, "UCCL_CC", "none",
-          "Congestion control: none, timely, timely_patched, swift, credit.");
+          "Congestion control: none, timely, timely_patched, swift, credit.",
+          kCcNames);
 UCCL_KNOB(std::string, knob_cc_params, "UCCL_CC_PARAMS", "",
           "Congestion-control parameters, 'key=value,...' (see cc/*.h).");
 UCCL_KNOB(bool, knob_cc_per_path, "UCCL_CC_PER_PATH", false,
@@ -308,6 +311,12 @@ struct Endpoint::Impl {
   std::map<uint64_t, std::unique_ptr<Handshake>> connects;
   uint64_t next_pending = 1;
   std::vector<std::unique_ptr<Handshake>> accepts;
+  // Incoming connections dropped before they identified as a UCCL peer
+  // (Handshake::identified()): garbage, port scans, silence.
+  std::atomic<uint64_t> rejected{0};
+  // Handshakes that advance in parallel; past this, the oldest one not yet
+  // identified makes room (a real peer identifies with its first bytes).
+  static constexpr size_t kMaxPendingAccepts = 256;
   // Accepted connections (and failed handshakes) waiting for an
   // accept_poll() of their tag.
   struct Ready {
@@ -329,9 +338,19 @@ struct Endpoint::Impl {
     p.chunk_bytes = cfg.chunk_bytes;
     p.rc_mode = cfg.rc_mode == 1;
     p.nonce = nonce;
-    p.timeout_ns =
-        static_cast<uint64_t>(knob_bootstrap_timeout_ms().get()) * 1000000;
+    p.timeout_ns = static_cast<uint64_t>(cfg.bootstrap_timeout_ms) * 1000000;
     return p;
+  }
+
+  // A handshake that failed before it identified its peer: logged (the
+  // first few, then every 1000th), counted, dropped.
+  void reject(const Handshake& h, const Status& st) {
+    const uint64_t n = rejected.fetch_add(1) + 1;
+    if (n <= 10 || n % 1000 == 0) {
+      LOG(WARNING) << "accept: dropped a connection from " << h.peer()
+                   << " that is not a UCCL peer (" << n
+                   << " so far; still listening): " << st;
+    }
   }
 
   // `want` when it names an engine, else the one with the fewest
@@ -424,6 +443,9 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     LOG(WARNING) << u << " is set but is not a UCCL knob (typo?)";
   }
   auto impl = std::make_unique<Impl>();
+  if (auto kc = parse_cpu_list(knob_engine_cores().get()); !kc.ok()) {
+    return kc.status().with_context("UCCL_ENGINE_CORES");
+  }
   EndpointConfig def = EndpointConfig::from_knobs();
   EndpointConfig& c = impl->cfg;
   c = in;
@@ -435,7 +457,25 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
   if (c.rc_mode < 0) c.rc_mode = def.rc_mode;
   if (c.cc.empty()) c.cc = def.cc;
   if (c.cc_params.empty()) c.cc_params = def.cc_params;
+  if (c.bootstrap_timeout_ms <= 0) {
+    c.bootstrap_timeout_ms = knob_bootstrap_timeout_ms().get();
+  }
   if (c.num_engines > 16) return InvalidArgument("at most 16 engines");
+  if (!c.engine_cores.empty()) {  // given: used as given, or refused
+    if (c.engine_cores.size() < static_cast<size_t>(c.num_engines)) {
+      return InvalidArgument(
+          std::to_string(c.engine_cores.size()) + " engine core(s) given (" +
+          format_cpu_list(c.engine_cores) + ") for " +
+          std::to_string(c.num_engines) + " engines (UCCL_ENGINE_CORES)");
+    }
+    for (int core : c.engine_cores) {
+      if (Status st = check_pinnable(core); !st.ok()) {
+        return InvalidArgument("engine core " + std::to_string(core) +
+                               " cannot be used: " + st.message() +
+                               " (UCCL_ENGINE_CORES)");
+      }
+    }
+  }
   if (c.paths > static_cast<uint32_t>(kMaxPaths)) {
     return InvalidArgument("at most " + std::to_string(kMaxPaths) + " paths");
   }
@@ -472,20 +512,27 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
   if (eager < 0) eager = soft && c.cc != "credit" ? 16384 : 0;
   // Each engine clamps it to one chunk of the size it uses (engine.cc).
 
+  // Faults: the config's where set, else the knobs'; config() then says
+  // what the device uses.
   transport::DeviceOptions dopt;
-  if (!c.fault_tx.empty() || !c.fault_rx.empty() || c.fault_seed) {
+  {
     auto f = transport::FaultOptions::from_knobs();
     if (!f.ok()) return f.status();
     dopt.faults = *f;
     if (!c.fault_tx.empty()) {
       UCCL_ASSIGN_OR_RETURN(dopt.faults.tx,
                             transport::FaultSpec::parse(c.fault_tx));
+    } else if (dopt.faults.tx.any()) {
+      c.fault_tx = dopt.faults.tx.to_string();
     }
     if (!c.fault_rx.empty()) {
       UCCL_ASSIGN_OR_RETURN(dopt.faults.rx,
                             transport::FaultSpec::parse(c.fault_rx));
+    } else if (dopt.faults.rx.any()) {
+      c.fault_rx = dopt.faults.rx.to_string();
     }
     if (c.fault_seed) dopt.faults.seed = c.fault_seed;
+    c.fault_seed = dopt.faults.seed;
     dopt.faults_from_knobs = false;
   }
   dopt.rate_gbps = c.nic_rate_gbps;
@@ -519,7 +566,8 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     ec.ack_every = static_cast<uint32_t>(knob_ack_every().get());
     ec.tail_loss_probe = knob_tlp().get();
     ec.ack_delay_ns = knob_ack_delay_us().get() * 1000;
-    ec.idle_spin_loops = knob_idle_spin().get();
+    ec.idle_spin_loops =
+        c.idle_spin_loops >= 0 ? c.idle_spin_loops : knob_idle_spin().get();
     ec.idle_yield_loops = knob_idle_yield().get();
     ec.idle_sleep_ns = static_cast<uint64_t>(c.idle_sleep_us >= 0
                                                  ? c.idle_sleep_us
@@ -771,6 +819,18 @@ Result<ConnId> Endpoint::accept_impl(bool by_tag, uint64_t tag) {
                      SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) break;
     engine::tune_tcp_socket(fd);
+    if (impl_->accepts.size() >= Impl::kMaxPendingAccepts) {
+      auto it = std::find_if(
+          impl_->accepts.begin(), impl_->accepts.end(),
+          [](const std::unique_ptr<Handshake>& h) { return !h->identified(); });
+      if (it == impl_->accepts.end()) {  // all identified: refuse this one
+        close(fd);
+        impl_->rejected.fetch_add(1);
+        continue;
+      }
+      impl_->reject(**it, ResourceExhausted("too many pending handshakes"));
+      impl_->accepts.erase(it);
+    }
     char ip[INET_ADDRSTRLEN];
     inet_ntop(AF_INET, &a.sin_addr, ip, sizeof(ip));
     impl_->accepts.push_back(std::make_unique<Handshake>(
@@ -787,6 +847,10 @@ Result<ConnId> Endpoint::accept_impl(bool by_tag, uint64_t tag) {
     }
     std::unique_ptr<Handshake> h = std::move(impl_->accepts[i]);
     impl_->accepts.erase(impl_->accepts.begin() + i);
+    if (!st.ok() && !h->identified()) {
+      impl_->reject(*h, st);
+      continue;
+    }
     if (!st.ok()) {
       LOG(WARNING) << "accept: " << st;
       impl_->unpick(h.get());
@@ -828,6 +892,10 @@ Result<ConnId> Endpoint::accept(int timeout_ms) {
     }
     usleep(50);
   }
+}
+
+uint64_t Endpoint::rejected_handshakes() const {
+  return impl_->rejected.load();
 }
 
 std::string Endpoint::peer_ip(ConnId c) const {

@@ -58,6 +58,15 @@ class Subprocess {
     status_ = 128 + SIGKILL;
   }
   const std::string& output() const { return out_; }
+  // True while the child has not exited.
+  bool running() {
+    if (pid_ <= 0 || exited_) return false;
+    int st = 0;
+    if (waitpid(pid_, &st, WNOHANG) != pid_) return true;
+    exited_ = true;
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return false;
+  }
 
   // Reads output until it contains `needle` (true) or `timeout_ms` passes.
   bool wait_for_output(const std::string& needle, int timeout_ms) {

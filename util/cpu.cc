@@ -16,6 +16,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 namespace uccl {
 namespace {
@@ -97,6 +98,12 @@ Status pin_thread(pthread_t thread, int cpu) {
 }
 
 Status pin_current_thread(int cpu) { return pin_thread(pthread_self(), cpu); }
+
+Status check_pinnable(int cpu) {
+  Status st;
+  std::thread([&] { st = pin_current_thread(cpu); }).join();
+  return st;
+}
 
 int current_cpu() { return sched_getcpu(); }
 

@@ -22,6 +22,10 @@ std::string format_cpu_list(const std::vector<int>& cpus);
 // Pins the calling thread (or `thread`) to one CPU.
 Status pin_current_thread(int cpu);
 Status pin_thread(pthread_t thread, int cpu);
+// OK when a thread of this process may be pinned to `cpu` (tried on a
+// scratch thread, so the answer follows the process's cpuset, not the
+// calling thread's own affinity, which may have been narrowed).
+Status check_pinnable(int cpu);
 // CPU the calling thread runs on now, -1 if unknown.
 int current_cpu();
 // CPUs the calling thread may run on (sched_getaffinity), sorted: the

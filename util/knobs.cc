@@ -117,8 +117,9 @@ std::vector<KnobInfo> list_knobs() {
     std::lock_guard<std::mutex> lock(r.mu);
     for (const KnobBase* k : r.knobs) out.push_back(k->info());
   }
-  std::sort(out.begin(), out.end(),
-            [](const KnobInfo& a, const KnobInfo& b) { return a.name < b.name; });
+  std::sort(out.begin(), out.end(), [](const KnobInfo& a, const KnobInfo& b) {
+    return a.name < b.name;
+  });
   return out;
 }
 
@@ -135,7 +136,7 @@ std::string describe_knobs() {
 }
 
 std::vector<std::string> unknown_uccl_env_vars() {
-  std::vector<std::string> known;
+  std::vector<std::string> known = knob_catalog();
   for (const KnobInfo& k : list_knobs()) known.push_back(k.name);
   std::vector<std::string> unknown;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {

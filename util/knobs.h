@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "uccl/params.h"
 
@@ -25,6 +26,10 @@ class KnobBase {
   const char* name_;
   const char* help_;
 };
+
+// The names of all UCCL_* knobs of every layer, linked into this binary or
+// not (util/knob_catalog.cc), so no binary takes a real knob for a typo.
+const std::vector<std::string>& knob_catalog();
 
 // Parsers shared by all knobs; exposed for tests. Return false on bad text.
 bool parse_knob_value(const std::string& text, bool* out);

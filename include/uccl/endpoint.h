@@ -57,6 +57,11 @@ struct EndpointConfig {
                                      // the empty-loop count alone decides);
                                      // -1 = UCCL_IDLE_SLEEP_AFTER_MS (filled
                                      // by from_knobs() only when set)
+  int64_t idle_spin_loops = -1;      // empty loops an engine spins (then
+                                     // yields) before it may sleep; -1 =
+                                     // UCCL_IDLE_SPIN_LOOPS
+  int64_t bootstrap_timeout_ms = 0;  // connect/accept handshake deadline;
+                                     // 0 = UCCL_BOOTSTRAP_TIMEOUT_MS
 
   // Builds a config from UCCL_* knobs; fields set above override them.
   static EndpointConfig from_knobs();
@@ -72,6 +77,11 @@ class Request {
 
   bool done() const {
     return (state_.load(std::memory_order_acquire) & kStateMask) == kDone;
+  }
+  // Posted and not yet done: the engine may still write into it (and into
+  // its buffers), so neither may be freed.
+  bool pending() const {
+    return (state_.load(std::memory_order_acquire) & kStateMask) == kPending;
   }
   // Valid once done(): OK, or why it failed.
   const Status& status() const { return status_; }
@@ -222,6 +232,14 @@ class Endpoint {
   Result<ConnId> connect_poll(uint64_t pending);
   Result<ConnId> accept_poll();  // any tag; kUnavailable until one finished
   Result<ConnId> accept_poll(uint64_t tag);
+  // Incoming connections are validated before anything is reported: one
+  // that never identifies as a UCCL endpoint (garbage, another magic or
+  // version, a hang-up, or silence until the bootstrap timeout) is logged,
+  // counted here and dropped, and accept keeps waiting. A UCCL peer whose
+  // handshake fails later (e.g. another QP mode) fails the accept of its
+  // tag. At most 256 handshakes are pending; beyond, the oldest
+  // unidentified one is dropped.
+  uint64_t rejected_handshakes() const;
   // Address of the connection's peer ("10.0.0.2").
   std::string peer_ip(ConnId c) const;
   // Closes a connection: its pending requests complete with kCancelled, the

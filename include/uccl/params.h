@@ -25,7 +25,8 @@ std::vector<KnobInfo> list_knobs();
 // A human-readable table of list_knobs() (name, value, default, help).
 std::string describe_knobs();
 
-// UCCL_* variables in the environment that no knob reads (likely typos).
+// UCCL_* variables in the environment that are no knob of any UCCL layer
+// (likely typos); knobs of layers this binary does not link are known too.
 std::vector<std::string> unknown_uccl_env_vars();
 
 // OK, or InvalidArgument naming every knob whose environment value could not

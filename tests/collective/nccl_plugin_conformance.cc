@@ -11,10 +11,13 @@
 // UCCL_NCCL_PARTS mode), steer (NCCL's threads off engine cores), idle
 // (the engines' sleep policy, and commands waking a sleeping engine), and
 // data/twoproc again under 1% injected loss.
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -758,6 +761,52 @@ void exchange_once(Api& a, void* sc, void* rc, std::vector<uint8_t>& sbuf,
              "%s: bytes differ", what);
   a.dereg_mr(sc, smh);
   a.dereg_mr(rc, rmh);
+}
+
+// A port scan of the listen comm's bootstrap port (connects that close at
+// once, garbage, a silent connection) must not end the listen comm: it
+// still accepts NCCL's own connections, and they carry data.
+void scenario_portscan(Api& a) {
+  char handle[kHandleMaxSize];
+  void* lc = nullptr;
+  REQUIRE(a.listen(0, handle, &lc) == kSuccess, "listen");
+  uint16_t port = 0;  // ConnectHandle::port (collective/net_plugin.cc)
+  std::memcpy(&port, handle + 12, sizeof(port));
+  REQUIRE(port != 0, "no port in the handle");
+  auto knock = [&](const char* bytes, size_t n) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 && n) {
+      (void)!send(fd, bytes, n, 0);
+    }
+    return fd;
+  };
+  const char junk[] = "GET / HTTP/1.0\r\n\r\n";
+  int silent = knock(nullptr, 0);
+  for (int i = 0; i < 20; ++i) {
+    close(i % 2 ? knock(junk, sizeof(junk)) : knock(nullptr, 0));
+  }
+  void* rc = nullptr;
+  REQUIRE(a.accept(lc, &rc) == kSuccess && rc == nullptr,
+          "accept after a port scan");
+  void* sc = nullptr;
+  const uint64_t until = uccl::monotonic_ns() + 20000000000ull;
+  while ((sc == nullptr || rc == nullptr) && uccl::monotonic_ns() < until) {
+    if (sc == nullptr)
+      REQUIRE(a.connect(0, handle, &sc) == kSuccess, "connect");
+    if (rc == nullptr) REQUIRE(a.accept(lc, &rc) == kSuccess, "accept");
+  }
+  REQUIRE(sc != nullptr && rc != nullptr, "connect/accept after a port scan");
+  std::vector<uint8_t> sbuf(100000), rbuf(100000);
+  uccl::fill_pattern(sbuf.data(), sbuf.size(), 3);
+  exchange_once(a, sc, rc, sbuf, rbuf, "after a port scan");
+  close(silent);
+  a.close_send(sc);
+  a.close_recv(rc);
+  a.close_listen(lc);
 }
 
 // Two comm pairs in one process (4 comms, run with 4 engines): each comm's
@@ -1620,6 +1669,8 @@ int run_scenario(const std::string& plugin, const std::string& name,
     scenario_backpressure(a);
   else if (name == "truncation")
     scenario_truncation(a);
+  else if (name == "portscan")
+    scenario_portscan(a);
   else if (name == "grouped")
     scenario_grouped(a);
   else if (name == "close")
@@ -1688,8 +1739,8 @@ int main(int argc, char** argv) {
     runs.push_back({"props", v, {}});
     runs.push_back({"data", v, {}});
   }
-  for (const char* s :
-       {"backpressure", "truncation", "close", "twoproc", "killed_peer"}) {
+  for (const char* s : {"backpressure", "truncation", "portscan", "close",
+                        "twoproc", "killed_peer"}) {
     runs.push_back({s, 11, {}});
   }
   runs.push_back({"props", 11, {"UCCL_NCCL_DEVICES=udp:lo"}});

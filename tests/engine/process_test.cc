@@ -209,8 +209,14 @@ void kill_mid_transfer(bool survivor_sends) {
 TEST(TwoProcessTest, PeerKilledWhileWeSend) { kill_mid_transfer(true); }
 TEST(TwoProcessTest, PeerKilledWhileWeReceive) { kill_mid_transfer(false); }
 
-TEST(BootstrapTest, HostileBytesGetClearErrors) {
-  auto ep = Endpoint::create(test_config(1, 1));
+// What a port scan or a confused client sends to the bootstrap port:
+// garbage, another version, a hang-up half-way, silence. None of it is an
+// accept() result: each is logged, counted and dropped, and the endpoint
+// keeps accepting real peers, also while a silent connection is pending.
+TEST(BootstrapTest, HostileConnectionsAreDroppedAndCountedNotReturned) {
+  EndpointConfig cfg = test_config(1, 1);
+  cfg.bootstrap_timeout_ms = 400;
+  auto ep = Endpoint::create(cfg);
   ASSERT_TRUE(ep.ok());
   auto port = (*ep)->listen(0);
   ASSERT_TRUE(port.ok());
@@ -221,37 +227,47 @@ TEST(BootstrapTest, HostileBytesGetClearErrors) {
     a.sin_port = htons(*port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-    EXPECT_EQ(send(fd, data, len, 0), static_cast<ssize_t>(len));
+    if (len) {
+      EXPECT_EQ(send(fd, data, len, 0), static_cast<ssize_t>(len));
+    }
     return fd;
+  };
+  // Drives accept until `n` connections were rejected; no accept returns
+  // anything but "nothing yet" meanwhile.
+  auto expect_rejected = [&](uint64_t n) {
+    const uint64_t deadline = monotonic_ns() + 5000000000ull;
+    while ((*ep)->rejected_handshakes() < n && monotonic_ns() < deadline) {
+      auto r = (*ep)->accept_poll();
+      ASSERT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status();
+    }
+    EXPECT_EQ((*ep)->rejected_handshakes(), n);
   };
   // Garbage.
   char junk[64];
   std::memset(junk, 'x', sizeof(junk));
   int fd = raw_send(junk, sizeof(junk));
-  auto r = (*ep)->accept(5000);
-  EXPECT_EQ(r.status().code(), StatusCode::kProtocolError) << r.status();
-  EXPECT_NE(r.status().message().find("not a UCCL endpoint"), std::string::npos)
-      << r.status();
+  expect_rejected(1);
   close(fd);
   // Right magic, wrong version.
-  uint8_t hello[32] = {};
+  uint8_t hello[40] = {};
   uint32_t magic = 0x55434342;
-  uint16_t version = 99, size = 32;
+  uint16_t version = 99, size = 40;
   std::memcpy(hello, &magic, 4);
   std::memcpy(hello + 4, &version, 2);
   std::memcpy(hello + 6, &size, 2);
   fd = raw_send(hello, sizeof(hello));
-  r = (*ep)->accept(5000);
-  EXPECT_EQ(r.status().code(), StatusCode::kProtocolError);
-  EXPECT_NE(r.status().message().find("version 99"), std::string::npos)
-      << r.status();
+  expect_rejected(2);
   close(fd);
-  // A peer that hangs up half-way.
+  // A peer that hangs up half-way, and a connect that closes at once.
   fd = raw_send(hello, 10);
   close(fd);
-  r = (*ep)->accept(5000);
-  EXPECT_FALSE(r.ok());
-  // The endpoint still accepts a real peer afterwards.
+  close(raw_send(nullptr, 0));
+  expect_rejected(4);
+  // A blocking accept waits through all of that for a real peer: a silent
+  // connection is pending while the real peer connects, and is dropped
+  // after the bootstrap timeout.
+  const uint64_t t_silent = monotonic_ns();
+  int silent = raw_send(nullptr, 0);
   auto client = Endpoint::create(test_config(1, 1));
   ASSERT_TRUE(client.ok());
   Result<ConnId> acc = Status(StatusCode::kUnavailable, "");
@@ -260,6 +276,21 @@ TEST(BootstrapTest, HostileBytesGetClearErrors) {
   t.join();
   EXPECT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(acc.ok()) << acc.status();
+  expect_rejected(5);
+  const double silent_s = (monotonic_ns() - t_silent) / 1e9;
+  EXPECT_GE(silent_s, 0.4) << "dropped before the bootstrap timeout";
+  close(silent);
+  // Garbage is still refused afterwards, and the connection works.
+  close(raw_send(junk, sizeof(junk)));
+  expect_rejected(6);
+  Buf sb(client->get(), 1000), rb(ep->get(), 1000);
+  fill_pattern(sb.ptr(), 1000, 5);
+  Request rr, sr;
+  ASSERT_TRUE((*ep)->recv_async(*acc, rb.ptr(), 1000, rb.mh, &rr).ok());
+  ASSERT_TRUE((*client)->send_async(*c, sb.ptr(), 1000, sb.mh, &sr).ok());
+  ASSERT_TRUE((*client)->wait(&sr, 10000).ok()) << sr.status();
+  ASSERT_TRUE((*ep)->wait(&rr, 10000).ok()) << rr.status();
+  EXPECT_EQ(find_pattern_mismatch(rb.ptr(), 1000, 5), -1);
 }
 
 TEST(BootstrapTest, DeadServerFailsFast) {

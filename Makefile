@@ -6,7 +6,8 @@ CMAKE_ARGS ?=
 CTEST_ARGS ?=
 
 .PHONY: all build deps configure test run bench format format-check \
-        asan-test tsan-test experiments clean
+        asan-test tsan-test experiments release-build fuzz-build fuzz-smoke \
+        fuzz clean
 
 all: build
 
@@ -55,5 +56,29 @@ tsan-test: deps
 	    $(MAKE) --no-print-directory test BUILD=build-tsan \
 	    CMAKE_ARGS="-DUCCL_SANITIZE=tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo"
 
+# The build most users type (-O3): compiled, not tested (CI builds it, so no
+# build type a user may choose is broken).
+release-build: deps
+	@cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build build-release -j$(JOBS)
+
+# libFuzzer targets (tests/fuzz, clang, ASan+UBSan). fuzz-smoke runs each
+# for FUZZ_SECONDS (CI); fuzz runs each for FUZZ_RUNS executions (by hand,
+# before a change to a parser lands). New corpus entries go to build-fuzz/.
+FUZZ_SECONDS ?= 20
+FUZZ_RUNS    ?= 10000000
+FUZZERS       = fuzz_softnic fuzz_engine_wire fuzz_bootstrap
+fuzz-build: deps
+	@CC=clang CXX=clang++ cmake -S . -B build-fuzz -DUCCL_FUZZ=ON \
+	    -DUCCL_SANITIZE=asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DUCCL_CUDA=OFF >/dev/null
+	@cmake --build build-fuzz -j$(JOBS) --target fuzzers
+
+fuzz-smoke: fuzz-build
+	@tools/run_fuzzers.sh build-fuzz -max_total_time=$(FUZZ_SECONDS) -- $(FUZZERS)
+
+fuzz: fuzz-build
+	@tools/run_fuzzers.sh build-fuzz -runs=$(FUZZ_RUNS) -- $(FUZZERS)
+
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-release build-fuzz

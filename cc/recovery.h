@@ -16,6 +16,12 @@ class RtoEstimator {
       : min_ns_(min_ns), max_ns_(max_ns), rto_ns_(init_ns) {}
 
   void on_rtt(uint64_t rtt_ns);
+  // A timeout proved spurious (an ACK showed a packet sent before it was
+  // delivered after all, `rtt_ns` after it was sent): the Eifel response
+  // (RFC 4015, 2.2), srtt = max(srtt, rtt) and rttvar = max(rttvar,
+  // rtt / 2), so the timer waits at least 3 x that delay next time and
+  // the smoothing brings it back down as normal samples arrive.
+  void on_spurious_timeout(uint64_t rtt_ns);
   // The timer after `backoff` consecutive timeouts: rto x 2^backoff, at
   // most max_ns.
   uint64_t backed_off_ns(uint32_t backoff) const;
@@ -31,10 +37,14 @@ class RtoEstimator {
   uint64_t srtt_ns_ = 0, rttvar_ns_ = 0;
 };
 
-// RACK (RFC 8985) reordering window: a quarter of the minimum RTT, at least
-// 20 us (host-stack jitter on the software NIC).
-inline uint64_t rack_reorder_window_ns(uint64_t min_rtt_ns) {
-  const uint64_t q = min_rtt_ns / 4;
+// RACK (RFC 8985) reordering window: `mult` quarters of the minimum RTT
+// (RFC 8985 6.2: the multiplier grows each time a retransmission proves
+// spurious), at least 20 us (host-stack jitter on the software NIC), at most
+// srtt once there is one.
+inline uint64_t rack_reorder_window_ns(uint64_t min_rtt_ns, uint32_t mult = 1,
+                                       uint64_t srtt_ns = 0) {
+  uint64_t q = min_rtt_ns / 4 * mult;
+  if (srtt_ns != 0 && q > srtt_ns) q = srtt_ns;
   return q > 20000 ? q : 20000;
 }
 

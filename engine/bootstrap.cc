@@ -117,12 +117,12 @@ bool Handshake::recv_some(std::vector<uint8_t>* buf, size_t want, Status* err) {
   return true;
 }
 
-Status Handshake::check_hello_prefix() const {
+Status check_hello_prefix(const uint8_t* p) {
   uint32_t magic;
   uint16_t version, size;
-  std::memcpy(&magic, in_.data(), 4);
-  std::memcpy(&version, in_.data() + 4, 2);
-  std::memcpy(&size, in_.data() + 6, 2);
+  std::memcpy(&magic, p, 4);
+  std::memcpy(&version, p + 4, 2);
+  std::memcpy(&size, p + 6, 2);
   if (magic != kBootMagic) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "bad magic 0x%08x", magic);
@@ -137,20 +137,37 @@ Status Handshake::check_hello_prefix() const {
   return Status::OK();
 }
 
-Status Handshake::on_hello() {
-  BootHello h;
-  std::memcpy(&h, in_.data(), sizeof(h));
-  identified_ = true;
-  if (role_ == Role::kAccept) tag_ = h.tag;
-  if ((h.rc_mode != 0) != p_.rc_mode) {
+Status check_hello(const BootHello& h, bool rc_mode) {
+  if ((h.rc_mode != 0) != rc_mode) {
     return InvalidArgument(std::string("QP mode mismatch: peer uses ") +
                            (h.rc_mode ? "RC" : "UC") + ", we use " +
-                           (p_.rc_mode ? "RC" : "UC") + " (UCCL_RC_MODE)");
+                           (rc_mode ? "RC" : "UC") + " (UCCL_RC_MODE)");
   }
   if (h.paths < 1 || h.paths > static_cast<uint32_t>(kMaxPaths)) {
     return ProtocolError("peer asked for " + std::to_string(h.paths) +
                          " paths");
   }
+  return Status::OK();
+}
+
+Status check_qps(const BootQps& q, uint32_t agreed_paths) {
+  if (q.magic != kBootMagic) return ProtocolError("bad QP message");
+  if (q.num_qps != agreed_paths) {
+    return ProtocolError("peer created " + std::to_string(q.num_qps) +
+                         " QPs, agreed on " + std::to_string(agreed_paths));
+  }
+  if (q.engine >= 16 || q.flow_id >= Imm::kMaxFlows) {
+    return ProtocolError("peer flow/engine out of range");
+  }
+  return Status::OK();
+}
+
+Status Handshake::on_hello() {
+  BootHello h;
+  std::memcpy(&h, in_.data(), sizeof(h));
+  identified_ = true;
+  if (role_ == Role::kAccept) tag_ = h.tag;
+  UCCL_RETURN_IF_ERROR(check_hello(h, p_.rc_mode));
   agreed_paths_ = std::min(h.paths, p_.paths);
   engine_ = pick_(tag_);
   if (engine_ == nullptr) return Internal("no engine for the connection");
@@ -218,7 +235,7 @@ Status Handshake::poll() {
         // version may send a hello of another size, and must get a clear
         // error rather than a wait for bytes that never come.
         bool got = err.ok() && recv_some(&in_, kHelloPrefix, &err);
-        if (got) UCCL_RETURN_IF_ERROR(fail_if(check_hello_prefix()));
+        if (got) UCCL_RETURN_IF_ERROR(fail_if(check_hello_prefix(in_.data())));
         got = got && err.ok() && recv_some(&in_, sizeof(BootHello), &err);
         if (!err.ok()) return fail(err);
         if (!sent || !got) return Unavailable("hello");
@@ -259,16 +276,7 @@ Status Handshake::poll() {
         if (got && err.ok()) {
           BootQps q;
           std::memcpy(&q, in_.data(), sizeof(q));
-          if (q.magic != kBootMagic)
-            return fail(ProtocolError("bad QP message"));
-          if (q.num_qps != agreed_paths_) {
-            return fail(ProtocolError(
-                "peer created " + std::to_string(q.num_qps) +
-                " QPs, agreed on " + std::to_string(agreed_paths_)));
-          }
-          if (q.engine >= 16 || q.flow_id >= Imm::kMaxFlows) {
-            return fail(ProtocolError("peer flow/engine out of range"));
-          }
+          UCCL_RETURN_IF_ERROR(fail_if(check_qps(q, agreed_paths_)));
           got = recv_some(
               &in_, sizeof(BootQps) + q.num_qps * sizeof(transport::QpInfo),
               &err);

@@ -71,7 +71,6 @@ class Handshake {
   bool send_some(const std::vector<uint8_t>& buf, size_t* off, Status* err);
   bool recv_some(std::vector<uint8_t>* buf, size_t want, Status* err);
   static constexpr size_t kHelloPrefix = 8;  // magic, version, size
-  Status check_hello_prefix() const;
   Status on_hello();
   Status on_qps();
 
@@ -94,6 +93,14 @@ class Handshake {
   uint64_t nonce_ = 0;
   Status failure_;
 };
+
+// The checks of what a peer sends in the handshake (engine/wire.h), pure so
+// they can be fuzzed: the hello's first 8 bytes (magic, version, size), a
+// whole hello against our QP mode, and a QP message's header against the
+// paths agreed on.
+Status check_hello_prefix(const uint8_t* p);
+Status check_hello(const BootHello& h, bool rc_mode);
+Status check_qps(const BootQps& q, uint32_t agreed_paths);
 
 // Sets TCP_NODELAY and keepalive (dead hosts are noticed in ~10 s).
 void tune_tcp_socket(int fd);

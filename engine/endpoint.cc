@@ -112,6 +112,15 @@ UCCL_KNOB(int64_t, knob_nic_queue, "UCCL_NIC_QUEUE", 32,
           "Most chunks one engine keeps inside its NIC, over all its "
           "connections (connections take turns); the rest wait in the engine.",
           1, 100000);
+UCCL_KNOB(int64_t, knob_window_kb, "UCCL_ENGINE_WINDOW_KB", -1,
+          "Most KiB one engine keeps unacknowledged over all its flows, so "
+          "the peer's host does not drop what it cannot buffer (the "
+          "software NIC: a full socket) and queues, hence RTTs, stay "
+          "short. -1: an eighth of the device's receive buffer "
+          "(UCCL_SOFTNIC_SOCKBUF_KB as the kernel counts it, 2x: 4 MiB by "
+          "default; the peer's is taken to be as large), none on verbs "
+          "devices; 0: no limit.",
+          -1, int64_t{1} << 30);
 UCCL_KNOB(bool, knob_tlp, "UCCL_TLP", true,
           "Tail loss probe (RFC 8985): after max(2 x srtt, srtt + 4 x "
           "rttvar) + the ACK delay with no ACK or transmission, resend the "
@@ -563,6 +572,8 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
     ec.dup_ack_threshold = static_cast<uint32_t>(knob_dup_ack().get());
     ec.path_queue = static_cast<uint32_t>(knob_path_queue().get());
     ec.nic_queue = static_cast<uint32_t>(knob_nic_queue().get());
+    ec.window_bytes =
+        knob_window_kb().get() < 0 ? -1 : knob_window_kb().get() * 1024;
     ec.ack_every = static_cast<uint32_t>(knob_ack_every().get());
     ec.tail_loss_probe = knob_tlp().get();
     ec.ack_delay_ns = knob_ack_delay_us().get() * 1000;
@@ -1278,12 +1289,12 @@ std::string Endpoint::stats_text() const {
     os << "engine " << i << ": tx " << f.tx_bytes << " B / " << f.tx_chunks
        << " chunks, rx " << f.rx_bytes << " B, retx fast " << f.fast_retransmits
        << " rto " << f.rto_retransmits << " tlp " << f.tlp_retransmits << " ("
-       << f.rtos << " RTOs), dup " << f.duplicate_chunks << ", sends "
-       << f.sends_matched << " (" << f.sends_waited_for_recv
-       << " waited for a receive) eager " << f.sends_eager << ", rtt p50 "
-       << f.rtt_p50_ns / 1000.0 << " us p99 " << f.rtt_p99_ns / 1000.0
-       << " us, busy " << all[i].busy_percent() << "% of "
-       << all[i].run_ns / 1e9 << " s, protocol errors "
+       << f.rtos << " RTOs, " << f.spurious_rtos << " spurious), dup "
+       << f.duplicate_chunks << ", sends " << f.sends_matched << " ("
+       << f.sends_waited_for_recv << " waited for a receive) eager "
+       << f.sends_eager << ", rtt p50 " << f.rtt_p50_ns / 1000.0 << " us p99 "
+       << f.rtt_p99_ns / 1000.0 << " us, busy " << all[i].busy_percent()
+       << "% of " << all[i].run_ns / 1e9 << " s, protocol errors "
        << all[i].protocol_errors << ", " << f.cc_state << "\n";
   }
   return os.str();

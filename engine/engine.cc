@@ -88,6 +88,10 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
   e->regions_ = regions;
   UCCL_ASSIGN_OR_RETURN(e->dev_, transport::open_device(device, dev_opts));
   e->dev_->set_owner_driven(cfg.drive_nic);
+  if (cfg.window_bytes < 0) {
+    e->cfg_.window_bytes =
+        static_cast<int64_t>(e->dev_->info().rx_buffer_bytes / 8);
+  }
   e->cfg_.chunk_bytes =
       whole_packet_chunk_bytes(cfg.chunk_bytes, e->dev_->info().mtu_bytes,
                                e->dev_->info().local_mtu_bytes);
@@ -577,6 +581,7 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
     c->qp_unsignaled.assign(c->qps.size(), 0);
     c->tx.rack_tx_ns.assign(c->qps.size(), 0);
     c->tx.rack_rtt_ns.assign(c->qps.size(), 0);
+    c->tx.engine_inflight = &inflight_bytes_;
     c->qp_outstanding.assign(c->qps.size(), 0);
   }
   if (st.ok()) st = setup_eager(c.get());
@@ -726,6 +731,13 @@ void UcclRDMAEngine::fail_conn(Conn* c, Status why, bool warn) {
   }
   tx.msg_head = tx.msg_chunk = tx.msg_tail;
   tx.owed_n = 0;
+  // Its chunks no longer count against the engine's window.
+  for (uint32_t s = tx.snd_una; s != tx.snd_nxt; ++s) {
+    tx.chunk(s).in_pipe = false;
+  }
+  inflight_bytes_ -= std::min(inflight_bytes_, tx.inflight);
+  tx.inflight = 0;
+  for (auto& pc : tx.ccs) pc.inflight = 0;
   tx.eager_free = 0;
   for (RxSlot& s : c->rx.slots) {
     if (s.active) {
@@ -984,8 +996,7 @@ void UcclRDMAEngine::on_eager(Conn* c, const RxChunkInfo& info) {
   if (granted && info.len >= sizeof(EagerHdr)) {
     std::memcpy(&h, rx.eager_slot(k), sizeof(h));
   }
-  if (!granted || info.len < sizeof(EagerHdr) || h.magic != kEagerMagic ||
-      h.len != info.len - sizeof(EagerHdr) || info.len > rx.eager_slot_bytes) {
+  if (!granted || !eager_chunk_ok(h, info.len, rx.eager_slot_bytes)) {
     ++protocol_errors_;
     fail_conn(c, ProtocolError("malformed eager message from peer (slot " +
                                std::to_string(k) + ", " +
@@ -1260,19 +1271,14 @@ void UcclRDMAEngine::on_ctrl_batch(Conn* c, const uint8_t* p, uint32_t len) {
   uint32_t off = 0;
   while (off < len && !c->failed) {
     CtrlMsg m;
-    std::memset(&m, 0, sizeof(m));
-    const uint32_t have = len - off;
-    std::memcpy(&m, p + off, std::min<uint32_t>(have, sizeof(m)));
-    const uint64_t entries = ctrl_entries(m);
-    const uint64_t need = offsetof(CtrlMsg, bufs) + entries * sizeof(RecvBuf);
-    if (have < offsetof(CtrlMsg, bufs) || entries > kMaxRecvsPerRequest ||
-        have < need) {
+    const uint32_t used = parse_ctrl_msg(p + off, len - off, &m);
+    if (used == 0) {
       ++protocol_errors_;
       fail_conn(c, ProtocolError("malformed control message from peer"));
       return;
     }
     on_ctrl_msg(c, m);
-    off += static_cast<uint32_t>(need);
+    off += used;
   }
 }
 
@@ -1291,9 +1297,10 @@ void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m) {
     }
     return;
   }
-  if (m.n < 1 || m.n > kMaxRecvsPerRequest || m.slot >= Imm::kSlots) {
+  if (const char* problem = ctrl_msg_problem(m)) {
     ++protocol_errors_;
-    fail_conn(c, ProtocolError("malformed control message from peer"));
+    fail_conn(c, ProtocolError(std::string(problem) + " (type " +
+                               std::to_string(m.type) + ") from peer"));
     return;
   }
   TxFlow& tx = c->tx;
@@ -1318,15 +1325,9 @@ void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m) {
     take_grants(c, m.bufs, m.n);
     return;
   }
-  if (m.type != static_cast<uint32_t>(CtrlType::kReadReq)) {
-    // Both sides run the same protocol version (the handshake checks it),
-    // so a type we do not know is a broken peer, not a newer one.
-    ++protocol_errors_;
-    fail_conn(c, ProtocolError("unknown control message type " +
-                               std::to_string(m.type) + " from peer"));
-    return;
-  }
-  // Serve a read: send our region's bytes into the peer's slot.
+  // kReadReq (ctrl_msg_problem() refused other types: both sides run the
+  // same protocol version, so a type we do not know is a broken peer, not
+  // a newer one). Serve a read: send our region's bytes into the peer's slot.
   TxMsg& t = tx.msg(tx.msg_tail++);
   t = TxMsg{};
   t.slot = static_cast<uint8_t>(m.slot);
@@ -1423,6 +1424,8 @@ void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
     out->fast_retransmits += c->tx.fast_retx;
     out->rto_retransmits += c->tx.rto_retx;
     out->tlp_retransmits += c->tx.tlp_retx;
+    out->spurious_rtos += c->tx.spurious_rtos;
+    out->spurious_retransmits += c->tx.spurious_retx;
     out->sends_matched += c->tx.sends_matched;
     out->sends_waited_for_recv += c->tx.sends_waited;
     out->sends_eager += c->tx.sends_eager;

@@ -54,6 +54,12 @@ struct EngineConfig {
   bool tail_loss_probe = true;  // RFC 8985 TLP before the RTO
   uint32_t path_queue = 16;     // chunks per path inside the NIC at most
   uint32_t nic_queue = 32;      // chunks inside the NIC over all connections
+  // Bytes the engine's flows may have unacknowledged in all, so the peer's
+  // host does not drop what it cannot buffer and queues (hence RTTs and the
+  // timers that follow them) stay short: -1 an eighth of the device's
+  // receive buffer (transport::DeviceInfo::rx_buffer_bytes; the peer's is
+  // taken to be as large), 0 no limit (verbs, or none known).
+  int64_t window_bytes = -1;
   // ACK coalescing (receiver).
   uint32_t ack_every = 4;
   uint64_t ack_delay_ns = 20000;
@@ -262,6 +268,11 @@ class UcclRDMAEngine {
   void timers(uint64_t now);
   void check_rto(Conn* c, uint64_t now);
   int detect_losses(Conn* c, uint64_t now);
+  void rto_recovery(Conn* c, uint64_t now);
+  void on_retx_evidence(Conn* c, uint64_t frto_delivered_ns,
+                        bool frto_probe_delivered, uint32_t spurious,
+                        uint64_t now);
+  static uint64_t reorder_window(const TxFlow& tx);
   void probe_tail(Conn* c, uint64_t now, uint64_t rto);
   void on_rtt_sample(Conn* c, ChunkRec& ch, uint64_t rtt_ns,
                      uint64_t endpoint_ns, uint64_t now);
@@ -304,8 +315,9 @@ class UcclRDMAEngine {
   uint64_t ctrl_sends_ = 0;
   uint64_t last_stats_loops_ = 0, last_stats_idle_ = 0;
   uint64_t last_stats_busy_ns_ = 0, last_stats_run_ns_ = 0;
-  size_t rr_start_ = 0;      // first connection served by the next loop
-  uint32_t nic_queued_ = 0;  // data WRs inside the NIC, all connections
+  size_t rr_start_ = 0;          // first connection served by the next loop
+  uint32_t nic_queued_ = 0;      // data WRs inside the NIC, all connections
+  uint64_t inflight_bytes_ = 0;  // unacknowledged, all flows (window_bytes)
 
   ConnRecord* records_ = nullptr;  // kMaxFlows, Endpoint-owned
   Region* regions_ = nullptr;      // kMaxRegions, Endpoint-owned

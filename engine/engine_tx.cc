@@ -31,7 +31,20 @@ void leave_pipe(TxFlow& tx, ChunkRec& ch) {
   ch.in_pipe = false;
   PathCc& pc = cc_for(tx, ch.path);
   pc.inflight -= std::min<uint64_t>(pc.inflight, ch.len);
-  tx.inflight -= std::min<uint64_t>(tx.inflight, ch.len);
+  const uint64_t left = std::min<uint64_t>(tx.inflight, ch.len);
+  tx.inflight -= left;
+  *tx.engine_inflight -= std::min(*tx.engine_inflight, left);
+}
+
+// A chunk of `len` bytes enters path `pc`'s pipe.
+void enter_pipe(TxFlow& tx, PathCc& pc, ChunkRec& ch, uint32_t len,
+                uint64_t now) {
+  ch.in_pipe = true;
+  pc.inflight += len;
+  tx.inflight += len;
+  *tx.engine_inflight += len;
+  pc.cc->on_send(now, len);
+  pace(pc, len, now);
 }
 
 // Declares `csn` lost: it leaves the pipe and waits to be sent again.
@@ -222,6 +235,12 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
   // A path that may carry `len` bytes now: the power-of-two choice, else
   // any path with room in its queue, window (or credit) and pacing.
   auto pick_path = [&](uint32_t len, uint32_t* out) {
+    // The engine's window first: the peer's host holds only so much.
+    if (cfg_.window_bytes > 0 &&
+        inflight_bytes_ + len > static_cast<uint64_t>(cfg_.window_bytes) &&
+        inflight_bytes_ > 0) {
+      return false;
+    }
     const uint32_t first = tx.paths->choose();
     for (uint32_t k = 0; k < npaths; ++k) {
       const uint32_t p = (first + k) % npaths;
@@ -251,12 +270,7 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
         }
         tx.rto_urgent = false;
         ch.queued_retx = false;  // its entry in the ring is skipped
-        PathCc& pc = cc_for(tx, p);
-        ch.in_pipe = true;
-        pc.inflight += ch.len;
-        tx.inflight += ch.len;
-        pc.cc->on_send(now, ch.len);
-        pace(pc, ch.len, now);
+        enter_pipe(tx, cc_for(tx, p), ch, ch.len, now);
         ++sent;
         break;
       }
@@ -278,12 +292,7 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
     if (!post_chunk(c, csn, static_cast<uint16_t>(path), now)) break;
     ch.queued_retx = false;
     ++tx.retx_head;
-    PathCc& pc = cc_for(tx, path);
-    ch.in_pipe = true;
-    pc.inflight += ch.len;
-    tx.inflight += ch.len;
-    pc.cc->on_send(now, ch.len);
-    pace(pc, ch.len, now);
+    enter_pipe(tx, cc_for(tx, path), ch, ch.len, now);
     ++sent;
   }
   // New chunks of the messages in order.
@@ -299,7 +308,6 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
                                          cfg_.chunk_bytes, m.len - m.next_off));
     uint32_t path;
     if (!pick_path(len, &path)) break;  // window, credit or pacing says wait
-    PathCc& pc = cc_for(tx, path);
     const uint32_t csn = tx.snd_nxt;
     ChunkRec& ch = tx.chunk(csn);
     ch = ChunkRec{};
@@ -308,7 +316,6 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
     ch.off = m.next_off;
     ch.last = m.eager || m.trunc || m.next_off + len >= m.len;
     if (!post_chunk(c, csn, static_cast<uint16_t>(path), now)) break;
-    ch.in_pipe = true;
     ++tx.snd_nxt;
     m.next_off += len;
     ++m.chunks_sent;
@@ -317,11 +324,8 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
       m.chunks_total = m.chunks_sent;
       ++tx.msg_chunk;
     }
-    pc.inflight += len;
-    tx.inflight += len;
+    enter_pipe(tx, cc_for(tx, path), ch, len, now);
     tx.max_inflight = std::max(tx.max_inflight, tx.inflight);
-    pc.cc->on_send(now, len);
-    pace(pc, len, now);
     ++sent;
   }
   return sent;
@@ -475,11 +479,32 @@ void UcclRDMAEngine::on_ack(const AckPacket& a,
   }
   // Acknowledgement (UC mode; RC acknowledges through send completions).
   uint32_t newly_bytes = 0, newly_chunks = 0;
+  // Evidence against our own retransmissions: a chunk sent before a
+  // pending F-RTO timeout and never resent was delivered (the longest such
+  // delay), and resent chunks whose ACK came sooner than a resend could
+  // bring one (so the original was delivered).
+  uint64_t frto_delivered_ns = 0;
+  bool frto_probe_delivered = false;
+  uint32_t spurious = 0;
   auto ack = [&](uint32_t s) {
     ChunkRec& ch = tx.chunk(s);
     if (ch.acked) return;
     newly_bytes += ch.len;
     ++newly_chunks;
+    const bool resend_delivered =
+        ch.retx == 0 ||
+        cc::rack_unambiguous(true, ch.last_tx_ns, tx.min_rtt_ns, now);
+    if (tx.frto && s == tx.frto_csn && ch.retx > 0 && resend_delivered) {
+      frto_probe_delivered = true;
+    } else if (tx.frto && ch.first_tx_ns < tx.frto_ns && !resend_delivered) {
+      // Sent before the timeout and delivered as first sent (the resend
+      // could not have come back yet).
+      frto_delivered_ns = std::max(frto_delivered_ns, now - ch.first_tx_ns);
+    } else if (tx.frto && ch.retx == 0 && ch.last_tx_ns < tx.frto_ns) {
+      frto_delivered_ns = std::max(frto_delivered_ns, now - ch.last_tx_ns);
+    } else if (!resend_delivered) {
+      ++spurious;
+    }
     // RACK's clock advances only on unambiguous deliveries: an ACK for a
     // retransmitted chunk sooner than the min RTT is for an earlier copy
     // (RFC 8985, 6.2 step 2); taking it would declare everything sent on
@@ -521,6 +546,7 @@ void UcclRDMAEngine::on_ack(const AckPacket& a,
       }
     }
     if (!advanced && any_sack && tx.has_unacked()) ++tx.dupacks;
+    on_retx_evidence(c, frto_delivered_ns, frto_probe_delivered, spurious, now);
   }
   // RTT sample from the chunk that triggered this ACK (Karn: only chunks
   // sent once), decomposed into fabric and endpoint (receiver) delay.
@@ -557,6 +583,39 @@ void UcclRDMAEngine::on_ack(const AckPacket& a,
   }
 }
 
+// What an ACK showed about our retransmissions (on_ack): a pending F-RTO
+// timeout is resolved, spurious (an original sent before it was delivered,
+// `frto_delivered_ns` after it was sent: undo the backoff, Eifel response)
+// or real (the ACK moved nothing sent before it: recovery as after any
+// timeout); `spurious` resends whose originals were delivered widen RACK's
+// reordering window.
+void UcclRDMAEngine::on_retx_evidence(Conn* c, uint64_t frto_delivered_ns,
+                                      bool frto_probe_delivered,
+                                      uint32_t spurious, uint64_t now) {
+  TxFlow& tx = c->tx;
+  if (tx.frto && frto_delivered_ns > 0) {
+    tx.frto = false;
+    ++tx.spurious_rtos;
+    tx.rto_backoff = 0;
+    tx.rto.on_spurious_timeout(frto_delivered_ns);
+    trace("spurious_rto", c->index, tx.snd_una, now);
+  } else if (frto_probe_delivered) {
+    // The resend came back and nothing sent before the timeout did: the
+    // loss is real. The resend, sent last, was delivered, so RACK finds
+    // what else was lost (on each path, chunks sent before a delivered one
+    // and not acknowledged within its RTT): chunks still queued behind the
+    // resend are not declared lost, as RACK on RTO would.
+    tx.frto = false;
+    for (auto& pc : tx.ccs) pc.cc->on_loss(now, true);
+    detect_losses(c, now);
+  }
+  if (spurious > 0) {
+    tx.spurious_retx += spurious;
+    tx.reo_wnd_mult = std::min<uint32_t>(tx.reo_wnd_mult + 1, 64);
+    tx.reo_wnd_persist = 16;
+  }
+}
+
 int UcclRDMAEngine::detect_losses(Conn* c, uint64_t now) {
   // RACK (RFC 8985): a hole is lost when a chunk sent after it was
   // delivered and it has been out for that chunk's RTT plus a reordering
@@ -564,7 +623,7 @@ int UcclRDMAEngine::detect_losses(Conn* c, uint64_t now) {
   // that swell RTTs, do not cause spurious retransmissions.
   TxFlow& tx = c->tx;
   if (!csn_lt(tx.snd_una, tx.high_sacked)) return 0;
-  const uint64_t reo_wnd = cc::rack_reorder_window_ns(tx.min_rtt_ns);
+  const uint64_t reo_wnd = reorder_window(tx);
   int lost = 0;
   for (uint32_t s = tx.snd_una; csn_lt(s, tx.high_sacked); ++s) {
     ChunkRec& ch = tx.chunk(s);
@@ -576,6 +635,10 @@ int UcclRDMAEngine::detect_losses(Conn* c, uint64_t now) {
     enqueue_retx(tx, s);
     ++tx.fast_retx;
     ++lost;
+  }
+  // 16 recoveries without a spurious resend: the window goes back down.
+  if (lost > 0 && tx.reo_wnd_persist > 0 && --tx.reo_wnd_persist == 0) {
+    tx.reo_wnd_mult = 1;
   }
   return lost;
 }
@@ -678,19 +741,18 @@ void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
     return;
   }
   ++tx.rtos;
-  // RACK on RTO (RFC 8985, 6.3): the oldest chunk and every chunk out for
-  // longer than an RTT plus the reordering window are lost. (Resending only
-  // the oldest recovers a lost window one RTO per chunk.) They left the
-  // pipe, so the window paces their resending.
-  const uint64_t reo_wnd = cc::rack_reorder_window_ns(tx.min_rtt_ns);
-  for (uint32_t s = tx.snd_una; s != tx.snd_nxt; ++s) {
-    ChunkRec& ch = tx.chunk(s);
-    if (ch.acked || ch.queued_retx) continue;
-    const uint64_t rtt = std::max(tx.rto.srtt_ns(), tx.rack_rtt_ns[ch.path]);
-    if (cc::rto_lost(s == tx.snd_una, ch.last_tx_ns, rtt, reo_wnd, now)) {
-      enqueue_retx(tx, s);
+  if (tx.rto_backoff == 0) {
+    // F-RTO (flow.h): a first timeout resends only the oldest chunk; the
+    // next ACK says whether the timeout was spurious (on_ack).
+    tx.frto = true;
+    tx.frto_ns = now;
+    tx.frto_csn = tx.snd_una;
+    if (!tx.chunk(tx.snd_una).acked) {
+      enqueue_retx(tx, tx.snd_una);
       ++tx.rto_retx;
     }
+  } else {
+    rto_recovery(c, now);
   }
   // The receiver may have completed the message and dropped our resends at
   // its NIC (the receive's window is gone): ask for an ACK reliably.
@@ -698,7 +760,6 @@ void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
   std::memset(&probe, 0, sizeof(probe));
   probe.type = static_cast<uint32_t>(CtrlType::kAckReq);
   send_ctrl(c, probe);
-  for (auto& pc : tx.ccs) pc.cc->on_loss(now, true);
   tx.rto_urgent = true;
   tx.urgent_csn = tx.snd_una;
   tx.dupacks = 0;
@@ -708,6 +769,33 @@ void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
   trace("rto", c->index, tx.snd_una, now);
   VLOG(kVlogChunk) << "conn " << c->index << " RTO, csn " << tx.snd_una
                    << " backoff " << tx.rto_backoff;
+}
+
+// A timeout that is a real loss (a second one in a row, or a first one the
+// next ACK did not prove spurious): RACK on RTO (RFC 8985, 6.3), the oldest
+// chunk and every chunk out for longer than an RTT plus the reordering
+// window are lost (resending only the oldest recovers a lost window one RTO
+// per chunk); they left the pipe, so the window paces their resending. The
+// controllers take it as a timeout.
+void UcclRDMAEngine::rto_recovery(Conn* c, uint64_t now) {
+  TxFlow& tx = c->tx;
+  tx.frto = false;
+  const uint64_t reo_wnd = reorder_window(tx);
+  for (uint32_t s = tx.snd_una; s != tx.snd_nxt; ++s) {
+    ChunkRec& ch = tx.chunk(s);
+    if (ch.acked || ch.queued_retx) continue;
+    const uint64_t rtt = std::max(tx.rto.srtt_ns(), tx.rack_rtt_ns[ch.path]);
+    if (cc::rto_lost(s == tx.snd_una, ch.last_tx_ns, rtt, reo_wnd, now)) {
+      enqueue_retx(tx, s);
+      ++tx.rto_retx;
+    }
+  }
+  for (auto& pc : tx.ccs) pc.cc->on_loss(now, true);
+}
+
+uint64_t UcclRDMAEngine::reorder_window(const TxFlow& tx) {
+  return cc::rack_reorder_window_ns(tx.min_rtt_ns, tx.reo_wnd_mult,
+                                    tx.rto.srtt_ns());
 }
 
 // Tail loss probe (RFC 8985, 7): once nothing was sent or acknowledged for

@@ -162,6 +162,19 @@ struct TxFlow {
   bool rto_urgent = false;
   uint32_t urgent_csn = 0;
   bool tlp_sent = false;  // a tail loss probe is out (until progress)
+  // F-RTO (RFC 5682): a first timeout resends only snd_una and waits for
+  // the next ACK. One that shows a chunk sent before the timeout (and
+  // never resent) delivered proves the timeout spurious (the peer or its
+  // host was slow, nothing was lost): backoff and the RTO estimate are
+  // corrected (Eifel) and nothing else is resent. Otherwise the loss is
+  // real and recovery goes on as after any timeout.
+  bool frto = false;
+  uint64_t frto_ns = 0;   // when the timeout fired
+  uint32_t frto_csn = 0;  // the chunk it resent
+  // RACK's reordering window multiplier (RFC 8985 6.2): +1 per spurious
+  // retransmission, back to 1 after 16 loss recoveries without one.
+  uint32_t reo_wnd_mult = 1;
+  uint32_t reo_wnd_persist = 0;
   uint64_t last_progress_ns = 0;
   // RACK (RFC 8985) per path: send time and RTT of the most recently sent
   // chunk delivered on each path (a UC QP keeps order, so a later chunk
@@ -173,6 +186,9 @@ struct TxFlow {
   uint64_t last_ack_ns = 0;
   uint64_t inflight = 0;
   uint64_t max_inflight = 0;
+  // The engine's sum of inflight over its flows (its window, EngineConfig::
+  // window_bytes), kept with it.
+  uint64_t* engine_inflight = nullptr;
   // cc=credit: the receiver's cumulative grant last seen, and bytes declared
   // lost whose resend the receiver has not been asked to pull yet.
   uint64_t credit_seen = 0;
@@ -181,6 +197,10 @@ struct TxFlow {
   Histogram rtt;
   uint64_t tx_bytes = 0, tx_chunks = 0;
   uint64_t fast_retx = 0, rto_retx = 0, tlp_retx = 0, rtos = 0, acks_rx = 0;
+  // Timeouts that proved spurious, and retransmissions the original copy
+  // of which was delivered (their ACK came back sooner than an RTT after
+  // the resend could).
+  uint64_t spurious_rtos = 0, spurious_retx = 0;
   // Sends matched with a receive descriptor; those that had to wait for one
   // (receiver-driven: the peer had not posted yet) and the total wait.
   uint64_t sends_matched = 0, sends_waited = 0, send_wait_ns = 0;

@@ -4,6 +4,7 @@
 // control QP. Little-endian, fixed layouts.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -109,6 +110,40 @@ inline uint64_t ctrl_entries(const CtrlMsg& m) {
          (m.type == static_cast<uint32_t>(CtrlType::kRecvDesc) ? m.region : 0);
 }
 
+// The next message of a control SEND, `have` bytes at `p`: copies it into
+// *m (entries it does not carry zeroed) and returns the bytes it takes, or
+// 0 when it is cut short or claims more entries than a message holds.
+inline uint32_t parse_ctrl_msg(const uint8_t* p, uint32_t have, CtrlMsg* m) {
+  std::memset(m, 0, sizeof(*m));
+  if (have < offsetof(CtrlMsg, bufs)) return 0;
+  std::memcpy(m, p, std::min<uint32_t>(have, sizeof(*m)));
+  const uint64_t entries = ctrl_entries(*m);
+  const uint64_t need = offsetof(CtrlMsg, bufs) + entries * sizeof(RecvBuf);
+  if (entries > kMaxRecvsPerRequest || have < need) {
+    std::memset(m, 0, sizeof(*m));
+    return 0;
+  }
+  if (need < sizeof(*m)) {  // bytes past it belong to the next message
+    std::memset(reinterpret_cast<uint8_t*>(m) + need, 0, sizeof(*m) - need);
+  }
+  return static_cast<uint32_t>(need);
+}
+
+// Why a parsed control message cannot be taken whatever the connection's
+// state (a receiving engine fails the connection with it), or nullptr.
+inline const char* ctrl_msg_problem(const CtrlMsg& m) {
+  const auto t = static_cast<CtrlType>(m.type);
+  if (t == CtrlType::kAckReq || t == CtrlType::kPullReq) return nullptr;
+  if (t != CtrlType::kRecvDesc && t != CtrlType::kEagerGrant &&
+      t != CtrlType::kReadReq) {
+    return "unknown control message type";
+  }
+  if (m.n < 1 || m.n > kMaxRecvsPerRequest || m.slot >= Imm::kSlots) {
+    return "malformed control message";
+  }
+  return nullptr;
+}
+
 // ----------------------------------------------- eager messages
 // A send of at most the peer's eager payload size, taken when no receive
 // descriptor matches it yet, is written at once as one chunk (imm: eager,
@@ -140,6 +175,15 @@ struct EagerHdr {
 };
 static_assert(sizeof(EagerHdr) == 16, "EagerHdr layout");
 static_assert(offsetof(EagerHdr, len) == 8, "EagerHdr layout");
+
+// An eager chunk of `chunk_len` bytes in a slot of `slot_bytes` is well
+// formed: its header, read from the slot, has the magic and the length of
+// the payload that follows it.
+inline bool eager_chunk_ok(const EagerHdr& h, uint32_t chunk_len,
+                           uint32_t slot_bytes) {
+  return chunk_len >= sizeof(EagerHdr) && chunk_len <= slot_bytes &&
+         h.magic == kEagerMagic && h.len == chunk_len - sizeof(EagerHdr);
+}
 
 // ----------------------------------------------- UD control packets
 // One UD QP per engine carries ACKs (and credit grants) for all its flows.

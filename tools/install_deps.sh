@@ -10,6 +10,7 @@ PACKAGES=(
   libibverbs-dev rdma-core ibverbs-utils
   pybind11-dev python3-dev python3-matplotlib
   iproute2 procps clang-format
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -314,14 +314,14 @@ Lat uccl_latency(QpType type, uint32_t size, Cores cores) {
   PingPong pp(cl, size);
   std::vector<uint64_t> rtt;
   rtt.reserve(FLAGS_lat_iters);
-  WorkCompletion wc[16];
+  WorkCompletion rwc[16], swc[16];
   for (uint32_t it = 0; it < FLAGS_lat_iters + 1000; ++it) {
     uint64_t t = monotonic_ns();
     cl.qp->post_send(&pp.wr, nullptr);
     int got = 0;
     while (got == 0) {
-      got = cl.rcq->poll(16, wc);
-      cl.scq->poll(16, wc + 8);
+      got = cl.rcq->poll(16, rwc);
+      cl.scq->poll(16, swc);
     }
     cl.qp->post_recv(&pp.rwr, nullptr);
     if (it >= 1000) rtt.push_back(monotonic_ns() - t);

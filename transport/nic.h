@@ -331,6 +331,10 @@ struct DeviceInfo {
   // (link, network, transport); pacing to a line rate in payload bytes uses
   // mtu / (mtu + this).
   uint32_t wire_overhead_bytes = 0;
+  // Bytes of received datagrams the device can hold before the host drops
+  // them (the software NIC: its socket's receive buffer, as the kernel
+  // counts it, headers and bookkeeping included); 0: no such limit (verbs).
+  uint64_t rx_buffer_bytes = 0;
   int numa_node = -1;
   std::string pci_path;  // "" when unknown/virtual
   uint64_t guid = 0;

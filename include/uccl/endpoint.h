@@ -138,6 +138,10 @@ struct FlowStats {
   uint64_t tx_chunks = 0, rx_chunks = 0;
   uint64_t fast_retransmits = 0, rto_retransmits = 0, rtos = 0;
   uint64_t tlp_retransmits = 0;  // tail loss probes (RFC 8985) sent
+  // Timeouts an ACK proved spurious (F-RTO: only the oldest chunk was
+  // resent), and resends whose original was delivered (their ACK came
+  // sooner than the resend could be acknowledged).
+  uint64_t spurious_rtos = 0, spurious_retransmits = 0;
   // Receiver-driven matching: sends matched with a posted receive, how many
   // sends (these or eager ones) found neither a posted receive nor a free
   // eager slot when they were taken (waited for the peer's receive

@@ -31,6 +31,41 @@ TEST(Recovery, RtoFollowsRfc6298WithFloorAndBackoff) {
   EXPECT_EQ(lo.rto_ns(), 20000u);  // clamped to min
 }
 
+// Eifel response (RFC 4015): a timeout proved spurious by a delivery
+// `rtt` after sending raises srtt to it and rttvar to half of it, so the
+// next timer waits srtt + 4 x rttvar = 3 x rtt; normal samples then bring
+// it back down. Values from the RFC's formulas, not the implementation.
+TEST(Recovery, SpuriousTimeoutRaisesTheTimerToThreeTimesTheDelay) {
+  cc::RtoEstimator r(1000, 1000000, 50000);
+  for (int i = 0; i < 100; ++i) r.on_rtt(10000);  // rto 15 us (1.5 srtt)
+  r.on_spurious_timeout(40000);
+  EXPECT_EQ(r.srtt_ns(), 40000u);
+  EXPECT_EQ(r.rttvar_ns(), 20000u);
+  EXPECT_EQ(r.rto_ns(), 40000u + 4 * 20000u);
+  // A shorter delay than what the estimator holds changes nothing.
+  r.on_spurious_timeout(1000);
+  EXPECT_EQ(r.rto_ns(), 120000u);
+  // Clamped like any estimate.
+  r.on_spurious_timeout(900000);
+  EXPECT_EQ(r.rto_ns(), 1000000u);
+  // Samples smooth it back: srtt 7/8 + 1/8 sample, rttvar 3/4 + 1/4 error.
+  cc::RtoEstimator e(1000, 1000000, 50000);
+  e.on_rtt(10000);
+  e.on_spurious_timeout(40000);
+  e.on_rtt(10000);
+  EXPECT_EQ(e.srtt_ns(), (7 * 40000u + 10000u) / 8);
+  EXPECT_EQ(e.rttvar_ns(), (3 * 20000u + 30000u) / 4);
+}
+
+// RACK's reordering window grows in quarters of the min RTT with the
+// multiplier (RFC 8985 6.2), and never past srtt.
+TEST(Recovery, ReorderWindowGrowsWithSpuriousRetransmissionsUpToSrtt) {
+  EXPECT_EQ(cc::rack_reorder_window_ns(400000, 1), 100000u);
+  EXPECT_EQ(cc::rack_reorder_window_ns(400000, 3), 300000u);
+  EXPECT_EQ(cc::rack_reorder_window_ns(400000, 8, 500000), 500000u);
+  EXPECT_EQ(cc::rack_reorder_window_ns(40000, 2, 500000), 20000u);  // floor
+}
+
 TEST(Recovery, TailLossProbeTimeoutFollowsSrttAndVarianceBelowTheRto) {
   EXPECT_EQ(cc::tlp_timeout_ns(0, 0, 20000, 5000000), 0u);  // no sample
   // Steady RTTs: 2 x srtt + ACK delay.

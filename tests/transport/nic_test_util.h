@@ -11,8 +11,8 @@
 #include <tuple>
 #include <vector>
 
+#include "tests/transport/soft_nic_test_access.h"
 #include "transport/nic.h"
-#include "transport/udp/soft_nic.h"
 #include "util/clock.h"
 
 namespace uccl::transport::testing {
@@ -155,14 +155,3 @@ inline int64_t counter(const Device& d, const std::string& name) {
 }
 
 }  // namespace uccl::transport::testing
-
-namespace uccl::transport::udp {
-// Test hook into software-NIC QPs.
-class SoftNicTestAccess {
- public:
-  // The socket a QP sends from (its own source port, or the device's),
-  // connected to its peer: tests send crafted datagrams through it to
-  // forge the peer's address exactly.
-  static int tx_fd(QueuePair* qp) { return static_cast<SoftQp*>(qp)->tx_fd_; }
-};
-}  // namespace uccl::transport::udp

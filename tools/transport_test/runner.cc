@@ -567,12 +567,15 @@ void Runner::print_flow_stats() {
     if (!st.ok()) continue;
     std::printf(
         "  flow %zu: rtt p50/p99 %.0f/%.0f us, retx fast %llu rto %llu "
-        "tlp %llu (%llu timeouts), max in flight %llu B, %s\n",
+        "tlp %llu (%llu timeouts, %llu spurious; %llu spurious resends), "
+        "max in flight %llu B, %s\n",
         i, st->rtt_p50_ns / 1e3, st->rtt_p99_ns / 1e3,
         static_cast<unsigned long long>(st->fast_retransmits),
         static_cast<unsigned long long>(st->rto_retransmits),
         static_cast<unsigned long long>(st->tlp_retransmits),
         static_cast<unsigned long long>(st->rtos),
+        static_cast<unsigned long long>(st->spurious_rtos),
+        static_cast<unsigned long long>(st->spurious_retransmits),
         static_cast<unsigned long long>(st->max_inflight_bytes),
         st->cc_state.c_str());
   }

@@ -215,6 +215,11 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
   if (d->fd_ < 0) return ErrnoStatus("software NIC socket", errno);
   d->sockbuf_bytes_ = static_cast<int>(knob_softnic_sockbuf_kb().get() * 1024);
   set_sockbuf(d->fd_, d->sockbuf_bytes_);
+  int rcvbuf = 0;
+  socklen_t rl = sizeof(rcvbuf);
+  if (getsockopt(d->fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &rl) == 0) {
+    d->info_.rx_buffer_bytes = static_cast<uint64_t>(rcvbuf);
+  }
   sockaddr_in addr;
   std::memset(&addr, 0, sizeof(addr));
   addr.sin_family = AF_INET;

@@ -423,6 +423,7 @@ class SoftDevice final : public Device {
 
  private:
   friend class SoftQp;
+  friend class SoftNicTestAccess;
   SoftDevice() = default;
 
   struct Held {

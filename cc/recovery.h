@@ -37,6 +37,27 @@ class RtoEstimator {
   uint64_t srtt_ns_ = 0, rttvar_ns_ = 0;
 };
 
+// Feeds an RtoEstimator one sample per round trip: the largest RTT seen in
+// it. With many ACKs per round trip, per-ACK samples wash a delay spike out
+// of rttvar within one round trip, and the timer then fires at the next
+// spike (RFC 7323, appendix G; Linux likewise keeps each round trip's
+// largest deviation). A host that stalls its threads now and then (a
+// software transport sharing cores) so keeps a timer above its stalls.
+class RttSampler {
+ public:
+  void add(uint64_t rtt_ns, uint64_t now_ns, RtoEstimator* est) {
+    if (rtt_ns > max_ns_) max_ns_ = rtt_ns;
+    if (until_ns_ != 0 && now_ns < until_ns_) return;
+    est->on_rtt(max_ns_);
+    max_ns_ = 0;
+    until_ns_ = now_ns + est->srtt_ns();
+  }
+
+ private:
+  uint64_t max_ns_ = 0;
+  uint64_t until_ns_ = 0;  // end of the current round trip (0: none yet)
+};
+
 // RACK (RFC 8985) reordering window: `mult` quarters of the minimum RTT
 // (RFC 8985 6.2: the multiplier grows each time a retransmission proves
 // spurious), at least 20 us (host-stack jitter on the software NIC), at most

@@ -90,7 +90,7 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
   e->dev_->set_owner_driven(cfg.drive_nic);
   if (cfg.window_bytes < 0) {
     e->cfg_.window_bytes =
-        static_cast<int64_t>(e->dev_->info().rx_buffer_bytes / 8);
+        static_cast<int64_t>(e->dev_->info().rx_buffer_bytes / 2);
   }
   e->cfg_.chunk_bytes =
       whole_packet_chunk_bytes(cfg.chunk_bytes, e->dev_->info().mtu_bytes,
@@ -581,7 +581,7 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
     c->qp_unsignaled.assign(c->qps.size(), 0);
     c->tx.rack_tx_ns.assign(c->qps.size(), 0);
     c->tx.rack_rtt_ns.assign(c->qps.size(), 0);
-    c->tx.engine_inflight = &inflight_bytes_;
+    c->tx.engine_unacked = &unacked_bytes_;
     c->qp_outstanding.assign(c->qps.size(), 0);
   }
   if (st.ok()) st = setup_eager(c.get());
@@ -733,9 +733,11 @@ void UcclRDMAEngine::fail_conn(Conn* c, Status why, bool warn) {
   tx.owed_n = 0;
   // Its chunks no longer count against the engine's window.
   for (uint32_t s = tx.snd_una; s != tx.snd_nxt; ++s) {
-    tx.chunk(s).in_pipe = false;
+    ChunkRec& ch = tx.chunk(s);
+    if (!ch.acked) unacked_bytes_ -= std::min<uint64_t>(unacked_bytes_, ch.len);
+    ch.acked = true;
+    ch.in_pipe = false;
   }
-  inflight_bytes_ -= std::min(inflight_bytes_, tx.inflight);
   tx.inflight = 0;
   for (auto& pc : tx.ccs) pc.inflight = 0;
   tx.eager_free = 0;

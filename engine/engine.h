@@ -54,11 +54,11 @@ struct EngineConfig {
   bool tail_loss_probe = true;  // RFC 8985 TLP before the RTO
   uint32_t path_queue = 16;     // chunks per path inside the NIC at most
   uint32_t nic_queue = 32;      // chunks inside the NIC over all connections
-  // Bytes the engine's flows may have unacknowledged in all, so the peer's
-  // host does not drop what it cannot buffer and queues (hence RTTs and the
-  // timers that follow them) stay short: -1 an eighth of the device's
-  // receive buffer (transport::DeviceInfo::rx_buffer_bytes; the peer's is
-  // taken to be as large), 0 no limit (verbs, or none known).
+  // Bytes the engine's flows may have sent and not had acknowledged in all,
+  // so the peer's host does not drop what it cannot buffer: -1 half the
+  // device's receive buffer (transport::DeviceInfo::rx_buffer_bytes, which
+  // counts headers and bookkeeping too; the peer's is taken to be as
+  // large), 0 no limit (verbs, or none known).
   int64_t window_bytes = -1;
   // ACK coalescing (receiver).
   uint32_t ack_every = 4;
@@ -315,9 +315,9 @@ class UcclRDMAEngine {
   uint64_t ctrl_sends_ = 0;
   uint64_t last_stats_loops_ = 0, last_stats_idle_ = 0;
   uint64_t last_stats_busy_ns_ = 0, last_stats_run_ns_ = 0;
-  size_t rr_start_ = 0;          // first connection served by the next loop
-  uint32_t nic_queued_ = 0;      // data WRs inside the NIC, all connections
-  uint64_t inflight_bytes_ = 0;  // unacknowledged, all flows (window_bytes)
+  size_t rr_start_ = 0;         // first connection served by the next loop
+  uint32_t nic_queued_ = 0;     // data WRs inside the NIC, all connections
+  uint64_t unacked_bytes_ = 0;  // all flows' (TxFlow::engine_unacked)
 
   ConnRecord* records_ = nullptr;  // kMaxFlows, Endpoint-owned
   Region* regions_ = nullptr;      // kMaxRegions, Endpoint-owned

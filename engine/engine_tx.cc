@@ -31,9 +31,7 @@ void leave_pipe(TxFlow& tx, ChunkRec& ch) {
   ch.in_pipe = false;
   PathCc& pc = cc_for(tx, ch.path);
   pc.inflight -= std::min<uint64_t>(pc.inflight, ch.len);
-  const uint64_t left = std::min<uint64_t>(tx.inflight, ch.len);
-  tx.inflight -= left;
-  *tx.engine_inflight -= std::min(*tx.engine_inflight, left);
+  tx.inflight -= std::min<uint64_t>(tx.inflight, ch.len);
 }
 
 // A chunk of `len` bytes enters path `pc`'s pipe.
@@ -42,7 +40,6 @@ void enter_pipe(TxFlow& tx, PathCc& pc, ChunkRec& ch, uint32_t len,
   ch.in_pipe = true;
   pc.inflight += len;
   tx.inflight += len;
-  *tx.engine_inflight += len;
   pc.cc->on_send(now, len);
   pace(pc, len, now);
 }
@@ -237,8 +234,8 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
   auto pick_path = [&](uint32_t len, uint32_t* out) {
     // The engine's window first: the peer's host holds only so much.
     if (cfg_.window_bytes > 0 &&
-        inflight_bytes_ + len > static_cast<uint64_t>(cfg_.window_bytes) &&
-        inflight_bytes_ > 0) {
+        unacked_bytes_ + len > static_cast<uint64_t>(cfg_.window_bytes) &&
+        unacked_bytes_ > 0) {
       return false;
     }
     const uint32_t first = tx.paths->choose();
@@ -325,6 +322,7 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
       ++tx.msg_chunk;
     }
     enter_pipe(tx, cc_for(tx, path), ch, len, now);
+    *tx.engine_unacked += len;
     tx.max_inflight = std::max(tx.max_inflight, tx.inflight);
     ++sent;
   }
@@ -418,6 +416,7 @@ void UcclRDMAEngine::ack_chunk(Conn* c, uint32_t csn, uint64_t now) {
   if (ch.acked) return;
   ch.acked = true;
   leave_pipe(tx, ch);
+  *tx.engine_unacked -= std::min<uint64_t>(*tx.engine_unacked, ch.len);
   TxMsg& m = tx.msg(ch.msg);
   ++m.chunks_acked;
   if (m.eager) tx.eager_busy &= ~(1u << m.slot);
@@ -452,8 +451,7 @@ void UcclRDMAEngine::on_rtt_sample(Conn* c, ChunkRec& ch, uint64_t rtt,
   tx.rtt.add(rtt);
   if (tx.min_rtt_ns == 0 || rtt < tx.min_rtt_ns) tx.min_rtt_ns = rtt;
   tx.paths->on_rtt(ch.path, rtt);
-  tx.rto.on_rtt(rtt);  // cc/recovery.h: shared with the simulator
-  (void)now;
+  tx.rto_samples.add(rtt, now, &tx.rto);  // cc/recovery.h
 }
 
 void UcclRDMAEngine::on_ack(const AckPacket& a,

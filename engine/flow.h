@@ -156,6 +156,7 @@ struct TxFlow {
   // Reliability (UC mode).
   uint32_t dupacks = 0;
   cc::RtoEstimator rto{1000000, 100000000, 5000000};  // set per config
+  cc::RttSampler rto_samples;  // feeds `rto` a round trip's largest RTT
   uint32_t rto_backoff = 0;
   // Resend chunk urgent_csn now, past window and pacing: the RTO's resend of
   // snd_una, or a tail loss probe (one chunk each, as TCP's loss window).
@@ -186,9 +187,11 @@ struct TxFlow {
   uint64_t last_ack_ns = 0;
   uint64_t inflight = 0;
   uint64_t max_inflight = 0;
-  // The engine's sum of inflight over its flows (its window, EngineConfig::
-  // window_bytes), kept with it.
-  uint64_t* engine_inflight = nullptr;
+  // The engine's bytes sent and not yet acknowledged over all its flows
+  // (its window, EngineConfig::window_bytes): a chunk counts from its first
+  // transmission to its ACK, resends or not, since a chunk declared lost
+  // may still sit in the peer's buffer.
+  uint64_t* engine_unacked = nullptr;
   // cc=credit: the receiver's cumulative grant last seen, and bytes declared
   // lost whose resend the receiver has not been asked to pull yet.
   uint64_t credit_seen = 0;

@@ -57,6 +57,28 @@ TEST(Recovery, SpuriousTimeoutRaisesTheTimerToThreeTimesTheDelay) {
   EXPECT_EQ(e.rttvar_ns(), (3 * 20000u + 30000u) / 4);
 }
 
+// One sample per round trip, the largest: ACKs of 10 us with one of 50 us
+// among them give the estimator 10, then 50 when the round trip ends, and
+// the 10 us ACKs that follow within the next round trip do not shrink the
+// timer again (per-ACK samples would cut rttvar by a quarter each).
+TEST(Recovery, RttSamplerFeedsEachRoundTripsLargestSample) {
+  cc::RtoEstimator r(1000, 10000000, 50000);
+  cc::RttSampler s;
+  s.add(10000, 0, &r);  // the first sample goes in at once
+  EXPECT_EQ(r.srtt_ns(), 10000u);
+  uint64_t now = 1000;
+  for (int i = 0; i < 8; ++i, now += 1000) s.add(10000, now, &r);
+  s.add(50000, now, &r);  // still within the round trip: held
+  EXPECT_EQ(r.srtt_ns(), 10000u);
+  s.add(10000, 10000, &r);  // the round trip ends: its largest goes in
+  EXPECT_EQ(r.srtt_ns(), (7 * 10000u + 50000u) / 8);
+  EXPECT_EQ(r.rttvar_ns(), (3 * 5000u + 40000u) / 4);
+  const uint64_t rto = r.rto_ns();
+  EXPECT_EQ(rto, (7 * 10000u + 50000u) / 8 + 4 * ((3 * 5000u + 40000u) / 4));
+  for (int i = 0; i < 9; ++i) s.add(10000, 10000 + 1000 * i, &r);
+  EXPECT_EQ(r.rto_ns(), rto);
+}
+
 // RACK's reordering window grows in quarters of the min RTT with the
 // multiplier (RFC 8985 6.2), and never past srtt.
 TEST(Recovery, ReorderWindowGrowsWithSpuriousRetransmissionsUpToSrtt) {

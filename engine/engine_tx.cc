@@ -494,12 +494,11 @@ void UcclRDMAEngine::on_ack(const AckPacket& a,
         cc::rack_unambiguous(true, ch.last_tx_ns, tx.min_rtt_ns, now);
     if (tx.frto && s == tx.frto_csn && ch.retx > 0 && resend_delivered) {
       frto_probe_delivered = true;
-    } else if (tx.frto && ch.first_tx_ns < tx.frto_ns && !resend_delivered) {
-      // Sent before the timeout and delivered as first sent (the resend
-      // could not have come back yet).
+    } else if (tx.frto && ch.first_tx_ns < tx.frto_ns &&
+               (ch.retx == 0 || !resend_delivered)) {
+      // Sent before the timeout, and this is its first copy (never resent,
+      // or the resend could not have come back yet).
       frto_delivered_ns = std::max(frto_delivered_ns, now - ch.first_tx_ns);
-    } else if (tx.frto && ch.retx == 0 && ch.last_tx_ns < tx.frto_ns) {
-      frto_delivered_ns = std::max(frto_delivered_ns, now - ch.last_tx_ns);
     } else if (!resend_delivered) {
       ++spurious;
     }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "cc/credit.h"
@@ -121,6 +122,27 @@ TEST(TimelyPatchedTest, WeightingFunctionOfTheGradient) {
   EXPECT_NEAR(u.rate_bps(), 10e9 * (1 - p.beta * (1 - 300.0 / 400)), 1);
 }
 
+// Patched TIMELY between the clamps of w(g): g = alpha x diff / minRTT,
+// w = 2g + 1/2, rate' = delta (1 - w) + rate (1 - beta w (1 - rtt_ref /
+// rtt)) (Zhu et al., CoNEXT'16, eq. 4-5), computed here from the formula.
+TEST(TimelyPatchedTest, WeightedUpdateInsideTheClamps) {
+  TimelyParams p = paper_timely();
+  for (double diff : {-3.0, -1.0, 1.0, 3.0}) {
+    Timely t(p, true, kLine, kMss);
+    t.on_ack(rtt_sample(0, 300));  // first sample: the gradient's origin
+    t.set_rate_for_testing(10e9);
+    const double rtt = 300 + diff;
+    t.on_ack(rtt_sample(1, rtt));
+    const double g = p.ewma_alpha * diff / p.min_rtt_us;
+    ASSERT_GT(g, -0.25);
+    ASSERT_LT(g, 0.25);
+    const double w = 2 * g + 0.5;
+    const double want = p.add_rate_bps * (1 - w) +
+                        10e9 * (1 - p.beta * w * (1 - p.rtt_ref_us / rtt));
+    EXPECT_NEAR(t.rate_bps(), want, 1) << "diff " << diff;
+  }
+}
+
 TEST(TimelyPatchedTest, UniqueFixedPointAtReferenceRtt) {
   TimelyParams p = paper_timely();
   // With a flat RTT (g = 0, w = 1/2): below rtt_ref rates rise, above they
@@ -192,6 +214,43 @@ TEST(SwiftTest, TargetGrowsAsWindowShrinksAndWithHops) {
   EXPECT_LE(t_small, p.base_target_us + p.fs_range_us + 1e-9);
   EXPECT_DOUBLE_EQ(s.target_delay_us(3) - s.target_delay_us(0),
                    3 * p.hop_scale_us);
+}
+
+// Swift's multiplicative decrease (Algorithm 1) where max_mdf does not
+// clamp it: cwnd x (1 - beta (delay - target) / delay), the target here
+// exactly base + hops x h + fs(cwnd) from Section 3.3, computed in the test.
+TEST(SwiftTest, DecreaseFollowsThePapersFormulaBelowTheClamp) {
+  SwiftParams p = swift_params();  // base 20 us, h 2 us, fs_range 20 us
+  Swift s(p, kMss);
+  const double w0 = s.fabric_cwnd();  // init_cwnd 10
+  // fs(cwnd) = alpha / sqrt(cwnd) + beta', zero at fs_max_cwnd (100) and
+  // fs_range at fs_min_cwnd (0.1).
+  const double alpha =
+      p.fs_range_us / (1 / std::sqrt(p.fs_min_cwnd) - 1 / std::sqrt(100.0));
+  const double fs = alpha / std::sqrt(w0) - alpha / std::sqrt(100.0);
+  const double target = p.base_target_us + 0 * p.hop_scale_us + fs;
+  ASSERT_GT(fs, 0);
+  ASSERT_LT(fs, p.fs_range_us);
+  // 1.25 x target: 1 - 0.8 x 0.2 = 0.84 > 1 - max_mdf. Whole nanoseconds,
+  // as samples carry them.
+  const double delay = std::floor(target * 1250) / 1000;
+  s.on_ack(rtt_sample(1000000, delay));
+  EXPECT_NEAR(s.fabric_cwnd(), w0 * (1 - p.beta * (delay - target) / delay),
+              1e-9);
+}
+
+// The flow-scaled target at windows between the clamps, and per hop.
+TEST(SwiftTest, TargetIsFlowScaledBySqrtOfTheWindowAndHopScaled) {
+  SwiftParams p = swift_params();
+  const double alpha =
+      p.fs_range_us / (1 / std::sqrt(p.fs_min_cwnd) - 1 / std::sqrt(100.0));
+  for (double w : {0.5, 2.0, 10.0, 40.0}) {
+    p.init_cwnd = w;
+    Swift s(p, kMss);
+    const double fs = alpha / std::sqrt(w) - alpha / std::sqrt(100.0);
+    EXPECT_NEAR(s.target_delay_us(0), p.base_target_us + fs, 1e-9) << w;
+    EXPECT_NEAR(s.target_delay_us(4), p.base_target_us + 4 * 2 + fs, 1e-9) << w;
+  }
 }
 
 TEST(SwiftTest, PacesBelowOnePacket) {

@@ -10,7 +10,13 @@
 #include <vector>
 
 #include "uccl/endpoint.h"
+#include "util/knobs.h"
 #include "util/pattern.h"
+
+namespace uccl {
+// Engine knobs the tests set (engine/endpoint.cc).
+UCCL_DECLARE_KNOB(int64_t, knob_rto_min_us);
+}  // namespace uccl
 
 namespace uccl::testing {
 
@@ -56,6 +62,21 @@ struct Pair {
   static std::unique_ptr<Pair> make(const EndpointConfig& cfg, int flows = 1) {
     return make(cfg, cfg, flows);
   }
+};
+
+// Sets a knob for the endpoints this scope creates, and back afterwards.
+class KnobOverride {
+ public:
+  KnobOverride(Knob<int64_t>& k, int64_t v) : k_(k), old_(k.get()) {
+    k_.set_for_testing(v);
+  }
+  ~KnobOverride() { k_.set_for_testing(old_); }
+  KnobOverride(const KnobOverride&) = delete;
+  KnobOverride& operator=(const KnobOverride&) = delete;
+
+ private:
+  Knob<int64_t>& k_;
+  int64_t old_;
 };
 
 // The Endpoint's test hooks (friend of Endpoint).

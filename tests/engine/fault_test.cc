@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "tests/engine/engine_test_util.h"
+#include "transport/nic.h"
 
 namespace uccl::testing {
 namespace {
@@ -73,9 +74,36 @@ TEST_P(FaultTest, EveryMessageExactlyOnceAndIntact) {
   EXPECT_EQ(rr.size(0), 777u);
   EXPECT_EQ(find_pattern_mismatch(rb.ptr(), 777, 5), -1);
   ASSERT_TRUE(p->client->wait(&sr, 120000).ok());
-  // The faults happened (the NIC counted them).
-  std::string nic = p->client->nic_counters() + p->server->nic_counters();
-  EXPECT_EQ(nic.find("fault_tx_packets 0\n"), std::string::npos) << nic;
+  // The faults happened: each kind the spec names was done (the injector
+  // counts what it did, not what it looked at), at 1% and more.
+  const std::string nic = p->client->nic_counters() + p->server->nic_counters();
+  auto did = [&](const char* what) {
+    return transport::counter_sum(nic, std::string("fault_tx_") + what) +
+           transport::counter_sum(nic, std::string("fault_rx_") + what);
+  };
+  const std::string spec = fc.spec;
+  const bool sure = spec != "drop=0.001";  // 0.1% may drop nothing
+  if (sure && spec.find("drop=") != std::string::npos) {
+    EXPECT_GT(did("dropped"), 0u) << nic;
+  }
+  if (spec.find("burst=") != std::string::npos) {
+    EXPECT_GT(did("burst_dropped"), 0u) << nic;
+  }
+  if (spec.find("reorder=") != std::string::npos) {
+    EXPECT_GT(did("reordered"), 0u) << nic;
+  }
+  if (spec.find("dup=") != std::string::npos) {
+    EXPECT_GT(did("duplicated"), 0u) << nic;
+  }
+  if (spec.find("corrupt=") != std::string::npos) {
+    EXPECT_GT(did("corrupted"), 0u) << nic;
+    EXPECT_GT(transport::counter_sum(nic, "drop_bad_crc"), 0u) << nic;
+  }
+  // What repaired the losses: the NIC's go-back-N in RC mode (a dropped
+  // packet's successor draws a sequence NAK, or the QP's timer fires).
+  if (rc && sure && spec.find("drop=") != std::string::npos) {
+    EXPECT_GT(transport::counter_sum(nic, "rc_retransmits"), 0u) << nic;
+  }
   // Every loss, resend and ACK activated its connection itself: the 1 ms
   // safety-net pass found no work left behind (it would have waited there).
   for (Endpoint* ep : {p->client.get(), p->server.get()}) {
@@ -85,8 +113,7 @@ TEST_P(FaultTest, EveryMessageExactlyOnceAndIntact) {
     auto st = p->client->conn_stats(p->c_conns[0]);
     ASSERT_TRUE(st.ok());
     // At 0.1% a run may lose no data packet at all; from 1% on it must.
-    const std::string spec = fc.spec;
-    if (spec.rfind("drop=", 0) == 0 && spec != "drop=0.001") {
+    if (spec.rfind("drop=", 0) == 0 && sure) {
       EXPECT_GT(
           st->fast_retransmits + st->rto_retransmits + st->tlp_retransmits, 0u)
           << "losses must have been repaired by retransmission";
@@ -99,6 +126,10 @@ TEST_P(FaultTest, EveryMessageExactlyOnceAndIntact) {
 // them without waiting for the RTO. Seeded loss on the sender's
 // transmissions only.
 TEST(TailLossProbeTest, LostTailsAreRepairedByProbes) {
+  // A 50 ms RTO floor: the probe timeout, max(2 srtt, srtt + 4 rttvar), stays
+  // below it even where a loaded host stalls engines for milliseconds, so
+  // every lost tail is the probe's to repair first.
+  KnobOverride rto_min(knob_rto_min_us(), 50000);
   EndpointConfig sc = test_config(1, 2), cc = test_config(1, 2);
   cc.fault_tx = "drop=0.1";
   cc.fault_seed = 7;
@@ -108,17 +139,33 @@ TEST(TailLossProbeTest, LostTailsAreRepairedByProbes) {
   if (::testing::Test::HasFatalFailure()) return;
   auto st = p->client->conn_stats(p->c_conns[0]);
   ASSERT_TRUE(st.ok());
-  // Every lost tail was repaired, by a probe or by the RTO.
-  EXPECT_GT(st->tlp_retransmits + st->rtos, 0u) << p->client->stats_text();
-  // Probes come first wherever the probe timeout, max(2 srtt, srtt + 4
-  // rttvar), is well below the 5 ms RTO: on any host whose RTTs stayed
-  // under 1 ms (quiet: ~29 probes, 2 RTOs; with UCCL_TLP=0, ~31 RTOs). A
-  // host loaded enough to stall engines for milliseconds raises the timeout
-  // to the RTO, as it should; the simulator's test compares with and
-  // without probes deterministically.
-  if (st->rtt_p99_ns < 1000000) {
-    EXPECT_GE(st->tlp_retransmits, 3u) << p->client->stats_text();
-  }
+  // ~30 of the 300 tails were lost (10%, seeded); probes repaired them,
+  // not timeouts (with UCCL_TLP=0 every one is an RTO).
+  EXPECT_GE(st->tlp_retransmits, 10u) << p->client->stats_text();
+  EXPECT_LT(st->rtos, st->tlp_retransmits) << p->client->stats_text();
+}
+
+// The 11-bit chunk sequence number wraps every 2048 chunks: 1 KiB chunks
+// take an 8 MiB message past it four times, under 1% loss on every data
+// packet, in any build (1 GiB messages, the other way there, are too slow
+// under sanitizers). Losses across the wrap must be told from old chunks.
+TEST(ChunkWrapTest, LossyTransferAcrossTheSequenceWrap) {
+  EndpointConfig sc = test_config(1, 2), cc = test_config(1, 2);
+  sc.chunk_bytes = cc.chunk_bytes = 1024;
+  cc.fault_tx = "drop=0.01";
+  cc.fault_seed = 17;
+  auto p = Pair::make(sc, cc);
+  ASSERT_TRUE(p);
+  exchange(p.get(), 0, {8u << 20, 3u << 20}, 71);
+  if (::testing::Test::HasFatalFailure()) return;
+  auto st = p->client->conn_stats(p->c_conns[0]);
+  ASSERT_TRUE(st.ok());
+  EXPECT_GE(st->tx_chunks, 11u * 1024);  // 5.5 wraps
+  const std::string nic = p->client->nic_counters();
+  EXPECT_GT(transport::counter_sum(nic, "fault_tx_dropped"), 50u) << nic;
+  EXPECT_GT(st->fast_retransmits + st->rto_retransmits + st->tlp_retransmits,
+            50u)
+      << p->client->stats_text();
 }
 
 // Value of "name N" in NIC counters text, or -1.

@@ -195,10 +195,14 @@ void kill_mid_transfer(bool survivor_sends) {
   EXPECT_FALSE(r.done()) << "transfer finished before the kill";
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   const uint64_t t0 = monotonic_ns();
-  Status st = (*ep)->wait(&r, 10000);
+  Status st = (*ep)->wait(&r, 60000);
   const double secs = (monotonic_ns() - t0) / 1e9;
   EXPECT_EQ(st.code(), StatusCode::kRemoteError) << st;
-  EXPECT_LT(secs, 10.0) << "the survivor must fail within the timeout";
+  // The kernel closes a killed process's bootstrap socket, which the
+  // engine watches: the request fails at once, not after the keepalive's
+  // ~10 s (a vanished host) or the retransmission budget's ~5.5 s (a silent
+  // peer). 5 s leaves room for a loaded host and fails either fallback.
+  EXPECT_LT(secs, 5.0) << "the survivor must learn of the death at once";
   // New posts on the dead connection fail at once.
   Request r2;
   EXPECT_FALSE((*ep)->send_async(*c, b.ptr(), 10, b.mh, &r2).ok());

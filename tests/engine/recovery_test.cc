@@ -7,25 +7,11 @@
 #include "util/knobs.h"
 
 namespace uccl {
-UCCL_DECLARE_KNOB(int64_t, knob_rto_min_us);
 UCCL_DECLARE_KNOB(int64_t, knob_window_kb);
 }  // namespace uccl
 
 namespace uccl::testing {
 namespace {
-
-// Sets a knob for the endpoints this scope creates, and back afterwards.
-class KnobOverride {
- public:
-  KnobOverride(Knob<int64_t>& k, int64_t v) : k_(k), old_(k.get()) {
-    k_.set_for_testing(v);
-  }
-  ~KnobOverride() { k_.set_for_testing(old_); }
-
- private:
-  Knob<int64_t>& k_;
-  int64_t old_;
-};
 
 FlowStats stats(Endpoint* ep, ConnId c) {
   auto s = ep->conn_stats(c);

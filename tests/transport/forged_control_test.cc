@@ -12,7 +12,12 @@
 #include "transport/udp/soft_nic.h"
 #include "transport/udp/wire.h"
 #include "util/crc32c.h"
+#include "util/knobs.h"
 #include "util/pattern.h"
+
+namespace uccl::transport::udp {
+UCCL_DECLARE_KNOB(int64_t, knob_softnic_rc_min_timeout_us);
+}  // namespace uccl::transport::udp
 
 namespace uccl::transport::testing {
 namespace {
@@ -153,6 +158,45 @@ TEST_F(ForgedNakTest, APeersNakAboutAnOutstandingPsnStillCounts) {
   EXPECT_EQ(a_->qp->state(), QpState::kError);
   ASSERT_TRUE(drive({a_.get()}, [&] { return !a_->send_wcs.empty(); }));
   EXPECT_EQ(a_->send_wcs[0].status, WcStatus::kRemoteAccessError);
+}
+
+// Go-back-N: a sequence NAK from the peer about an outstanding PSN resends
+// from that PSN at once, with no timeout (the QP's timer is 4 s here, and
+// at least 1 s once RTTs are measured).
+TEST(GoBackNTest, SequenceNakResendsFromTheNakedPsnWithoutATimeout) {
+  auto& min_timeout = udp::knob_softnic_rc_min_timeout_us();
+  const int64_t old_min = min_timeout.get();
+  min_timeout.set_for_testing(1000000);
+  struct Restore {
+    Knob<int64_t>& k;
+    int64_t v;
+    ~Restore() { k.set_for_testing(v); }
+  } restore{min_timeout, old_min};
+  QpConfig cfg;
+  cfg.rc.timeout = 20;  // 4.096 us << 20: ~4.3 s, and no RTT sample yet
+  auto a = Side::make(QpType::kRC, 1 << 20, Side::no_faults(), cfg);
+  auto b = Side::make(QpType::kRC, 1 << 20);
+  ASSERT_TRUE(a && b);
+  connect_pair(a.get(), b.get());
+  fill_pattern(a->buf.data(), 1 << 20, 12);
+  const uint32_t first = a->qp->local_info().psn;
+  ASSERT_TRUE(
+      a->post_send(WrOpcode::kWrite, 1, 0, 1 << 20, b->addr(), b->mr->rkey())
+          .ok());
+  ASSERT_TRUE(drive({a.get()}, [&] { return cnt(a.get()).tx_packets >= 10; }));
+  const uint64_t sent = cnt(a.get()).tx_packets;
+  inject(udp::SoftNicTestAccess::tx_fd(b->qp.get()),
+         ack_header(b.get(), a.get(), first + 4, AckSyndrome::kNakSequence,
+                    first + 5),
+         a.get());
+  ASSERT_TRUE(drive(
+      {a.get()}, [&] { return cnt(a.get()).rc_retransmits > 0; }, 2000))
+      << "no resend after the NAK";
+  EXPECT_EQ(cnt(a.get()).rc_timeouts, 0u);
+  EXPECT_GE(cnt(a.get()).tx_packets, sent);
+  ASSERT_TRUE(drive({a.get(), b.get()}, [&] { return !a->send_wcs.empty(); }));
+  EXPECT_EQ(a->send_wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(find_pattern_mismatch(b->buf.data(), 1 << 20, 12), -1);
 }
 
 // An ACK beyond anything sent acknowledges nothing.

@@ -7,7 +7,7 @@ CTEST_ARGS ?=
 
 .PHONY: all build deps configure test run bench format format-check \
         asan-test tsan-test experiments release-build fuzz-build fuzz-smoke \
-        fuzz clean
+        fuzz mutants clean
 
 all: build
 
@@ -79,6 +79,11 @@ fuzz-smoke: fuzz-build
 
 fuzz: fuzz-build
 	@tools/run_fuzzers.sh build-fuzz -runs=$(FUZZ_RUNS) -- $(FUZZERS)
+
+# Mutation checks (tools/mutants.py): each small break of a mechanism in a
+# scratch copy of the tree must fail the tests named for it.
+mutants: deps
+	@python3 tools/mutants.py
 
 clean:
 	rm -rf build build-asan build-tsan build-release build-fuzz

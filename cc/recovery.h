@@ -81,6 +81,25 @@ inline bool rack_lost(uint64_t sent_ns, uint64_t rack_tx_ns,
          now_ns - sent_ns >= rack_rtt_ns + reo_wnd_ns;
 }
 
+// RACK's order of transmissions (RFC 8985, 6.2, RACK_sent_after): by send
+// time, and by sequence number (serial arithmetic) between packets sent at
+// the same time, as a sender that stamps a whole batch with one clock
+// reading (an engine loop) sends them.
+inline bool rack_sent_before(uint64_t t1, uint32_t seq1, uint64_t t2,
+                             uint32_t seq2) {
+  return t1 < t2 || (t1 == t2 && static_cast<int32_t>(seq1 - seq2) < 0);
+}
+
+// rack_lost() with that order: `seq` the packet's, `rack_seq` that of the
+// packet behind rack_tx_ns.
+inline bool rack_lost(uint64_t sent_ns, uint32_t seq, uint64_t rack_tx_ns,
+                      uint32_t rack_seq, uint64_t rack_rtt_ns,
+                      uint64_t reo_wnd_ns, uint64_t now_ns) {
+  return rack_tx_ns != 0 &&
+         rack_sent_before(sent_ns, seq, rack_tx_ns, rack_seq) &&
+         now_ns - sent_ns >= rack_rtt_ns + reo_wnd_ns;
+}
+
 // Tail loss probe timeout (RFC 8985, 7.2): 2 x srtt, or srtt + 4 x rttvar
 // when RTTs swing more than that (incast queues: probes sent at 2 x srtt
 // there only add drops), plus the receiver's ACK delay (it coalesces ACKs;

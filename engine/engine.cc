@@ -580,6 +580,7 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
         cc::RtoEstimator(cfg_.rto_min_ns, cfg_.rto_max_ns, cfg_.rto_init_ns);
     c->qp_unsignaled.assign(c->qps.size(), 0);
     c->tx.rack_tx_ns.assign(c->qps.size(), 0);
+    c->tx.rack_csn.assign(c->qps.size(), 0);
     c->tx.rack_rtt_ns.assign(c->qps.size(), 0);
     c->tx.engine_unacked = &unacked_bytes_;
     c->qp_outstanding.assign(c->qps.size(), 0);

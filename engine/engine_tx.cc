@@ -507,8 +507,11 @@ void UcclRDMAEngine::on_ack(const AckPacket& a,
     // (RFC 8985, 6.2 step 2); taking it would declare everything sent on
     // this path before the retransmission lost.
     if (cc::rack_unambiguous(ch.retx > 0, ch.last_tx_ns, tx.min_rtt_ns, now) &&
-        ch.last_tx_ns >= tx.rack_tx_ns[ch.path] && now > ch.last_tx_ns) {
+        now > ch.last_tx_ns &&
+        !cc::rack_sent_before(ch.last_tx_ns, s, tx.rack_tx_ns[ch.path],
+                              tx.rack_csn[ch.path])) {
       tx.rack_tx_ns[ch.path] = ch.last_tx_ns;
+      tx.rack_csn[ch.path] = s;
       tx.rack_rtt_ns[ch.path] = now - ch.last_tx_ns;
     }
     ack_chunk(c, s, now);
@@ -625,8 +628,9 @@ int UcclRDMAEngine::detect_losses(Conn* c, uint64_t now) {
   for (uint32_t s = tx.snd_una; csn_lt(s, tx.high_sacked); ++s) {
     ChunkRec& ch = tx.chunk(s);
     if (ch.acked || ch.queued_retx) continue;
-    if (!cc::rack_lost(ch.last_tx_ns, tx.rack_tx_ns[ch.path],
-                       tx.rack_rtt_ns[ch.path], reo_wnd, now)) {
+    if (!cc::rack_lost(ch.last_tx_ns, s, tx.rack_tx_ns[ch.path],
+                       tx.rack_csn[ch.path], tx.rack_rtt_ns[ch.path], reo_wnd,
+                       now)) {
       continue;
     }
     enqueue_retx(tx, s);

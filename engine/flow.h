@@ -182,6 +182,10 @@ struct TxFlow {
   // delivered on the same path is evidence of loss; other paths' chunks
   // are not), and the minimum RTT for the reordering window.
   std::vector<uint64_t> rack_tx_ns, rack_rtt_ns;
+  // The CSN of each of those chunks: an engine loop stamps every chunk it
+  // sends with one clock reading, so the CSN orders chunks sent in one loop
+  // (cc::rack_sent_before).
+  std::vector<uint32_t> rack_csn;
   uint64_t min_rtt_ns = 0;
   uint32_t high_sacked = 0;  // one past the highest SACKed CSN
   uint64_t last_ack_ns = 0;

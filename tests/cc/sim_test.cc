@@ -108,6 +108,15 @@ TEST(Recovery, RackDeclaresLossOnlyAfterALaterDeliveryAndItsRtt) {
   // 30 + 20 us from its own send.
   EXPECT_FALSE(cc::rack_lost(1000, 2000, 30000, reo, 1000 + 49999));
   EXPECT_TRUE(cc::rack_lost(1000, 2000, 30000, reo, 1000 + 50000));
+  // Packets stamped with one clock reading are ordered by sequence number
+  // (serial arithmetic across the wrap): the earlier one is lost once the
+  // later one's RTT plus the window have passed; the later one never is.
+  EXPECT_TRUE(cc::rack_sent_before(1000, 7, 1000, 8));
+  EXPECT_FALSE(cc::rack_sent_before(1000, 8, 1000, 7));
+  EXPECT_TRUE(cc::rack_sent_before(1000, 0xfffffffe, 1000, 1));
+  EXPECT_TRUE(cc::rack_lost(1000, 7, 1000, 8, 30000, reo, 1000 + 50000));
+  EXPECT_FALSE(cc::rack_lost(1000, 8, 1000, 7, 30000, reo, 1000 + 50000));
+  EXPECT_FALSE(cc::rack_lost(1000, 7, 1000, 8, 30000, reo, 1000 + 49999));
   // A retransmission acked sooner than the min RTT is ambiguous.
   EXPECT_FALSE(cc::rack_unambiguous(true, 1000, 10000, 5000));
   EXPECT_TRUE(cc::rack_unambiguous(true, 1000, 10000, 11000));

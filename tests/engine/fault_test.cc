@@ -145,6 +145,25 @@ TEST(TailLossProbeTest, LostTailsAreRepairedByProbes) {
   EXPECT_LT(st->rtos, st->tlp_retransmits) << p->client->stats_text();
 }
 
+// RACK's fast path: a chunk lost with later chunks behind it is found lost
+// from their delivery (SACKs) and resent without a timer. The RTO floor is
+// 200 ms here, so a run that needed timeouts for its ~10 holes would show
+// them; probes cover lost tails only.
+TEST(FastRetransmitTest, HolesWithLaterTrafficAreRepairedBySacks) {
+  KnobOverride rto_min(knob_rto_min_us(), 200000);
+  EndpointConfig sc = test_config(1, 2), cc = test_config(1, 2);
+  cc.fault_tx = "drop=0.02";
+  cc.fault_seed = 23;
+  auto p = Pair::make(sc, cc);
+  ASSERT_TRUE(p);
+  exchange(p.get(), 0, std::vector<size_t>(32, 1 << 20), 81);
+  if (::testing::Test::HasFatalFailure()) return;
+  auto st = p->client->conn_stats(p->c_conns[0]);
+  ASSERT_TRUE(st.ok());
+  EXPECT_GE(st->fast_retransmits, 3u) << p->client->stats_text();
+  EXPECT_LT(st->rtos, st->fast_retransmits) << p->client->stats_text();
+}
+
 // The 11-bit chunk sequence number wraps every 2048 chunks: 1 KiB chunks
 // take an 8 MiB message past it four times, under 1% loss on every data
 // packet, in any build (1 GiB messages, the other way there, are too slow

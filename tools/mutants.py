@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Mutation checks: the test suite must fail when a mechanism breaks.
+
+Each mutant is a small change to one source file (a check removed, a
+formula altered, a fault injector that does nothing). For each, in a
+scratch copy of the tree (the working tree is never touched), the
+mutation is applied, the test binary that should notice is rebuilt and
+run with the tests named, and the mutant must be "killed": some test
+fails. Prints a table (mutant, tests run, verdict); exits 1 if any
+mutant survives.
+
+  tools/mutants.py [--scratch DIR] [--only NAME[,NAME]] [--list]
+
+The first run builds the scratch tree (minutes); later runs rebuild only
+what each mutation touches. `make mutants` runs it.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# name, file, original text (exactly once), mutated text, binary, filter
+MUTANTS = [
+    ("injector-does-nothing", "transport/fault/fault_injector.cc",
+     "  ++c.packets;\n",
+     "  ++c.packets;\n  if (now_ns != ~0ull) return out;\n",
+     "engine_tests", "Faults/FaultTest.*:Modes/EagerMix*"),
+    ("sequence-nak-ignored", "transport/udp/soft_qp.cc",
+     "    case AckSyndrome::kNakSequence:\n      rewind_to(about);\n",
+     "    case AckSyndrome::kNakSequence:\n",
+     "transport_tests", "GoBackN*"),
+    ("nak-window-check-removed", "transport/udp/soft_qp.cc",
+     "  if (syn != AckSyndrome::kAck && !about_outstanding) {",
+     "  if (false && syn != AckSyndrome::kAck && !about_outstanding) {",
+     "transport_tests", "ForgedNak*"),
+    ("ack-psn-window-check-removed", "transport/udp/soft_qp.cc",
+     "  if (psn_lt(acked_psn_, ack) && psn_lt(ack, next_psn_)) {",
+     "  if (psn_lt(acked_psn_, ack)) {",
+     "transport_tests", "ForgedNak*"),
+    ("source-check-removed", "transport/udp/soft_qp.cc",
+     "  if (!from_peer(from)) {\n    ++dev_->counters_.drop_wrong_source;",
+     "  if (false) {\n    ++dev_->counters_.drop_wrong_source;",
+     "transport_tests", "ForgedNak*:ForgedUc*"),
+    ("header-crc-check-skipped", "transport/udp/soft_device.cc",
+     "  if (crc32c(0, &z, sizeof(z)) != h.hdr_crc) return &counters_.drop_bad_crc;",
+     "",
+     "transport_tests", "HostileInput*"),
+    ("rack-disabled", "engine/engine_tx.cc",
+     "  if (!csn_lt(tx.snd_una, tx.high_sacked)) return 0;",
+     "  if (true) return 0;",
+     "engine_tests", "FastRetransmit*"),
+    ("rack-same-loop-tie-ignored", "cc/recovery.h",
+     "  return t1 < t2 || (t1 == t2 && static_cast<int32_t>(seq1 - seq2) < 0);",
+     "  return t1 < t2;",
+     "engine_tests", "FastRetransmit*"),
+    ("tlp-disabled", "engine/engine_tx.cc",
+     "  if (!cfg_.tail_loss_probe || tx.tlp_sent",
+     "  if (true || tx.tlp_sent",
+     "engine_tests", "TailLossProbe*"),
+    ("sack-off-by-one", "engine/engine_tx.cc",
+     "const uint32_t s = cum + 1 + w * 64 + __builtin_ctzll(bits);",
+     "const uint32_t s = cum + 2 + w * 64 + __builtin_ctzll(bits);",
+     "engine_tests", "FastRetransmit*"),
+    ("frto-off", "engine/engine_tx.cc",
+     "  if (tx.rto_backoff == 0) {\n    // F-RTO",
+     "  if (false) {\n    // F-RTO",
+     "engine_tests", "SpuriousTimeout*"),
+    ("engine-window-off", "engine/engine_tx.cc",
+     "    if (cfg_.window_bytes > 0 &&",
+     "    if (false && cfg_.window_bytes > 0 &&",
+     "engine_tests", "EngineWindow*"),
+    ("rto-backoff-removed", "cc/recovery.cc",
+     "  return std::min(max_ns_, rto_ns_ << backoff);",
+     "  return std::min(max_ns_, rto_ns_);",
+     "ccsim_tests", "Recovery*"),
+    ("eifel-response-removed", "cc/recovery.cc",
+     "  srtt_ns_ = std::max(srtt_ns_, rtt_ns);\n",
+     "",
+     "ccsim_tests", "Recovery*"),
+    ("swift-md-always-max", "cc/swift.cc",
+     "      double f = std::max(1 - p_.beta * (delay_us - target_us) / delay_us,\n"
+     "                          1 - p_.max_mdf);",
+     "      double f = 1 - p_.max_mdf;",
+     "cc_tests", "Swift*"),
+    ("swift-target-over-cwnd", "cc/swift.cc",
+     "  double fs = fs_alpha_ / std::sqrt(fcwnd_) + fs_beta_;",
+     "  double fs = fs_alpha_ / fcwnd_ + fs_beta_;",
+     "cc_tests", "Swift*"),
+    ("timely-patched-weight", "cc/timely.cc",
+     "                                        : 2 * gradient + 0.5;",
+     "                                        : gradient + 0.5;",
+     "cc_tests", "TimelyPatched*"),
+    ("credit-grants-doubled", "cc/credit.cc",
+     "    tokens_ -= g;",
+     "    tokens_ -= g / 2;",
+     "cc_tests", "Credit*"),
+    ("bootstrap-rejects-returned", "engine/endpoint.cc",
+     "    if (!st.ok() && !h->identified()) {",
+     "    if (false && !st.ok() && !h->identified()) {",
+     "engine_tests", "BootstrapTest.*"),
+]
+
+
+def run(cmd, cwd, timeout=None, quiet=True):
+    return subprocess.run(cmd, cwd=cwd, timeout=timeout, text=True,
+                          stdout=subprocess.PIPE if quiet else None,
+                          stderr=subprocess.STDOUT if quiet else None)
+
+
+def sync_tree(scratch):
+    """Copies the tracked and untracked (not ignored) files to scratch/src."""
+    src = os.path.join(scratch, "src")
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
+        capture_output=True, text=True, check=True).stdout.split("\n")
+    for f in files:
+        if not f or not os.path.isfile(os.path.join(ROOT, f)):
+            continue
+        dst = os.path.join(src, f)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        a = os.path.join(ROOT, f)
+        if (not os.path.exists(dst) or
+                os.path.getmtime(dst) < os.path.getmtime(a) or
+                open(a, "rb").read() != open(dst, "rb").read()):
+            shutil.copy2(a, dst)
+    return src
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--scratch", default="/tmp/uccl-mutants")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    a = ap.parse_args()
+    todo = MUTANTS
+    if a.only:
+        names = set(a.only.split(","))
+        todo = [m for m in MUTANTS if m[0] in names]
+        unknown = names - {m[0] for m in MUTANTS}
+        if unknown:
+            ap.error("unknown mutants: " + ", ".join(sorted(unknown)))
+    if a.list:
+        for m in todo:
+            print(f"{m[0]:32s} {m[1]:36s} {m[4]} --gtest_filter={m[5]}")
+        return 0
+    os.makedirs(a.scratch, exist_ok=True)
+    src = sync_tree(a.scratch)
+    build = os.path.join(a.scratch, "build")
+    # Check every mutation applies before spending a build on any.
+    for name, path, old, new, _, _ in todo:
+        text = open(os.path.join(src, path)).read()
+        if text.count(old) != 1:
+            print(f"mutant {name}: the text to mutate is not in {path} "
+                  f"exactly once (update tools/mutants.py)", file=sys.stderr)
+            return 2
+    r = run(["cmake", "-S", src, "-B", build, "-DUCCL_CUDA=OFF"], ROOT)
+    if r.returncode != 0:
+        print(r.stdout, file=sys.stderr)
+        return 2
+    rows = []
+    for name, path, old, new, binary, filt in todo:
+        f = os.path.join(src, path)
+        text = open(f).read()
+        t0 = time.time()
+        try:
+            open(f, "w").write(text.replace(old, new))
+            b = run(["cmake", "--build", build, "-j", str(a.jobs), "--target",
+                     binary], ROOT)
+            if b.returncode != 0:
+                verdict = "killed (does not compile)"
+            else:
+                try:
+                    t = run([os.path.join(build, "bin", binary),
+                             f"--gtest_filter={filt}"], ROOT, timeout=600)
+                    verdict = ("killed" if t.returncode != 0 else "SURVIVED")
+                except subprocess.TimeoutExpired:
+                    verdict = "killed (tests timed out)"
+        finally:
+            open(f, "w").write(text)
+        rows.append((name, path, binary, filt, verdict, time.time() - t0))
+        print(f"{name}: {verdict} ({time.time() - t0:.0f} s)", flush=True)
+    # Rebuild the pristine binaries so the scratch tree is clean next time.
+    for binary in sorted({m[4] for m in todo}):
+        run(["cmake", "--build", build, "-j", str(a.jobs), "--target",
+             binary], ROOT)
+    print("\n| mutant | file | killed by | verdict |")
+    print("|---|---|---|---|")
+    for name, path, binary, filt, verdict, _ in rows:
+        print(f"| {name} | `{path}` | `{binary} --gtest_filter={filt}` | "
+              f"{verdict} |")
+    survived = [r for r in rows if r[4] == "SURVIVED"]
+    print(f"\n{len(rows) - len(survived)} of {len(rows)} mutants killed")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

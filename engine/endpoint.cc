@@ -115,10 +115,11 @@ UCCL_KNOB(int64_t, knob_nic_queue, "UCCL_NIC_QUEUE", 32,
 UCCL_KNOB(int64_t, knob_window_kb, "UCCL_ENGINE_WINDOW_KB", -1,
           "Most KiB one engine has sent and not had acknowledged over all "
           "its flows, so the peer's host does not drop what it cannot "
-          "buffer (the software NIC: a full socket). -1: half the device's "
-          "receive buffer (UCCL_SOFTNIC_SOCKBUF_KB as the kernel counts "
-          "it, twice that: 16 MiB by default; the peer's is taken to be as "
-          "large), none on verbs devices; 0: no limit.",
+          "buffer (the software NIC: a full socket) and its queue, hence "
+          "RTTs, stays short. -1: an eighth of the device's receive buffer "
+          "(UCCL_SOFTNIC_SOCKBUF_KB as the kernel counts it, twice that: "
+          "4 MiB by default; the peer's is taken to be as large), none on "
+          "verbs devices; 0: no limit.",
           -1, int64_t{1} << 30);
 UCCL_KNOB(bool, knob_tlp, "UCCL_TLP", true,
           "Tail loss probe (RFC 8985): after max(2 x srtt, srtt + 4 x "

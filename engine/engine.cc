@@ -90,7 +90,7 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
   e->dev_->set_owner_driven(cfg.drive_nic);
   if (cfg.window_bytes < 0) {
     e->cfg_.window_bytes =
-        static_cast<int64_t>(e->dev_->info().rx_buffer_bytes / 2);
+        static_cast<int64_t>(e->dev_->info().rx_buffer_bytes / 8);
   }
   e->cfg_.chunk_bytes =
       whole_packet_chunk_bytes(cfg.chunk_bytes, e->dev_->info().mtu_bytes,

@@ -55,7 +55,8 @@ struct EngineConfig {
   uint32_t path_queue = 16;     // chunks per path inside the NIC at most
   uint32_t nic_queue = 32;      // chunks inside the NIC over all connections
   // Bytes the engine's flows may have sent and not had acknowledged in all,
-  // so the peer's host does not drop what it cannot buffer: -1 half the
+  // so the peer's host does not drop what it cannot buffer and its queue
+  // (hence the RTTs the timers follow) stays short: -1 an eighth of the
   // device's receive buffer (transport::DeviceInfo::rx_buffer_bytes, which
   // counts headers and bookkeeping too; the peer's is taken to be as
   // large), 0 no limit (verbs, or none known).

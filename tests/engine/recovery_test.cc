@@ -19,15 +19,16 @@ FlowStats stats(Endpoint* ep, ConnId c) {
   return s.ok() ? *s : FlowStats{};
 }
 
-// Every datagram the receiver gets is held 30 ms (injected delay, nothing
-// lost). The sender's RTO (15 ms floor, no RTT sample yet) fires halfway;
-// its next one (backed off: 45 ms) would come 15 ms after the data and its
-// ACKs. The ACKs then show the original chunks delivered: the timeout was
-// spurious. Before F-RTO the timeout resent every chunk of the message.
+// Every datagram the receiver gets is held 80 ms (injected delay, nothing
+// lost). The sender's RTO (40 ms floor, no RTT sample yet) fires halfway;
+// its next one (backed off: 120 ms) would come 40 ms after the data and its
+// ACKs, a margin for a loaded host's scheduling. The ACKs then show the
+// original chunks delivered: the timeout was spurious. Before F-RTO the
+// timeout resent every chunk of the message.
 TEST(SpuriousTimeoutTest, DelayIsNotLossOneProbeAndTheTimerRises) {
-  KnobOverride rto_min(knob_rto_min_us(), 15000);
+  KnobOverride rto_min(knob_rto_min_us(), 40000);
   EndpointConfig sc = test_config(1, 2), cc = test_config(1, 2);
-  sc.fault_rx = "delay=1:30000";
+  sc.fault_rx = "delay=1:80000";
   sc.fault_seed = 5;
   auto p = Pair::make(sc, cc);
   ASSERT_TRUE(p);

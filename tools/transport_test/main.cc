@@ -423,7 +423,10 @@ int Server::serve() {
       // told why. Anything else that connects is dropped by the endpoint.
       note("[server] a client could not connect: " + c.status().to_string());
     } else {
-      usleep(200);
+      // New clients are rare: a waking accept loop would take CPU time
+      // from the engines and sessions on a small host. A client connecting
+      // meanwhile waits in the kernel's backlog for at most this long.
+      usleep(5000);
     }
     for (size_t i = 0; i < running.size();) {
       if (!running[i].done->load()) {

@@ -900,9 +900,7 @@ void SoftQp::on_ud(const WireHeader& h, const uint8_t* payload,
   std::memcpy(grh + 4, &plen, 2);
   grh[6] = 0x1b;
   grh[7] = 64;
-  uint8_t sgid[16];
-  ipv4_to_gid(from.sin_addr.s_addr, sgid);
-  std::memcpy(grh + 8, sgid, 16);
+  ipv4_to_gid(from.sin_addr.s_addr, grh + 8);
   PortAddress me = dev_->port_address();
   std::memcpy(grh + 24, me.gid, 16);
   bool bad = false;

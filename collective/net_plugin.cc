@@ -437,10 +437,10 @@ uccl::Result<Endpoint*> NetPlugin::endpoint(PluginDevice* d) {
   // within 3% and its 4 B / 64 B latency fell 5-7%; a PyTorch loop of
   // 4 B-1 KiB all_reduce (bound by its host) ran 1.4x faster on one VM,
   // 1.0-1.2x on another, the same on a third and 0.8-0.9x on a fourth
-  // (BENCHMARKS.md, sessions 33 and 34). Verbs devices' engines sleep
-  // blind, so only after a second: blind 20 us sleeps after the default
-  // 20000 empty loops put about one NCCL process pair in four (7 of 26)
-  // into a steady ~100 us per hop (session 7).
+  // (BENCHMARKS.md, NCCL section). Verbs devices' engines sleep blind, so
+  // only after a second: blind 20 us sleeps after the default 20000 empty
+  // loops put about one NCCL process pair in four (7 of 26) into a steady
+  // ~100 us per hop.
   if (cfg.idle_sleep_after_ms < 0) {
     cfg.idle_sleep_after_ms = d->soft_nic ? 10 : 1000;
   }

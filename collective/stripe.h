@@ -17,18 +17,15 @@ namespace uccl::nccl {
 // Engines spin while there is traffic and sleep after a second without, so
 // the count is what a busy rank costs, and too many is far worse than too
 // few: 16 engines per rank on 32 CPUs, the whole share, were six times
-// slower (BENCHMARKS.md, session 18).
+// slower (BENCHMARKS.md, NCCL section).
 // The cap is 12 for one or two ranks per host: on 2 ranks with 32 CPUs, 12
 // engines with 6 NCCL channels (unknown_link_speed_mbps) moved 256 MiB
-// 1.20-1.36x faster than 8 (sessions 31, 32). Session 31 kept 8 because a
-// 12-engine process pair ran its first size slowly now and then (4 B at
-// 28-120 us instead of 20): NCCL's proxy thread had been placed on a core
-// where a busy engine spun, and waited behind it until the kernel moved it.
-// The plugin now keeps NCCL's threads off engine cores
-// (UCCL_NCCL_STEER_THREADS): 0 slow process pairs of 14, against 5 of 14
-// without (session 32). With three or more ranks per host the cap stays 8:
-// with 4 ranks on 64 CPUs, 12 made 256 MiB only 1.04-1.10x faster
-// (session 26).
+// 1.20-1.36x faster than 8. It needs NCCL's threads kept off engine cores
+// (UCCL_NCCL_STEER_THREADS): a proxy thread the kernel placed on a core
+// where a busy engine spun waited behind it until the kernel moved it (4 B
+// at 28-120 us instead of 20 in 5 of 14 process pairs without, 0 of 14
+// with). With three or more ranks per host the cap stays 8: with 4 ranks on
+// 64 CPUs, 12 made 256 MiB only 1.04-1.10x faster.
 constexpr int kMaxAutoEngines = 12;
 constexpr int kMaxAutoEnginesManyRanks = 8;  // three or more local ranks
 inline int auto_engines(int allowed_cpus, int local_ranks) {
@@ -41,13 +38,13 @@ inline int auto_engines(int allowed_cpus, int local_ranks) {
 // The link speed the plugin reports to NCCL, Mb/s, for a device whose link
 // has none (lo, most VM NICs under the software NIC), given the engines per
 // device. NCCL 2.28 sizes its NET channels from it: on one host 100000 and
-// 200000 gave 2 channels, 300000 gave 6, and 400000 up to 2400000 gave 4
-// (sessions 11, 26, 31); 4 against 2 made 256 MiB 1.56x faster (session
-// 11). 4 channels suit up to 8 engines: with 8, 6 channels made 256 MiB no
-// faster and 64 KiB 26% slower (session 26). 12 engines move more than 4
-// channels feed them: 6 channels made 256 MiB 1.09-1.12x and 1 MiB
-// 1.12-1.21x faster than 12 engines under 4, for 64 KiB 21-65% slower
-// (still faster than Socket's; session 31).
+// 200000 gave 2 channels, 300000 gave 6, and 400000 up to 2400000 gave 4;
+// 4 against 2 made 256 MiB 1.56x faster. 4 channels suit up to 8 engines:
+// with 8, 6 channels made 256 MiB no faster and 64 KiB 26% slower. 12
+// engines move more than 4 channels feed them: 6 channels made 256 MiB
+// 1.09-1.12x and 1 MiB 1.12-1.21x faster than 12 engines under 4, for 64
+// KiB 21-65% slower (still faster than Socket's). (BENCHMARKS.md, NCCL
+// section, for each.)
 constexpr int kSixChannelEngines = 12;
 constexpr uint64_t kUnknownSpeedMbps = 400000;
 constexpr uint64_t kUnknownSpeedManyEnginesMbps = 300000;
@@ -63,10 +60,9 @@ inline uint64_t unknown_link_speed_mbps(int engines) {
 // costs a receive descriptor, its RC ACK, the write and its ACK, and a
 // message completes with its slowest part, while NCCL brings parallelism
 // of its own: with 8 engines, K = 4 made all_reduce of 2-8 MiB 1.2-1.8x
-// faster than K = 8 (session 25); with 12, K = 6 made 16-256 MiB 1.2x
-// faster than K = 4, whose 32 connections sit unevenly on 12 engines
-// (session 26). The cap keeps an explicit 16 engines from cutting NCCL's
-// messages into 8 parts.
+// faster than K = 8; with 12, K = 6 made 16-256 MiB 1.2x faster than K =
+// 4, whose 32 connections sit unevenly on 12 engines. The cap keeps an explicit
+// 16 engines from cutting NCCL's messages into 8 parts.
 constexpr int kMaxAutoConns = 6;
 inline int auto_conns(int engines) {
   return std::clamp(engines / 2, 1, kMaxAutoConns);
@@ -92,7 +88,7 @@ int local_ranks(GetEnv get, int gpus_on_host) {
 
 // The message a default stripe is cut for: NCCL's all_reduce slice at its
 // default NCCL_BUFFSIZE (4 MiB, 8 steps, 2 steps per slice), which is what
-// large all_reduce sends (BENCHMARKS.md, session 18).
+// large all_reduce sends.
 constexpr size_t kNcclSliceBytes = size_t{1} << 20;
 
 // The byte range [*off, *off + *n) of part j of a message of `len` bytes
@@ -143,8 +139,7 @@ inline size_t default_stripe_bytes(int k, uint32_t chunk_bytes,
 // have engines of their own, and where NCCL opens as many send as receive
 // comms, every engine carries both directions alike. (Consecutive
 // engines, which this replaced, left engines send-only or receive-only
-// when K < n: 4 ranks' 256 MiB all_reduce 1.44x slower in one run,
-// BENCHMARKS.md, session 25.)
+// when K < n: 4 ranks' 256 MiB all_reduce 1.44x slower in one run.)
 inline int lane_engine(bool send, uint32_t lane, int i, int k, int n) {
   if (n < 1) return 0;
   const uint64_t nn = static_cast<uint64_t>(n);

@@ -79,17 +79,8 @@ UCCL_KNOB(int64_t, knob_rto_min_us, "UCCL_RTO_MIN_US", 0,
           "Minimum retransmission timeout, microseconds (0: 1000 on verbs "
           "devices, 5000 on the software NIC).",
           0, 10000000);
-// Sanitizer builds run 5-20x slower and stall for longer on a loaded host;
-// their default ceiling is 1 s, so that the backoff itself stays gentle
-// there (their dead-peer budget, max_retries timeouts, is then ~50 s).
-#ifdef UCCL_SANITIZER_BUILD
-constexpr int64_t kDefaultRtoMaxUs = 1000000;
-#else
-constexpr int64_t kDefaultRtoMaxUs = 100000;
-#endif
-UCCL_KNOB(int64_t, knob_rto_max_us, "UCCL_RTO_MAX_US", kDefaultRtoMaxUs,
-          "Maximum retransmission timeout (after backoff), microseconds "
-          "(default 100000; 1000000 in sanitizer builds).",
+UCCL_KNOB(int64_t, knob_rto_max_us, "UCCL_RTO_MAX_US", 100000,
+          "Maximum retransmission timeout (after backoff), microseconds.",
           10, 100000000);
 // The dead-peer budget: with the backoff capped at UCCL_RTO_MAX_US, 60
 // timeouts are ~5.7 s on the software NIC (5 ms floor) and ~5.4 s on verbs.

@@ -28,9 +28,9 @@ namespace uccl::engine {
 // packet. A chunk just over a multiple of either MTU costs a short tail
 // packet per chunk, each a full trip through the kernel's stack: 64 KiB
 // over lo's 65408-byte payload MTU was two datagrams, 65408 B and 128 B;
-// on the GPU VMs' eth0, 65280-byte chunks (whole packets of eth0's MTU)
-// were 61440 + 3840 B to the other rank through lo (splice's MTU), the
-// tail copied rather than spliced (BENCHMARKS.md, session 38).
+// on a 1400-MTU eth0 (cloud VMs'), 65280-byte chunks (whole packets of
+// eth0's MTU) were 61440 + 3840 B to another rank on the host through lo
+// (splice's MTU), the tail copied rather than spliced.
 uint32_t whole_packet_chunk_bytes(uint32_t chunk_bytes, uint32_t mtu_bytes,
                                   uint32_t local_mtu_bytes);
 

@@ -274,7 +274,7 @@ def cpu_reference_ms():
     # A fixed piece of pure-Python work (the kind the issuing thread does),
     # timed: the milliseconds it takes say how fast this thread's CPU runs
     # now. Small sizes in this loop are bound by the host, and a VM's vCPUs
-    # change speed with load outside it (BENCHMARKS.md, sessions 31, 33).
+    # change speed with load outside it (BENCHMARKS.md, NCCL section).
     t0 = time.perf_counter()
     acc = 0
     for i in range(200000):

@@ -184,9 +184,19 @@ TEST(Sim, SingleFlowCompletesAtItsIdealTime) {
   const FlowResult& f = r->flows[0];
   ASSERT_GT(f.finish_ns, 0u);
   EXPECT_EQ(f.delivered_bytes, 1000000u);
-  // No contention: the simulated FCT is the analytic one (rounding only).
-  EXPECT_NEAR(static_cast<double>(f.finish_ns),
-              static_cast<double>(f.ideal_fct_ns), 100.0);
+  // No contention: the FCT is store-and-forward's, computed here, not
+  // taken from the simulator. Three links (host -> L -> R -> host), 1 us
+  // each at 100 Gb/s; 245 packets of 4096 B payload + 64 B header (the
+  // last 576 + 64). The first packet crosses all three links (propagation
+  // plus its own serialization on each), the rest follow back to back at
+  // the line rate.
+  const double ser_ns_per_byte = 8.0 / 100.0;  // 100 Gb/s
+  const double wire_bytes = 1000000.0 + 245 * 64;
+  const double first_bytes = 4096 + 64;
+  const double want_ns = 3 * (1000 + first_bytes * ser_ns_per_byte) +
+                         (wire_bytes - first_bytes) * ser_ns_per_byte;
+  EXPECT_NEAR(static_cast<double>(f.finish_ns), want_ns, 100.0);
+  EXPECT_NEAR(static_cast<double>(f.ideal_fct_ns), want_ns, 100.0);
   EXPECT_EQ(r->metrics.at("drops"), 0);
   EXPECT_EQ(r->metrics.at("retransmissions"), 0);
 }

@@ -49,8 +49,8 @@ TEST(DefaultStripe, EightConnectionsCutTheSliceIntoWholeChunks) {
 }
 
 // 12 engines' 6 connections with spliced payloads (61440-byte chunks, lo
-// or, since session 38, the GPU VMs' eth0 too): parts of three whole
-// chunks, 18 datagrams per 1 MiB, the fewest.
+// or a 1400-MTU eth0 whose peers on this host are reached through lo): parts of
+// three whole chunks, 18 datagrams per 1 MiB, the fewest.
 TEST(DefaultStripe, SixConnectionsOfSplicedChunks) {
   const size_t s = default_stripe_bytes(6, 61440);
   EXPECT_EQ(s, 3u * 61440);

@@ -67,7 +67,7 @@ TEST(EngineChunks, WholePacketsOfTheMtu) {
 // which the software NIC reaches through lo, 61440 B when spliced.
 TEST(EngineChunks, WholePacketsOfTheInterfaceAndOneDatagramToThisHost) {
   using engine::whole_packet_chunk_bytes;
-  // MTU 1400 (the GPU VMs' and this project's machines' eth0): 1280 B of
+  // MTU 1400 (cloud VMs' eth0, this project's machines among them): 1280 B of
   // payload. 65280 B was 61440 + 3840 B through lo, the tail copied.
   EXPECT_EQ(whole_packet_chunk_bytes(65536, 1280, 61440), 61440u);
   EXPECT_EQ(whole_packet_chunk_bytes(65536, 1280, 65408), 65280u);  // copied

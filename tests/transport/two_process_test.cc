@@ -157,7 +157,7 @@ TEST_P(TwoProcess, ByteExactAcrossSizes) {
   // engine/engine.cc). With verbs' 7 and RTT-based timeouts from 200 us,
   // doubling, a responder silent for ~51 ms in all used to end the QP: on
   // the loaded 2-CPU CI machine a 1 GiB WRITE_WITH_IMM got kRetryExceeded
-  // in one of ~18 runs (session 33; the QP now also waits out 8 configured
+  // in one of ~18 runs (the QP now also waits out 8 configured
   // timeouts, ~537 ms, before it fails).
   QpConfig cfg;
   cfg.rc.retry_cnt = 30;

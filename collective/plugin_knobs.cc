@@ -44,7 +44,7 @@ UCCL_KNOB(int64_t, knob_stripe_kb, "UCCL_NCCL_STRIPE_KB", 0,
           "lo, 256 KiB (61440-byte chunks, UCCL_SOFTNIC_SPLICE) or 255.5 "
           "KiB (four 65408-byte chunks, payloads copied); with 6 (12 "
           "engines) three 61440-byte chunks, 184320 B, on lo and on the "
-          "GPU VMs' eth0 alike (chunks are one datagram to a peer on this "
+          "GPU machines' eth0 alike (chunks are one datagram to a peer on this "
           "host); 86 KiB with 12. "
           "The receiving side's stripe travels in the connect handle: "
           "senders use it.",

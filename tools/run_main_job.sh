@@ -10,6 +10,6 @@ elif [ -x "$BIN/nic_bench" ]; then
   echo "transport_test not built yet; running the NIC-level benchmark instead"
   exec "$BIN/nic_bench"
 else
-  echo "No end-to-end program is built yet (see README.md for the plan)."
+  echo "No end-to-end program is built yet (see README.md)."
   exit 1
 fi

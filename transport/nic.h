@@ -15,7 +15,7 @@
 namespace uccl::transport {
 
 // ---------------------------------------------------------------------------
-// Semantics (both backends; see ARCHITECTURE.md "transport/"):
+// Semantics (both backends; docs/nic.md):
 //  * UC: a message (one WR) lands whole or not at all from the receiver's
 //    point of view: no completion when any part is lost. No retransmission.
 //  * RC: reliable and in order; the NIC retransmits; RDMA_READ allowed.

@@ -167,11 +167,11 @@ TEST(LaneEngine, SpreadsBothDirectionsEvenlyAndKeepsConnectionZerosApart) {
 }
 
 TEST(AutoEngines, ThreeQuartersOfTheRanksShareUpToTwelveOrEight) {
-  EXPECT_EQ(auto_engines(32, 2), 12);  // the 2-GPU VMs: the share, 12
+  EXPECT_EQ(auto_engines(32, 2), 12);  // the 2-GPU machines: the share, 12
   EXPECT_EQ(auto_engines(64, 2), 12);  // capped at 12
   EXPECT_EQ(auto_engines(24, 2), 9);
   EXPECT_EQ(auto_engines(16, 1), 12);
-  EXPECT_EQ(auto_engines(64, 4), 8);  // the 4-GPU VMs: capped at 8 (12 by
+  EXPECT_EQ(auto_engines(64, 4), 8);  // the 4-GPU machines: capped at 8 (12 by
                                       // share)
   EXPECT_EQ(auto_engines(64, 3), 8);
   EXPECT_EQ(auto_engines(64, 8), 6);  // 8 each: 6, 2 left to NCCL

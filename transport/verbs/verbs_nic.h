@@ -1,5 +1,5 @@
 // The verbs backend: Device/PD/MR/CQ/QP/SRQ/AH as thin wrappers over
-// rdma-core (dlopen'd). Never run on hardware here; see README "verbs".
+// rdma-core (dlopen'd). Never run on hardware here; docs/nic.md, "verbs".
 #pragma once
 
 #include <infiniband/verbs.h>

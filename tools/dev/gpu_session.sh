@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # What runs on the GPU machine (device tool), from the repository root with
-# gpu_carry/ carried (tools/gpu_carry.sh). Results go to $OUT.
-#   tools/gpu_session.sh nccl     conformance + profiler events + NCCL correctness + bench suite
-#   tools/gpu_session.sh engines  transport_test engine scaling and latency
-#   tools/gpu_session.sh tune     UCCL knob variants of the all_reduce bench
-#   tools/gpu_session.sh engine1  one engine vs raw UDP, $ROUNDS interleaved
+# gpu_carry/ carried (tools/dev/gpu_carry.sh). Results go to $OUT.
+#   tools/dev/gpu_session.sh nccl     conformance + profiler events + NCCL correctness + bench suite
+#   tools/dev/gpu_session.sh engines  transport_test engine scaling and latency
+#   tools/dev/gpu_session.sh tune     UCCL knob variants of the all_reduce bench
+#   tools/dev/gpu_session.sh engine1  one engine vs raw UDP, $ROUNDS interleaved
 #                                 rounds of the env variants in $VARIANTS
-#   tools/gpu_session.sh lat      64 B one-way latency vs UDP ping-pong, the
+#   tools/dev/gpu_session.sh lat      64 B one-way latency vs UDP ping-pong, the
 #                                 same way ($ROUNDS, $VARIANTS, $MSIZE)
-#   tools/gpu_session.sh perf     nccl_perf (C++ all_reduce loop): UCCL vs
+#   tools/dev/gpu_session.sh perf     nccl_perf (C++ all_reduce loop): UCCL vs
 #                                 Socket / Socket 4x4, and the host-memory
 #                                 floor (SHM), in $ROUNDS interleaved rounds,
 #                                 then the loop's floor (P2P)
 #                                 (COLL=sendrecv: the sendrecv ring instead)
-#   tools/gpu_session.sh faults   NCCL correctness over UCCL with injected
+#   tools/dev/gpu_session.sh faults   NCCL correctness over UCCL with injected
 #                                 drop, corruption, reordering and duplicates
 #                                 (one fault each, $FAULTS), then nccl_perf
 #                                 with 0.1% and 1% drop against no faults

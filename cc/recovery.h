@@ -118,10 +118,14 @@ inline uint64_t tlp_timeout_ns(uint64_t srtt_ns, uint64_t rttvar_ns,
 // Whether a delivery may advance RACK's clock: an ACK for a retransmitted
 // packet sooner than the min RTT is for an earlier copy (RFC 8985, 6.2
 // step 2); taking it would declare everything sent before the
-// retransmission lost.
+// retransmission lost. Three quarters of the min RTT: a min RTT first
+// measured in an incast includes queueing that a later resend into the
+// drained queue does not see, and a resend's ACK slightly sooner than it
+// is the resend's (an original's ACK after a spurious resend comes far
+// sooner, right behind the resend).
 inline bool rack_unambiguous(bool retransmitted, uint64_t last_tx_ns,
                              uint64_t min_rtt_ns, uint64_t now_ns) {
-  return !(retransmitted && now_ns - last_tx_ns < min_rtt_ns);
+  return !(retransmitted && now_ns - last_tx_ns < min_rtt_ns / 4 * 3);
 }
 
 // RACK on a timeout (RFC 8985, 6.3): the oldest outstanding packet and every

@@ -576,12 +576,18 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
     }
     c->tx.paths = std::make_unique<cc::PathSelector>(
         static_cast<uint32_t>(c->qps.size()), idx * 7919 + cfg_.index);
-    c->tx.rto =
-        cc::RtoEstimator(cfg_.rto_min_ns, cfg_.rto_max_ns, cfg_.rto_init_ns);
+    cc::ScoreboardConfig sc;
+    sc.capacity = kChunkRing;
+    sc.paths = static_cast<uint32_t>(c->qps.size());
+    sc.rto_min_ns = cfg_.rto_min_ns;
+    sc.rto_max_ns = cfg_.rto_max_ns;
+    sc.rto_init_ns = cfg_.rto_init_ns;
+    sc.max_retries = cfg_.max_retries;
+    sc.dup_ack_threshold = cfg_.dup_ack_threshold;
+    sc.tail_loss_probe = cfg_.tail_loss_probe;
+    sc.ack_delay_ns = cfg_.ack_delay_ns;
+    c->tx.sb = std::make_unique<cc::Scoreboard>(sc);
     c->qp_unsignaled.assign(c->qps.size(), 0);
-    c->tx.rack_tx_ns.assign(c->qps.size(), 0);
-    c->tx.rack_csn.assign(c->qps.size(), 0);
-    c->tx.rack_rtt_ns.assign(c->qps.size(), 0);
     c->tx.engine_unacked = &unacked_bytes_;
     c->qp_outstanding.assign(c->qps.size(), 0);
   }
@@ -689,7 +695,7 @@ void UcclRDMAEngine::connect_conn(ConnSetup* s) {
   c->tcp_fd = s->tcp_fd;
   s->tcp_fd = -1;  // ours now
   c->established = true;
-  c->tx.last_progress_ns = clock_->now_ns();
+  c->tx.sb->note_idle(clock_->now_ns());
   live_.push_back(c->index);
   activate(c);
   VLOG(kVlogLifecycle) << "engine " << cfg_.index << ": connection " << c->index
@@ -733,14 +739,13 @@ void UcclRDMAEngine::fail_conn(Conn* c, Status why, bool warn) {
   tx.msg_head = tx.msg_chunk = tx.msg_tail;
   tx.owed_n = 0;
   // Its chunks no longer count against the engine's window.
-  for (uint32_t s = tx.snd_una; s != tx.snd_nxt; ++s) {
-    ChunkRec& ch = tx.chunk(s);
-    if (!ch.acked) unacked_bytes_ -= std::min<uint64_t>(unacked_bytes_, ch.len);
-    ch.acked = true;
-    ch.in_pipe = false;
+  if (tx.sb) {
+    for (uint32_t s = tx.sb->snd_una(); s != tx.sb->snd_nxt(); ++s) {
+      if (tx.sb->seg(s).acked) continue;
+      unacked_bytes_ -= std::min<uint64_t>(unacked_bytes_, tx.chunk(s).len);
+    }
+    tx.sb->abandon();
   }
-  tx.inflight = 0;
-  for (auto& pc : tx.ccs) pc.inflight = 0;
   tx.eager_free = 0;
   for (RxSlot& s : c->rx.slots) {
     if (s.active) {
@@ -1218,10 +1223,10 @@ bool UcclRDMAEngine::quiescent(const Conn& c) const {
   if (c.failed || !c.established) return true;
   const TxFlow& tx = c.tx;
   const RxFlow& rx = c.rx;
-  return !tx.rto_urgent && tx.pull_bytes == 0 && tx.retx_head == tx.retx_tail &&
-         tx.msg_chunk == tx.msg_tail && rx.unacked == 0 && !rx.ack_now &&
-         !rx.ack_due && rx.credit_granted == rx.credit_acked &&
-         c.ctrl_out_len == 0;
+  return !tx.sb->urgent_pending() && tx.sb->lost_bytes() == 0 &&
+         !tx.sb->resend_pending() && tx.msg_chunk == tx.msg_tail &&
+         rx.unacked == 0 && !rx.ack_now && !rx.ack_due &&
+         rx.credit_granted == rx.credit_acked && c.ctrl_out_len == 0;
 }
 
 // Test hook (inject_wire_fault): spoils a copy of one outgoing descriptor
@@ -1424,11 +1429,12 @@ void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
     out->rx_bytes += c->rx.rx_bytes;
     out->tx_chunks += c->tx.tx_chunks;
     out->rx_chunks += c->rx.rx_chunks;
-    out->fast_retransmits += c->tx.fast_retx;
-    out->rto_retransmits += c->tx.rto_retx;
-    out->tlp_retransmits += c->tx.tlp_retx;
-    out->spurious_rtos += c->tx.spurious_rtos;
-    out->spurious_retransmits += c->tx.spurious_retx;
+    const cc::RecoveryCounters& rc = c->tx.sb->counters();
+    out->fast_retransmits += rc.fast_retx;
+    out->rto_retransmits += rc.rto_retx;
+    out->tlp_retransmits += rc.tlp_retx;
+    out->spurious_rtos += rc.spurious_rtos;
+    out->spurious_retransmits += rc.spurious_retx;
     out->sends_matched += c->tx.sends_matched;
     out->sends_waited_for_recv += c->tx.sends_waited;
     out->sends_eager += c->tx.sends_eager;
@@ -1439,7 +1445,7 @@ void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
           __builtin_popcount(c->tx.eager_free & ~c->tx.eager_busy);
     }
     out->send_wait_ns += c->tx.send_wait_ns;
-    out->rtos += c->tx.rtos;
+    out->rtos += rc.rtos;
     out->duplicate_chunks += c->rx.duplicates;
     out->acks_sent += c->rx.acks_tx;
     out->acks_received += c->tx.acks_rx;

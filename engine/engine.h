@@ -263,20 +263,13 @@ class UcclRDMAEngine {
   // only in their 1 ms safety-net pass (timers(), late_activations_).
   void activate(Conn* c);
   bool quiescent(const Conn& c) const;
-  bool post_chunk(Conn* c, uint32_t csn, uint16_t path, uint64_t now);
-  void ack_chunk(Conn* c, uint32_t csn, uint64_t now);
+  bool post_chunk(Conn* c, uint32_t csn, uint16_t path, bool retx,
+                  uint64_t now);
+  void ack_chunk(Conn* c, uint32_t csn);
   void complete_tx_msg(Conn* c, TxMsg& m);
   void timers(uint64_t now);
   void check_rto(Conn* c, uint64_t now);
-  int detect_losses(Conn* c, uint64_t now);
-  void rto_recovery(Conn* c, uint64_t now);
-  void on_retx_evidence(Conn* c, uint64_t frto_delivered_ns,
-                        bool frto_probe_delivered, uint32_t spurious,
-                        uint64_t now);
-  static uint64_t reorder_window(const TxFlow& tx);
-  void probe_tail(Conn* c, uint64_t now, uint64_t rto);
-  void on_rtt_sample(Conn* c, ChunkRec& ch, uint64_t rtt_ns,
-                     uint64_t endpoint_ns, uint64_t now);
+  void report_losses(Conn* c, const cc::LossReport& r, uint64_t now);
   void check_liveness();
   void replenish_srq();
   // Records an event when UCCL_TRACE_FILE is set; otherwise nothing, and

@@ -26,32 +26,17 @@ void pace(PathCc& pc, uint32_t bytes, uint64_t now) {
   pc.last_bytes = std::max<uint32_t>(bytes, 1);
 }
 
-void leave_pipe(TxFlow& tx, ChunkRec& ch) {
-  if (!ch.in_pipe) return;
-  ch.in_pipe = false;
-  PathCc& pc = cc_for(tx, ch.path);
-  pc.inflight -= std::min<uint64_t>(pc.inflight, ch.len);
-  tx.inflight -= std::min<uint64_t>(tx.inflight, ch.len);
+// The bytes in path `p`'s pipe as its controller sees them: the path's
+// own, or the flow's where one controller serves every path.
+uint64_t cc_inflight(const TxFlow& tx, uint32_t p) {
+  return tx.ccs.size() == 1 ? tx.sb->inflight() : tx.sb->path_inflight(p);
 }
 
-// A chunk of `len` bytes enters path `pc`'s pipe.
-void enter_pipe(TxFlow& tx, PathCc& pc, ChunkRec& ch, uint32_t len,
-                uint64_t now) {
-  ch.in_pipe = true;
-  pc.inflight += len;
-  tx.inflight += len;
+// A chunk of `len` bytes left on path `p`: its controller and pacer hear.
+void on_sent(TxFlow& tx, uint32_t p, uint32_t len, uint64_t now) {
+  PathCc& pc = cc_for(tx, p);
   pc.cc->on_send(now, len);
   pace(pc, len, now);
-}
-
-// Declares `csn` lost: it leaves the pipe and waits to be sent again.
-void enqueue_retx(TxFlow& tx, uint32_t csn) {
-  ChunkRec& ch = tx.chunk(csn);
-  if (ch.queued_retx || tx.retx_tail - tx.retx_head >= kRetxRing) return;
-  ch.queued_retx = true;
-  tx.retx[tx.retx_tail++ % kRetxRing] = csn;
-  leave_pipe(tx, ch);
-  tx.pull_bytes += ch.len;
 }
 
 // The oldest posted receive (descriptor) with a free buffer of `tag`.
@@ -216,19 +201,20 @@ void UcclRDMAEngine::pay_owed(Conn* c) {
 int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
   if (!c->established || c->failed) return 0;
   TxFlow& tx = c->tx;
+  cc::Scoreboard& sb = *tx.sb;
   const uint32_t npaths = static_cast<uint32_t>(c->qps.size());
   int sent = 0;
   // cc=credit: ask the receiver to pull what we are about to resend (its
   // grants covered the first copies only).
-  if (tx.pull_bytes && pacer_) {
+  const uint64_t lost = sb.take_lost_bytes();
+  if (lost && pacer_) {
     CtrlMsg pull;
     std::memset(&pull, 0, sizeof(pull));
     pull.type = static_cast<uint32_t>(CtrlType::kPullReq);
-    pull.read_len = tx.pull_bytes;
+    pull.read_len = lost;
     send_ctrl(c, pull);
     if (c->failed) return 0;
   }
-  tx.pull_bytes = 0;
   // A path that may carry `len` bytes now: the power-of-two choice, else
   // any path with room in its queue, window (or credit) and pacing.
   auto pick_path = [&](uint32_t len, uint32_t* out) {
@@ -243,7 +229,7 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
       const uint32_t p = (first + k) % npaths;
       PathCc& pc = cc_for(tx, p);
       if (c->qp_outstanding[p] >= cfg_.path_queue) continue;
-      if (pc.cc->can_send(pc.inflight, len) && pc.paced_ok(now)) {
+      if (pc.cc->can_send(cc_inflight(tx, p), len) && pc.paced_ok(now)) {
         *out = p;
         return true;
       }
@@ -254,48 +240,32 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
   // whatever the window or pacing say (TCP's loss window of one segment; a
   // probe is not held by cwnd either): a controller that paces slower than
   // the RTO backs off would otherwise fail the flow.
-  if (tx.rto_urgent) {
-    ChunkRec& ch = tx.chunk(tx.urgent_csn);
-    if (!tx.has_unacked() || csn_lt(tx.urgent_csn, tx.snd_una) ||
-        !csn_lt(tx.urgent_csn, tx.snd_nxt) || ch.acked || !ch.queued_retx) {
-      tx.rto_urgent = false;
-    } else {
-      for (uint32_t p = 0; p < npaths; ++p) {
-        if (c->qp_outstanding[p] >= cfg_.path_queue) continue;
-        if (!post_chunk(c, tx.urgent_csn, static_cast<uint16_t>(p), now)) {
-          break;
-        }
-        tx.rto_urgent = false;
-        ch.queued_retx = false;  // its entry in the ring is skipped
-        enter_pipe(tx, cc_for(tx, p), ch, ch.len, now);
-        ++sent;
-        break;
-      }
+  uint32_t csn;
+  if (sb.urgent(&csn)) {
+    for (uint32_t p = 0; p < npaths; ++p) {
+      if (c->qp_outstanding[p] >= cfg_.path_queue) continue;
+      if (!post_chunk(c, csn, static_cast<uint16_t>(p), true, now)) break;
+      sb.resent(csn, static_cast<uint16_t>(p), now);
+      on_sent(tx, p, tx.chunk(csn).len, now);
+      ++sent;
+      break;
     }
   }
-  // Retransmissions; lost chunks left the pipe, so they obey the window,
-  // credit and pacing as new data does.
-  while (tx.retx_head != tx.retx_tail &&
-         sent < static_cast<int>(kChunksPerTransmit)) {
-    const uint32_t csn = tx.retx[tx.retx_head % kRetxRing];
-    ChunkRec& ch = tx.chunk(csn);
-    if (csn_lt(csn, tx.snd_una) || ch.acked || !ch.queued_retx) {
-      ch.queued_retx = false;
-      ++tx.retx_head;
-      continue;
-    }
+  // Resends; lost chunks left the pipe, so they obey the window, credit
+  // and pacing as new data does.
+  while (sent < static_cast<int>(kChunksPerTransmit) && sb.next_resend(&csn)) {
+    const uint32_t len = tx.chunk(csn).len;
     uint32_t path;
-    if (!pick_path(ch.len, &path)) break;
-    if (!post_chunk(c, csn, static_cast<uint16_t>(path), now)) break;
-    ch.queued_retx = false;
-    ++tx.retx_head;
-    enter_pipe(tx, cc_for(tx, path), ch, ch.len, now);
+    if (!pick_path(len, &path)) break;
+    if (!post_chunk(c, csn, static_cast<uint16_t>(path), true, now)) break;
+    sb.resent(csn, static_cast<uint16_t>(path), now);
+    on_sent(tx, path, len, now);
     ++sent;
   }
   // New chunks of the messages in order.
   while (sent < static_cast<int>(kChunksPerTransmit) &&
          tx.msg_chunk != tx.msg_tail) {
-    if (tx.outstanding() >= kMaxChunksInFlight) break;
+    if (sb.full()) break;
     TxMsg& m = tx.msg(tx.msg_chunk);
     // An eager message is one chunk: its header and the payload.
     const uint32_t len = m.eager
@@ -305,15 +275,15 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
                                          cfg_.chunk_bytes, m.len - m.next_off));
     uint32_t path;
     if (!pick_path(len, &path)) break;  // window, credit or pacing says wait
-    const uint32_t csn = tx.snd_nxt;
+    csn = sb.snd_nxt();
     ChunkRec& ch = tx.chunk(csn);
     ch = ChunkRec{};
     ch.msg = tx.msg_chunk;
     ch.len = len;
     ch.off = m.next_off;
     ch.last = m.eager || m.trunc || m.next_off + len >= m.len;
-    if (!post_chunk(c, csn, static_cast<uint16_t>(path), now)) break;
-    ++tx.snd_nxt;
+    if (!post_chunk(c, csn, static_cast<uint16_t>(path), false, now)) break;
+    sb.send_new(static_cast<uint16_t>(path), len, now);
     m.next_off += len;
     ++m.chunks_sent;
     if (ch.last) {
@@ -321,15 +291,15 @@ int UcclRDMAEngine::transmit(Conn* c, uint64_t now) {
       m.chunks_total = m.chunks_sent;
       ++tx.msg_chunk;
     }
-    enter_pipe(tx, cc_for(tx, path), ch, len, now);
+    on_sent(tx, path, len, now);
     *tx.engine_unacked += len;
-    tx.max_inflight = std::max(tx.max_inflight, tx.inflight);
+    tx.max_inflight = std::max(tx.max_inflight, sb.inflight());
     ++sent;
   }
   return sent;
 }
 
-bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path,
+bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path, bool retx,
                                 uint64_t now) {
   TxFlow& tx = c->tx;
   ChunkRec& ch = tx.chunk(csn);
@@ -363,7 +333,6 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path,
   wr.rkey = m.rkey;
   // The receiver may have these bytes already (only the ACK was lost): a
   // software NIC verifies them before they land (SendWr::retransmit).
-  const bool retx = ch.last_tx_ns != 0;
   wr.retransmit = retx;
   // A first transmission may go by reference (SendWr::by_reference): the
   // buffer stays ours until the chunk's ACK, and the peer reads its one
@@ -391,37 +360,29 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path,
   if (!c->inflight && !cfg_.rc_mode) {  // its RTO is checked from now on
     c->inflight = true;
     inflight_.push_back(c->index);
-    tx.last_progress_ns = now;  // nothing was out: no stale progress time
+    tx.sb->note_idle(now);  // nothing was out: no stale progress time
   }
   ++c->qp_outstanding[path];
   ++nic_queued_;
-  if (retx) {
-    ++ch.retx;
-  } else {
-    ch.first_tx_ns = now;
+  if (!retx) {
     tx.tx_bytes += ch.len;
     ++tx.tx_chunks;
   }
-  ch.last_tx_ns = now;
-  ch.path = path;
   trace(retx ? "retx" : "tx", c->index, csn, now);
   VLOG(kVlogChunk) << "conn " << c->index << (retx ? " retx" : " tx") << " csn "
                    << csn << " len " << ch.len << " path " << path;
   return true;
 }
 
-void UcclRDMAEngine::ack_chunk(Conn* c, uint32_t csn, uint64_t now) {
+// The scoreboard saw `csn` acknowledged for the first time.
+void UcclRDMAEngine::ack_chunk(Conn* c, uint32_t csn) {
   TxFlow& tx = c->tx;
   ChunkRec& ch = tx.chunk(csn);
-  if (ch.acked) return;
-  ch.acked = true;
-  leave_pipe(tx, ch);
   *tx.engine_unacked -= std::min<uint64_t>(*tx.engine_unacked, ch.len);
   TxMsg& m = tx.msg(ch.msg);
   ++m.chunks_acked;
   if (m.eager) tx.eager_busy &= ~(1u << m.slot);
   if (ready_to_complete(m)) complete_tx_msg(c, m);
-  (void)now;
 }
 
 void UcclRDMAEngine::complete_tx_msg(Conn* c, TxMsg& m) {
@@ -444,16 +405,6 @@ void UcclRDMAEngine::complete_tx_msg(Conn* c, TxMsg& m) {
   while (tx.msg_head != tx.msg_chunk && tx.msg(tx.msg_head).done) ++tx.msg_head;
 }
 
-void UcclRDMAEngine::on_rtt_sample(Conn* c, ChunkRec& ch, uint64_t rtt,
-                                   uint64_t endpoint, uint64_t now) {
-  (void)endpoint;
-  TxFlow& tx = c->tx;
-  tx.rtt.add(rtt);
-  if (tx.min_rtt_ns == 0 || rtt < tx.min_rtt_ns) tx.min_rtt_ns = rtt;
-  tx.paths->on_rtt(ch.path, rtt);
-  tx.rto_samples.add(rtt, now, &tx.rto);  // cc/recovery.h
-}
-
 void UcclRDMAEngine::on_ack(const AckPacket& a,
                             const transport::WorkCompletion& w,
                             const uint8_t* grh, uint64_t now) {
@@ -467,181 +418,70 @@ void UcclRDMAEngine::on_ack(const AckPacket& a,
   if (c->failed) return;
   activate(c);
   TxFlow& tx = c->tx;
+  cc::Scoreboard& sb = *tx.sb;
   ++tx.acks_rx;
   trace("ack_rx", c->index, a.cum_ack, now);
   VLOG(kVlogChunk) << "conn " << c->index << " got ack cum " << a.cum_ack
-                   << " una " << tx.snd_una << " nxt " << tx.snd_nxt;
+                   << " una " << sb.snd_una() << " nxt " << sb.snd_nxt();
   if (a.credit_bytes > tx.credit_seen) {  // cumulative: ACKs may be lost
     tx.ccs[0].cc->on_credit(a.credit_bytes - tx.credit_seen);
     tx.credit_seen = a.credit_bytes;
   }
-  // Acknowledgement (UC mode; RC acknowledges through send completions).
-  uint32_t newly_bytes = 0, newly_chunks = 0;
-  // Evidence against our own retransmissions: a chunk sent before a
-  // pending F-RTO timeout and never resent was delivered (the longest such
-  // delay), and resent chunks whose ACK came sooner than a resend could
-  // bring one (so the original was delivered).
-  uint64_t frto_delivered_ns = 0;
-  bool frto_probe_delivered = false;
-  uint32_t spurious = 0;
-  auto ack = [&](uint32_t s) {
-    ChunkRec& ch = tx.chunk(s);
-    if (ch.acked) return;
-    newly_bytes += ch.len;
-    ++newly_chunks;
-    const bool resend_delivered =
-        ch.retx == 0 ||
-        cc::rack_unambiguous(true, ch.last_tx_ns, tx.min_rtt_ns, now);
-    if (tx.frto && s == tx.frto_csn && ch.retx > 0 && resend_delivered) {
-      frto_probe_delivered = true;
-    } else if (tx.frto && ch.first_tx_ns < tx.frto_ns &&
-               (ch.retx == 0 || !resend_delivered)) {
-      // Sent before the timeout, and this is its first copy (never resent,
-      // or the resend could not have come back yet).
-      frto_delivered_ns = std::max(frto_delivered_ns, now - ch.first_tx_ns);
-    } else if (!resend_delivered) {
-      ++spurious;
-    }
-    // RACK's clock advances only on unambiguous deliveries: an ACK for a
-    // retransmitted chunk sooner than the min RTT is for an earlier copy
-    // (RFC 8985, 6.2 step 2); taking it would declare everything sent on
-    // this path before the retransmission lost.
-    if (cc::rack_unambiguous(ch.retx > 0, ch.last_tx_ns, tx.min_rtt_ns, now) &&
-        now > ch.last_tx_ns &&
-        !cc::rack_sent_before(ch.last_tx_ns, s, tx.rack_tx_ns[ch.path],
-                              tx.rack_csn[ch.path])) {
-      tx.rack_tx_ns[ch.path] = ch.last_tx_ns;
-      tx.rack_csn[ch.path] = s;
-      tx.rack_rtt_ns[ch.path] = now - ch.last_tx_ns;
-    }
-    ack_chunk(c, s, now);
-  };
-  uint32_t highest = a.cum_ack;
-  bool any_sack = false;
-  bool advanced = false;
-  if (!cfg_.rc_mode && !c->failed) {
-    const uint32_t cum = a.cum_ack;
-    if (csn_lt(tx.snd_una, cum) && !csn_lt(tx.snd_nxt, cum)) {
-      advanced = true;
-      for (uint32_t s = tx.snd_una; s != cum && !c->failed; ++s) ack(s);
-      tx.snd_una = cum;
-      tx.dupacks = 0;
-      tx.rto_backoff = 0;
-      tx.tlp_sent = false;
-      tx.last_progress_ns = now;
-    }
-    for (int w = 0; w < kSackWords; ++w) {
-      uint64_t bits = a.sack[w];
+  // Acknowledgement (UC mode; RC acknowledges through send completions):
+  // the cumulative point, then each SACKed chunk beyond it.
+  cc::AckOutcome o;
+  const uint64_t spurious_rtos = sb.counters().spurious_rtos;
+  if (!cfg_.rc_mode) {
+    auto acked = [&](uint32_t s, const cc::SegRec&) { ack_chunk(c, s); };
+    sb.ack_cumulative(a.cum_ack, now, &o, acked);
+    for (int k = 0; k < kSackWords; ++k) {
+      uint64_t bits = a.sack[k];
       while (bits) {
-        const uint32_t s = cum + 1 + w * 64 + __builtin_ctzll(bits);
+        const uint32_t s = a.cum_ack + 1 + k * 64 + __builtin_ctzll(bits);
         bits &= bits - 1;
-        if (!csn_lt(s, tx.snd_nxt)) break;
-        any_sack = true;
-        highest = s;
-        if (csn_lt(tx.high_sacked, s + 1)) tx.high_sacked = s + 1;
-        if (!csn_lt(s, tx.snd_una)) {
-          tx.chunk(s).sacked = true;
-          ack(s);
-        }
+        if (!cc::Scoreboard::before(s, sb.snd_nxt())) break;
+        sb.ack_selective(s, now, &o, acked);
       }
     }
-    if (!advanced && any_sack && tx.has_unacked()) ++tx.dupacks;
-    on_retx_evidence(c, frto_delivered_ns, frto_probe_delivered, spurious, now);
   }
   // RTT sample from the chunk that triggered this ACK (Karn: only chunks
   // sent once), decomposed into fabric and endpoint (receiver) delay.
   const uint32_t t = a.trigger_csn;
-  if (csn_lt(t, tx.snd_nxt) && !csn_lt(t, tx.snd_nxt - kChunkRing)) {
-    ChunkRec& ch = tx.chunk(t);
-    if (ch.retx == 0 && ch.first_tx_ns && !ch.rtt_sampled &&
-        now > ch.first_tx_ns) {
-      ch.rtt_sampled = true;
-      const uint64_t rtt = now - ch.first_tx_ns;
-      const uint64_t endpoint = std::min<uint64_t>(a.rx_delay_ns, rtt);
-      on_rtt_sample(c, ch, rtt, endpoint, now);
-      cc::CcSample s;
-      s.now_ns = now;
-      s.rtt_ns = rtt;
-      s.endpoint_delay_ns = endpoint;
-      s.fabric_delay_ns = rtt - endpoint;
-      s.acked_bytes = newly_bytes ? newly_bytes : ch.len;
-      s.acked_packets = newly_chunks ? newly_chunks : 1;
-      s.segment_bytes = ch.len;
-      cc_for(tx, ch.path).cc->on_ack(s);
-    }
+  const uint64_t rtt = sb.take_rtt_sample(t, now);
+  if (rtt != 0) {
+    const cc::SegRec& seg = sb.seg(t);
+    const uint64_t endpoint = std::min<uint64_t>(a.rx_delay_ns, rtt);
+    tx.rtt.add(rtt);
+    tx.paths->on_rtt(seg.path, rtt);
+    cc::CcSample s;
+    s.now_ns = now;
+    s.rtt_ns = rtt;
+    s.endpoint_delay_ns = endpoint;
+    s.fabric_delay_ns = rtt - endpoint;
+    s.acked_bytes = o.newly_bytes ? o.newly_bytes : seg.len;
+    s.acked_packets = o.newly_packets ? o.newly_packets : 1;
+    s.segment_bytes = seg.len;
+    cc_for(tx, seg.path).cc->on_ack(s);
   }
   if (cfg_.rc_mode || c->failed) return;
-  tx.last_ack_ns = now;
-  // Fast retransmit once the duplicate-ACK threshold is met; which holes
-  // count as lost is decided by time (RACK), since sprayed paths reorder.
-  (void)highest;
-  if (any_sack && tx.dupacks >= cfg_.dup_ack_threshold) {
-    if (detect_losses(c, now) > 0) {
-      for (auto& pc : tx.ccs) pc.cc->on_loss(now, false);
-      trace("fast_retx", c->index, tx.snd_una, now);
-    }
+  // Duplicate ACKs, the F-RTO verdict, and RACK once enough duplicates came.
+  const cc::LossReport r = sb.finish_ack(o, now);
+  if (sb.counters().spurious_rtos != spurious_rtos) {
+    trace("spurious_rto", c->index, sb.snd_una(), now);
   }
+  report_losses(c, r, now);
 }
 
-// What an ACK showed about our retransmissions (on_ack): a pending F-RTO
-// timeout is resolved, spurious (an original sent before it was delivered,
-// `frto_delivered_ns` after it was sent: undo the backoff, Eifel response)
-// or real (the ACK moved nothing sent before it: recovery as after any
-// timeout); `spurious` resends whose originals were delivered widen RACK's
-// reordering window.
-void UcclRDMAEngine::on_retx_evidence(Conn* c, uint64_t frto_delivered_ns,
-                                      bool frto_probe_delivered,
-                                      uint32_t spurious, uint64_t now) {
-  TxFlow& tx = c->tx;
-  if (tx.frto && frto_delivered_ns > 0) {
-    tx.frto = false;
-    ++tx.spurious_rtos;
-    tx.rto_backoff = 0;
-    tx.rto.on_spurious_timeout(frto_delivered_ns);
-    trace("spurious_rto", c->index, tx.snd_una, now);
-  } else if (frto_probe_delivered) {
-    // The resend came back and nothing sent before the timeout did: the
-    // loss is real. The resend, sent last, was delivered, so RACK finds
-    // what else was lost (on each path, chunks sent before a delivered one
-    // and not acknowledged within its RTT): chunks still queued behind the
-    // resend are not declared lost, as RACK on RTO would.
-    tx.frto = false;
-    for (auto& pc : tx.ccs) pc.cc->on_loss(now, true);
-    detect_losses(c, now);
+// Tells the controllers what the scoreboard declared lost.
+void UcclRDMAEngine::report_losses(Conn* c, const cc::LossReport& r,
+                                   uint64_t now) {
+  if (r.timeout) {
+    for (auto& pc : c->tx.ccs) pc.cc->on_loss(now, true);
   }
-  if (spurious > 0) {
-    tx.spurious_retx += spurious;
-    tx.reo_wnd_mult = std::min<uint32_t>(tx.reo_wnd_mult + 1, 64);
-    tx.reo_wnd_persist = 16;
+  if (r.fast_lost > 0) {
+    for (auto& pc : c->tx.ccs) pc.cc->on_loss(now, false);
+    trace("fast_retx", c->index, c->tx.sb->snd_una(), now);
   }
-}
-
-int UcclRDMAEngine::detect_losses(Conn* c, uint64_t now) {
-  // RACK (RFC 8985): a hole is lost when a chunk sent after it was
-  // delivered and it has been out for that chunk's RTT plus a reordering
-  // window (min RTT / 4), so reordering of any depth in packets, and queues
-  // that swell RTTs, do not cause spurious retransmissions.
-  TxFlow& tx = c->tx;
-  if (!csn_lt(tx.snd_una, tx.high_sacked)) return 0;
-  const uint64_t reo_wnd = reorder_window(tx);
-  int lost = 0;
-  for (uint32_t s = tx.snd_una; csn_lt(s, tx.high_sacked); ++s) {
-    ChunkRec& ch = tx.chunk(s);
-    if (ch.acked || ch.queued_retx) continue;
-    if (!cc::rack_lost(ch.last_tx_ns, s, tx.rack_tx_ns[ch.path],
-                       tx.rack_csn[ch.path], tx.rack_rtt_ns[ch.path], reo_wnd,
-                       now)) {
-      continue;
-    }
-    enqueue_retx(tx, s);
-    ++tx.fast_retx;
-    ++lost;
-  }
-  // 16 recoveries without a spurious resend: the window goes back down.
-  if (lost > 0 && tx.reo_wnd_persist > 0 && --tx.reo_wnd_persist == 0) {
-    tx.reo_wnd_mult = 1;
-  }
-  return lost;
 }
 
 int UcclRDMAEngine::poll_send_cq(uint64_t now) {
@@ -670,10 +510,9 @@ int UcclRDMAEngine::poll_send_cq(uint64_t now) {
       nic_queued_ -= std::min(nic_queued_, done);
     }
     if (cfg_.rc_mode && w.status == WcStatus::kSuccess && !c->failed) {
-      TxFlow& tx = c->tx;
-      ack_chunk(c, wr_csn(w.wr_id), now);
-      while (tx.snd_una != tx.snd_nxt && tx.chunk(tx.snd_una).acked)
-        ++tx.snd_una;
+      c->tx.sb->ack_delivered(
+          wr_csn(w.wr_id), now,
+          [&](uint32_t s, const cc::SegRec&) { ack_chunk(c, s); });
     }
   }
   return n;
@@ -715,128 +554,34 @@ void UcclRDMAEngine::timers(uint64_t now) {
   }
 }
 
+// The scoreboard's timers (cc/scoreboard.h): RACK for holes the ACKs
+// stopped reporting, the tail loss probe, the RTO (F-RTO on a first one),
+// and giving up after max_retries timeouts without progress.
 void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
   TxFlow& tx = c->tx;
-  if (c->failed || !tx.has_unacked()) {
-    tx.last_progress_ns = now;
-    return;
-  }
-  // ACKs stopped but SACKs showed holes: recover them without an RTO.
-  if (detect_losses(c, now) > 0) {
-    for (auto& pc : tx.ccs) pc.cc->on_loss(now, false);
-  }
-  const uint64_t rto = tx.rto.backed_off_ns(tx.rto_backoff);
-  // The oldest unacknowledged chunk has been out for an RTO (counted from
-  // its last transmission and from the last RTO), whatever other paths do.
-  const uint64_t sent =
-      std::max(tx.chunk(tx.snd_una).last_tx_ns, tx.last_progress_ns);
-  if (now - sent < rto) {
-    probe_tail(c, now, rto);
-    return;
-  }
-  // Give up after max_retries consecutive RTOs without any progress.
-  if (tx.rto_backoff >= cfg_.max_retries) {
+  if (c->failed) return;
+  const cc::TimerOutcome t = tx.sb->on_timer(now);
+  report_losses(c, t.losses, now);
+  if (t.action == cc::TimerAction::kNone) return;
+  if (t.action == cc::TimerAction::kFail) {
     fail_conn(c, TimedOut("no acknowledgement after " +
-                          std::to_string(tx.rto_backoff) +
+                          std::to_string(tx.sb->rto_backoff()) +
                           " retransmission timeouts (peer unreachable?)"));
     return;
   }
-  ++tx.rtos;
-  if (tx.rto_backoff == 0) {
-    // F-RTO (flow.h): a first timeout resends only the oldest chunk; the
-    // next ACK says whether the timeout was spurious (on_ack).
-    tx.frto = true;
-    tx.frto_ns = now;
-    tx.frto_csn = tx.snd_una;
-    if (!tx.chunk(tx.snd_una).acked) {
-      enqueue_retx(tx, tx.snd_una);
-      ++tx.rto_retx;
-    }
-  } else {
-    rto_recovery(c, now);
-  }
-  // The receiver may have completed the message and dropped our resends at
-  // its NIC (the receive's window is gone): ask for an ACK reliably.
+  // Ask for an ACK reliably: after a timeout the receiver may have
+  // completed the message and dropped our resends at its NIC (the
+  // receive's window is gone); a probe's ACK lets RACK repair the tail.
   CtrlMsg probe;
   std::memset(&probe, 0, sizeof(probe));
   probe.type = static_cast<uint32_t>(CtrlType::kAckReq);
   send_ctrl(c, probe);
-  tx.rto_urgent = true;
-  tx.urgent_csn = tx.snd_una;
-  tx.dupacks = 0;
-  tx.tlp_sent = false;
-  ++tx.rto_backoff;
-  tx.last_progress_ns = now;
-  trace("rto", c->index, tx.snd_una, now);
-  VLOG(kVlogChunk) << "conn " << c->index << " RTO, csn " << tx.snd_una
-                   << " backoff " << tx.rto_backoff;
-}
-
-// A timeout that is a real loss (a second one in a row, or a first one the
-// next ACK did not prove spurious): RACK on RTO (RFC 8985, 6.3), the oldest
-// chunk and every chunk out for longer than an RTT plus the reordering
-// window are lost (resending only the oldest recovers a lost window one RTO
-// per chunk); they left the pipe, so the window paces their resending. The
-// controllers take it as a timeout.
-void UcclRDMAEngine::rto_recovery(Conn* c, uint64_t now) {
-  TxFlow& tx = c->tx;
-  tx.frto = false;
-  const uint64_t reo_wnd = reorder_window(tx);
-  for (uint32_t s = tx.snd_una; s != tx.snd_nxt; ++s) {
-    ChunkRec& ch = tx.chunk(s);
-    if (ch.acked || ch.queued_retx) continue;
-    const uint64_t rtt = std::max(tx.rto.srtt_ns(), tx.rack_rtt_ns[ch.path]);
-    if (cc::rto_lost(s == tx.snd_una, ch.last_tx_ns, rtt, reo_wnd, now)) {
-      enqueue_retx(tx, s);
-      ++tx.rto_retx;
-    }
-  }
-  for (auto& pc : tx.ccs) pc.cc->on_loss(now, true);
-}
-
-uint64_t UcclRDMAEngine::reorder_window(const TxFlow& tx) {
-  return cc::rack_reorder_window_ns(tx.min_rtt_ns, tx.reo_wnd_mult,
-                                    tx.rto.srtt_ns());
-}
-
-// Tail loss probe (RFC 8985, 7): once nothing was sent or acknowledged for
-// the probe timeout (cc/recovery.h), resend the newest unacknowledged chunk
-// at once, past window and pacing as Linux sends its probe, and ask for an
-// ACK. A lost tail has no later chunk whose delivery RACK could use, so
-// without the probe only the RTO (5 ms floor on the software NIC) repairs
-// it; the probe's ACK lets RACK's fast path repair it and any earlier holes.
-// One probe per episode (until the cumulative ACK moves or an RTO fires).
-void UcclRDMAEngine::probe_tail(Conn* c, uint64_t now, uint64_t rto) {
-  TxFlow& tx = c->tx;
-  if (!cfg_.tail_loss_probe || tx.tlp_sent || tx.rto_backoff > 0 ||
-      tx.retx_head != tx.retx_tail) {
-    return;  // probed already, backing off, or recovery is under way
-  }
-  const uint64_t pto = cc::tlp_timeout_ns(tx.rto.srtt_ns(), tx.rto.rttvar_ns(),
-                                          cfg_.ack_delay_ns, rto);
-  if (pto == 0) return;
-  const uint64_t last =
-      std::max(tx.last_ack_ns, tx.chunk(tx.snd_nxt - 1).last_tx_ns);
-  if (now - last < pto) return;
-  for (uint32_t s = tx.snd_nxt - 1;; --s) {
-    ChunkRec& ch = tx.chunk(s);
-    if (!ch.acked && !ch.queued_retx) {
-      enqueue_retx(tx, s);
-      tx.rto_urgent = true;  // one chunk past window and pacing, as Linux
-      tx.urgent_csn = s;
-      ++tx.tlp_retx;
-      break;
-    }
-    if (s == tx.snd_una) break;
-  }
-  CtrlMsg probe;
-  std::memset(&probe, 0, sizeof(probe));
-  probe.type = static_cast<uint32_t>(CtrlType::kAckReq);
-  send_ctrl(c, probe);
-  tx.tlp_sent = true;
-  trace("tlp", c->index, tx.snd_nxt - 1, now);
-  VLOG(kVlogChunk) << "conn " << c->index << " tail loss probe, snd_nxt "
-                   << tx.snd_nxt;
+  const bool rto = t.action == cc::TimerAction::kTimeout;
+  trace(rto ? "rto" : "tlp", c->index,
+        rto ? tx.sb->snd_una() : tx.sb->snd_nxt() - 1, now);
+  VLOG(kVlogChunk) << "conn " << c->index << (rto ? " RTO" : " tail probe")
+                   << ", una " << tx.sb->snd_una() << " backoff "
+                   << tx.sb->rto_backoff();
 }
 
 }  // namespace uccl::engine

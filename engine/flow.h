@@ -10,7 +10,7 @@
 
 #include "cc/cc.h"
 #include "cc/path_selector.h"
-#include "cc/recovery.h"
+#include "cc/scoreboard.h"
 #include "engine/imm.h"
 #include "engine/stats.h"
 #include "engine/wire.h"
@@ -29,7 +29,6 @@ static_assert(kEagerSlots <= Imm::kSlots, "an eager slot index fits imm.slot");
 static_assert(kEagerSlots <= 32, "slot sets are 32-bit masks");
 constexpr uint32_t kMaxEagerBytes = 64 << 10;  // payload, UCCL_EAGER_BYTES
 constexpr uint32_t kMaxEagerSlotBytes = kMaxEagerBytes + 64;
-constexpr uint32_t kRetxRing = kChunkRing;
 static_assert((kChunkRing & (kChunkRing - 1)) == 0, "power of two");
 static_assert(kDescRing >= static_cast<uint32_t>(kMaxRequestsPerFlow),
               "room for every receive the peer may post");
@@ -82,28 +81,16 @@ struct TxMsg {
   uint64_t post_ns;
 };
 
+// What a chunk carries (its recovery state is in TxFlow::sb).
 struct ChunkRec {
   uint32_t msg;  // TxMsg counter (index = msg % kMaxTxMsgs)
   uint32_t len;
   uint64_t off;
-  uint64_t first_tx_ns;
-  uint64_t last_tx_ns;
-  uint16_t path;
-  uint8_t retx;  // retransmissions so far
-  bool acked;
-  bool sacked;
   bool last;
-  bool queued_retx;
-  bool rtt_sampled;
-  // Counted in the flow's (and its path's) bytes in flight. A chunk declared
-  // lost leaves the pipe (RFC 6675 "pipe") until it is sent again, so
-  // retransmissions obey the window like new data.
-  bool in_pipe;
 };
 
 struct PathCc {
   std::unique_ptr<cc::CongestionControl> cc;
-  uint64_t inflight = 0;
   // Pacing: the last send's time and size. The next may leave once the
   // controller's *current* gap for those bytes has passed, so a window that
   // grows (an ACK) shortens a wait that was set when it was small.
@@ -146,75 +133,30 @@ struct TxFlow {
   uint32_t msg_chunk = 0;  // next to cut into chunks
   uint32_t msg_tail = 0;
   ChunkRec chunks[kChunkRing];
-  uint32_t snd_una = 0;  // oldest unacknowledged CSN
-  uint32_t snd_nxt = 0;  // next new CSN
-  uint32_t retx[kRetxRing];
-  uint32_t retx_head = 0, retx_tail = 0;
+  // Loss recovery (UC mode; RC uses its sequence numbers and pipe only):
+  // SACK, RACK, F-RTO, tail loss probes and RTO, the same code the
+  // simulator runs (cc/scoreboard.h).
+  std::unique_ptr<cc::Scoreboard> sb;
   // Congestion control: one entry per flow, or one per path.
   std::vector<PathCc> ccs;
   std::unique_ptr<cc::PathSelector> paths;
-  // Reliability (UC mode).
-  uint32_t dupacks = 0;
-  cc::RtoEstimator rto{1000000, 100000000, 5000000};  // set per config
-  cc::RttSampler rto_samples;  // feeds `rto` a round trip's largest RTT
-  uint32_t rto_backoff = 0;
-  // Resend chunk urgent_csn now, past window and pacing: the RTO's resend of
-  // snd_una, or a tail loss probe (one chunk each, as TCP's loss window).
-  bool rto_urgent = false;
-  uint32_t urgent_csn = 0;
-  bool tlp_sent = false;  // a tail loss probe is out (until progress)
-  // F-RTO (RFC 5682): a first timeout resends only snd_una and waits for
-  // the next ACK. One that shows a chunk sent before the timeout (and
-  // never resent) delivered proves the timeout spurious (the peer or its
-  // host was slow, nothing was lost): backoff and the RTO estimate are
-  // corrected (Eifel) and nothing else is resent. Otherwise the loss is
-  // real and recovery goes on as after any timeout.
-  bool frto = false;
-  uint64_t frto_ns = 0;   // when the timeout fired
-  uint32_t frto_csn = 0;  // the chunk it resent
-  // RACK's reordering window multiplier (RFC 8985 6.2): +1 per spurious
-  // retransmission, back to 1 after 16 loss recoveries without one.
-  uint32_t reo_wnd_mult = 1;
-  uint32_t reo_wnd_persist = 0;
-  uint64_t last_progress_ns = 0;
-  // RACK (RFC 8985) per path: send time and RTT of the most recently sent
-  // chunk delivered on each path (a UC QP keeps order, so a later chunk
-  // delivered on the same path is evidence of loss; other paths' chunks
-  // are not), and the minimum RTT for the reordering window.
-  std::vector<uint64_t> rack_tx_ns, rack_rtt_ns;
-  // The CSN of each of those chunks: an engine loop stamps every chunk it
-  // sends with one clock reading, so the CSN orders chunks sent in one loop
-  // (cc::rack_sent_before).
-  std::vector<uint32_t> rack_csn;
-  uint64_t min_rtt_ns = 0;
-  uint32_t high_sacked = 0;  // one past the highest SACKed CSN
-  uint64_t last_ack_ns = 0;
-  uint64_t inflight = 0;
   uint64_t max_inflight = 0;
   // The engine's bytes sent and not yet acknowledged over all its flows
   // (its window, EngineConfig::window_bytes): a chunk counts from its first
   // transmission to its ACK, resends or not, since a chunk declared lost
   // may still sit in the peer's buffer.
   uint64_t* engine_unacked = nullptr;
-  // cc=credit: the receiver's cumulative grant last seen, and bytes declared
-  // lost whose resend the receiver has not been asked to pull yet.
+  // cc=credit: the receiver's cumulative grant last seen.
   uint64_t credit_seen = 0;
-  uint64_t pull_bytes = 0;
   // Statistics.
   Histogram rtt;
-  uint64_t tx_bytes = 0, tx_chunks = 0;
-  uint64_t fast_retx = 0, rto_retx = 0, tlp_retx = 0, rtos = 0, acks_rx = 0;
-  // Timeouts that proved spurious, and retransmissions the original copy
-  // of which was delivered (their ACK came back sooner than an RTT after
-  // the resend could).
-  uint64_t spurious_rtos = 0, spurious_retx = 0;
+  uint64_t tx_bytes = 0, tx_chunks = 0, acks_rx = 0;
   // Sends matched with a receive descriptor; those that had to wait for one
   // (receiver-driven: the peer had not posted yet) and the total wait.
   uint64_t sends_matched = 0, sends_waited = 0, send_wait_ns = 0;
   uint64_t sends_eager = 0;  // sent eagerly (no descriptor yet)
 
-  bool has_unacked() const { return snd_una != snd_nxt; }
-  uint32_t outstanding() const { return snd_nxt - snd_una; }
+  bool has_unacked() const { return sb->has_unacked(); }
   ChunkRec& chunk(uint32_t csn) { return chunks[csn & (kChunkRing - 1)]; }
   TxMsg& msg(uint32_t i) { return msgs[i % kMaxTxMsgs]; }
 };

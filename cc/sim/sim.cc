@@ -15,7 +15,7 @@
 #include "cc/cc.h"
 #include "cc/credit.h"
 #include "cc/path_selector.h"
-#include "cc/recovery.h"
+#include "cc/scoreboard.h"
 #include "util/random.h"
 
 namespace uccl::sim {
@@ -23,6 +23,8 @@ namespace {
 
 constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
 constexpr int32_t kNil = -1;
+// A flow's packets outstanding at most (its scoreboard's ring).
+constexpr uint32_t kMaxOutstanding = 16384;
 
 enum class PktKind : uint8_t { kData, kAck, kCredit, kRts, kFin };
 
@@ -49,8 +51,7 @@ enum EvType : uint32_t {
   kEvArrive,
   kEvHostWake,
   kEvFlowStart,
-  kEvRto,
-  kEvTlp,
+  kEvTimer,
   kEvPacer,
   kEvSample,
 };
@@ -87,31 +88,17 @@ struct Port {
   uint64_t q_since = 0;
 };
 
-struct PktRec {
-  uint64_t first_tx_ns = 0, last_tx_ns = 0;
-  uint16_t path = 0;
-  uint8_t retx = 0;
-  bool acked = false, queued_retx = false, in_pipe = false, sampled = false;
-};
-
 struct Flow {
   FlowSpec spec;
   uint32_t id;
   bool started = false, unlimited = false, sender_done = false;
   uint32_t npkts = 0;  // finite flows
-  std::vector<PktRec> pk;
-  uint32_t next_new = 0, snd_una = 0, high_sacked = 0;
-  std::deque<uint32_t> retx_q;
-  uint64_t inflight = 0;
+  // Loss recovery: the engine's (cc/scoreboard.h), a packet per sequence
+  // number from 0, paths being ECMP entropies.
+  std::unique_ptr<cc::Scoreboard> sb;
   std::unique_ptr<cc::CongestionControl> cc;
   std::unique_ptr<cc::PathSelector> paths;
-  cc::RtoEstimator rto{1000000, 100000000, 5000000};
-  uint32_t rto_backoff = 0, dupacks = 0;
-  uint64_t last_progress_ns = 0, min_rtt_ns = 0;
-  std::vector<uint64_t> rack_tx_ns, rack_rtt_ns;  // per path (entropy)
-  bool rto_armed = false, rto_urgent = false;
-  bool tlp_armed = false, tlp_sent = false;
-  uint64_t last_ack_ns = 0;
+  uint64_t timer_at = kNever;  // the scoreboard's timer event, if armed
   uint64_t last_send_ns = 0;
   uint32_t last_bytes = 0;
   uint64_t demand_sent = 0;  // credit: bytes requested so far
@@ -122,7 +109,7 @@ struct Flow {
   uint64_t delivered = 0, delivered_at_sample = 0;
   uint64_t finish_ns = 0;
   // Statistics.
-  uint64_t retx = 0, rtos = 0, tlps = 0;
+  uint64_t retx = 0;  // resends
   uint64_t win_start_bytes = 0, win_end_bytes = 0;
   bool win_started = false, win_ended = false;
 };
@@ -185,13 +172,9 @@ class Sim {
   void flow_start(Flow& f);
   void on_data(int32_t pkt);
   void on_ack(const Packet& a);
-  void ack_pkt(Flow& f, uint32_t s);
-  int detect_losses(Flow& f);
-  void queue_retx(Flow& f, uint32_t s);
-  void arm_rto(Flow& f);
-  void on_rto(Flow& f);
-  void arm_tlp(Flow& f);
-  void on_tlp(Flow& f);
+  void arm_timer(Flow& f, uint64_t not_before);
+  void on_timer(Flow& f);
+  void report_losses(Flow& f, const cc::LossReport& r);
   void request_more(Flow& f);
   void pacer_tick(uint32_t host);
   void arm_pacer(uint32_t host);
@@ -355,7 +338,6 @@ Status Sim::build() {
                           : static_cast<uint32_t>((s.bytes + c_.mtu_bytes - 1) /
                                                   c_.mtu_bytes);
     if (!f.unlimited) {
-      f.pk.resize(f.npkts);
       f.got.resize(f.npkts);
       ++finite_left_;
     }
@@ -364,11 +346,22 @@ Status Sim::build() {
     f.paths = std::make_unique<cc::PathSelector>(
         c_.multipath == "spray" ? std::max<uint32_t>(c_.paths, 1) : 1,
         mix64(c_.seed ^ (i * 0x1234567ull)));
-    f.rack_tx_ns.assign(f.paths->size(), 0);
-    f.rack_rtt_ns.assign(f.paths->size(), 0);
-    f.rto = cc::RtoEstimator(static_cast<uint64_t>(c_.rto_min_us * 1000),
-                             static_cast<uint64_t>(c_.rto_max_us * 1000),
-                             static_cast<uint64_t>(c_.rto_init_us * 1000));
+    cc::ScoreboardConfig sc;
+    // Packets out at most: the whole flow, up to kMaxOutstanding.
+    sc.capacity = 64;
+    while (sc.capacity < kMaxOutstanding &&
+           (f.unlimited || sc.capacity < f.npkts)) {
+      sc.capacity *= 2;
+    }
+    sc.paths = f.paths->size();
+    sc.rto_min_ns = static_cast<uint64_t>(c_.rto_min_us * 1000);
+    sc.rto_max_ns = static_cast<uint64_t>(c_.rto_max_us * 1000);
+    sc.rto_init_ns = static_cast<uint64_t>(c_.rto_init_us * 1000);
+    sc.max_retries = std::numeric_limits<uint32_t>::max();  // never gives up
+    sc.dup_ack_threshold = c_.dupack_threshold;
+    sc.tail_loss_probe = c_.tlp;
+    sc.ack_delay_ns = 0;  // the receiver ACKs every packet at once
+    f.sb = std::make_unique<cc::Scoreboard>(sc);
     host_[s.src].tx_flows.push_back(i);
     at(s.start_ns, kEvFlowStart, i);
   }
@@ -624,20 +617,20 @@ int32_t Sim::host_next_data(uint32_t host) {
   for (size_t i = 0; i < n; ++i) {
     Flow& f = flows_[h.tx_flows[(h.rr + i) % n]];
     if (!f.started || f.sender_done) continue;
-    // Drop retransmissions of packets acknowledged meanwhile.
-    while (!f.retx_q.empty() && f.pk[f.retx_q.front()].acked) {
-      f.pk[f.retx_q.front()].queued_retx = false;
-      f.retx_q.pop_front();
-    }
-    const bool retx = !f.retx_q.empty();
-    const bool more_new = f.unlimited ? now_ < f.spec.stop_ns && now_ < stop_ns_
-                                      : f.next_new < f.npkts;
+    cc::Scoreboard& sb = *f.sb;
+    // The timeout's or probe's resend goes past window and pacing (not
+    // with credit: the receiver's grants pace every byte).
+    uint32_t seq = 0;
+    const bool urgent = !credit_ && sb.urgent(&seq);
+    const bool retx = urgent || sb.next_resend(&seq);
+    const bool more_new =
+        !sb.full() && (f.unlimited ? now_ < f.spec.stop_ns && now_ < stop_ns_
+                                   : sb.snd_nxt() < f.npkts);
     if (!retx && !more_new) continue;
-    const uint32_t seq = retx ? f.retx_q.front() : f.next_new;
+    if (!retx) seq = sb.snd_nxt();
     const uint32_t bytes = payload_of(f, seq);
-    const bool urgent = f.rto_urgent && retx && !credit_;
     if (!urgent) {
-      if (!f.cc->can_send(f.inflight, bytes)) continue;  // ACK/credit wakes
+      if (!f.cc->can_send(sb.inflight(), bytes)) continue;  // ACK/credit wakes
       if (f.last_bytes) {
         const uint64_t ready =
             f.last_send_ns + f.cc->pacing_gap_ns(f.last_bytes);
@@ -649,28 +642,14 @@ int32_t Sim::host_next_data(uint32_t host) {
     }
     // Send `seq`.
     h.rr = (h.rr + i + 1) % n;
-    f.rto_urgent = false;
+    const uint16_t path = static_cast<uint16_t>(f.paths->choose());
     if (retx) {
-      f.retx_q.pop_front();
-    } else {
-      ++f.next_new;
-      if (f.unlimited) {
-        f.pk.emplace_back();
-        f.got.push_back(0);
-      }
-    }
-    PktRec& r = f.pk[seq];
-    r.queued_retx = false;
-    if (r.first_tx_ns == 0) {
-      r.first_tx_ns = now_;
-    } else {
-      ++r.retx;
+      sb.resent(seq, path, now_);
       ++f.retx;
+    } else {
+      sb.send_new(path, bytes, now_);
+      if (f.unlimited) f.got.push_back(0);
     }
-    r.last_tx_ns = now_;
-    r.path = static_cast<uint16_t>(f.paths->choose());
-    r.in_pipe = true;
-    f.inflight += bytes;
     f.cc->on_send(now_, bytes);
     f.last_send_ns = now_;
     f.last_bytes = bytes;
@@ -684,13 +663,12 @@ int32_t Sim::host_next_data(uint32_t host) {
     p.wire_bytes = bytes + c_.header_bytes;
     p.src = f.spec.src;
     p.dst = f.spec.dst;
-    p.path = r.path;
+    p.path = path;
     p.sent_ns = now_;
     p.unsched = f.spec_left > 0;
     f.spec_left -= bytes;
     if (credit_ && f.unlimited) request_more(f);
-    arm_rto(f);
-    arm_tlp(f);
+    arm_timer(f, now_);
     return i_pkt;
   }
   if (wake != kNever) wake_host(host, wake);
@@ -714,7 +692,7 @@ void Sim::send_ctrl(uint32_t from_host, PktKind k, const Flow& f, uint64_t aux,
 
 void Sim::flow_start(Flow& f) {
   f.started = true;
-  f.last_progress_ns = now_;
+  f.sb->note_idle(now_);
   if (credit_) {
     f.spec_left = f.cc->cwnd_bytes();  // the speculative credit
     // Request-to-send with the demand; the first spec bytes go on
@@ -733,7 +711,7 @@ void Sim::flow_start(Flow& f) {
 void Sim::request_more(Flow& f) {
   // Unlimited flows ask for credit ahead in 256 KiB steps.
   constexpr uint64_t kStep = 256 << 10;
-  const uint64_t sent = uint64_t{f.next_new} * c_.mtu_bytes;
+  const uint64_t sent = uint64_t{f.sb->snd_nxt()} * c_.mtu_bytes;
   if (f.demand_sent > sent + kStep) return;
   if (now_ >= f.spec.stop_ns || now_ >= stop_ns_) return;
   const bool first = f.demand_sent == 0;
@@ -772,204 +750,84 @@ void Sim::on_data(int32_t pkt) {
   enqueue(host_[k.src].port, pkt);
 }
 
-void Sim::ack_pkt(Flow& f, uint32_t s) {
-  PktRec& r = f.pk[s];
-  if (r.acked) return;
-  r.acked = true;
-  if (r.in_pipe) {
-    r.in_pipe = false;
-    f.inflight -= payload_of(f, s);
-  }
-  if (cc::rack_unambiguous(r.retx > 0, r.last_tx_ns, f.min_rtt_ns, now_) &&
-      r.last_tx_ns >= f.rack_tx_ns[r.path] && now_ > r.last_tx_ns) {
-    f.rack_tx_ns[r.path] = r.last_tx_ns;
-    f.rack_rtt_ns[r.path] = now_ - r.last_tx_ns;
-  }
-}
-
 void Sim::on_ack(const Packet& a) {
   Flow& f = flows_[a.flow];
-  if (f.sender_done || a.seq >= f.pk.size()) return;
-  uint32_t newly_bytes = 0, newly_pkts = 0;
-  auto ack = [&](uint32_t s) {
-    if (f.pk[s].acked) return;
-    newly_bytes += payload_of(f, s);
-    ++newly_pkts;
-    ack_pkt(f, s);
-  };
-  bool advanced = false;
-  const uint32_t cum = std::min<uint32_t>(a.cum, f.next_new);
-  if (cum > f.snd_una) {
-    advanced = true;
-    for (uint32_t s = f.snd_una; s < cum; ++s) ack(s);
-    f.snd_una = cum;
-    f.dupacks = 0;
-    f.rto_backoff = 0;
-    f.tlp_sent = false;
-    f.last_progress_ns = now_;
-  }
-  f.last_ack_ns = now_;
-  // The acked packet lies beyond the cumulative point: a hole before it.
-  const bool sack = a.seq >= a.cum;
-  if (sack) f.high_sacked = std::max(f.high_sacked, a.seq + 1);
-  if (a.seq >= f.snd_una) ack(a.seq);
-  if (!advanced && sack) ++f.dupacks;
-  // RTT sample (Karn: first transmissions only).
-  PktRec& r = f.pk[a.seq];
-  if (r.retx == 0 && !r.sampled && now_ > r.first_tx_ns) {
-    r.sampled = true;
-    const uint64_t rtt = now_ - r.first_tx_ns;
-    if (f.min_rtt_ns == 0 || rtt < f.min_rtt_ns) f.min_rtt_ns = rtt;
-    f.rto.on_rtt(rtt);
-    f.paths->on_rtt(r.path, rtt);
+  cc::Scoreboard& sb = *f.sb;
+  if (f.sender_done || !cc::Scoreboard::before(a.seq, sb.snd_nxt())) return;
+  // The cumulative point, and the packet the ACK is for when beyond it.
+  cc::AckOutcome o;
+  auto none = [](uint32_t, const cc::SegRec&) {};
+  sb.ack_cumulative(a.cum, now_, &o, none);
+  if (a.seq >= a.cum) sb.ack_selective(a.seq, now_, &o, none);
+  const uint64_t rtt = sb.take_rtt_sample(a.seq, now_);  // Karn
+  if (rtt != 0) {
+    f.paths->on_rtt(sb.seg(a.seq).path, rtt);
     cc::CcSample s;
     s.now_ns = now_;
     s.rtt_ns = rtt;
     s.endpoint_delay_ns = 0;
     s.fabric_delay_ns = rtt;
-    s.acked_bytes = newly_bytes ? newly_bytes : payload_of(f, a.seq);
-    s.acked_packets = newly_pkts ? newly_pkts : 1;
+    s.acked_bytes = o.newly_bytes ? o.newly_bytes : payload_of(f, a.seq);
+    s.acked_packets = o.newly_packets ? o.newly_packets : 1;
     s.hops = a.hops;
     s.segment_bytes = payload_of(f, a.seq);
     s.ecn = a.ecn;
     f.cc->on_ack(s);
   }
-  while (f.snd_una < f.next_new && f.pk[f.snd_una].acked) ++f.snd_una;
-  if (sack && f.dupacks >= c_.dupack_threshold && detect_losses(f) > 0) {
-    f.cc->on_loss(now_, false);
-  }
+  report_losses(f, sb.finish_ack(o, now_));
   if (sender_finished(f)) {
     finish_sender(f);
     return;
   }
-  if (f.snd_una < f.next_new) arm_tlp(f);
+  arm_timer(f, now_);
   wake_host(f.spec.src, now_);
 }
 
+// The controller hears what the scoreboard declared lost; with credit, the
+// receiver is asked to grant the resends.
+void Sim::report_losses(Flow& f, const cc::LossReport& r) {
+  if (r.fast_lost > 0) f.cc->on_loss(now_, false);
+  if (r.timeout) f.cc->on_loss(now_, true);
+  const uint64_t lost = f.sb->take_lost_bytes();
+  if (credit_ && lost) {
+    send_ctrl(f.spec.src, PktKind::kRts, f, lost, f.spec.dst);
+  }
+}
+
+// One timer event per flow, at the scoreboard's next deadline (RACK's
+// reordering timer, the probe or the RTO); an earlier deadline supersedes
+// a later pending event, which then finds timer_at changed and does
+// nothing.
+void Sim::arm_timer(Flow& f, uint64_t not_before) {
+  const uint64_t t = f.sb->next_timer_ns();
+  if (t == kNever) return;
+  const uint64_t when = std::max(t, not_before);
+  if (f.timer_at != kNever && f.timer_at > now_ && f.timer_at <= when) return;
+  f.timer_at = when;
+  at(when, kEvTimer, f.id);
+}
+
+void Sim::on_timer(Flow& f) {
+  f.timer_at = kNever;
+  if (f.sender_done) return;
+  const cc::TimerOutcome t = f.sb->on_timer(now_);
+  report_losses(f, t.losses);
+  // A deadline that found nothing to do must not fire again at once.
+  arm_timer(f, now_ + 1000);
+  if (t.losses.fast_lost > 0 || t.action != cc::TimerAction::kNone) {
+    wake_host(f.spec.src, now_);
+  }
+}
+
 bool Sim::sender_finished(const Flow& f) const {
-  if (f.snd_una < f.next_new) return false;
-  if (!f.unlimited) return f.next_new == f.npkts;
+  if (f.sb->has_unacked()) return false;
+  if (!f.unlimited) return f.sb->snd_nxt() == f.npkts;
   return now_ >= f.spec.stop_ns || now_ >= stop_ns_;
 }
 
 void Sim::finish_sender(Flow& f) {
   f.sender_done = true;
   if (credit_) send_ctrl(f.spec.src, PktKind::kFin, f, 0, f.spec.dst);
-}
-
-void Sim::queue_retx(Flow& f, uint32_t s) {
-  PktRec& r = f.pk[s];
-  r.queued_retx = true;
-  if (r.in_pipe) {
-    r.in_pipe = false;
-    f.inflight -= payload_of(f, s);
-  }
-  f.retx_q.push_back(s);
-}
-
-int Sim::detect_losses(Flow& f) {
-  // The engine's rules (cc/recovery.h): RACK by time, per path.
-  if (f.snd_una >= f.high_sacked) return 0;
-  const uint64_t reo = cc::rack_reorder_window_ns(f.min_rtt_ns);
-  int lost = 0;
-  uint64_t bytes = 0;
-  for (uint32_t s = f.snd_una; s < f.high_sacked; ++s) {
-    PktRec& r = f.pk[s];
-    if (r.acked || r.queued_retx || r.first_tx_ns == 0) continue;
-    if (!cc::rack_lost(r.last_tx_ns, f.rack_tx_ns[r.path],
-                       f.rack_rtt_ns[r.path], reo, now_)) {
-      continue;
-    }
-    queue_retx(f, s);
-    bytes += payload_of(f, s);
-    ++lost;
-  }
-  if (credit_ && bytes)
-    send_ctrl(f.spec.src, PktKind::kRts, f, bytes, f.spec.dst);
-  return lost;
-}
-
-void Sim::arm_rto(Flow& f) {
-  if (f.rto_armed) return;
-  f.rto_armed = true;
-  at(now_ + f.rto.backed_off_ns(f.rto_backoff), kEvRto, f.id);
-}
-
-void Sim::on_rto(Flow& f) {
-  f.rto_armed = false;
-  if (f.sender_done || f.snd_una >= f.next_new) return;
-  if (detect_losses(f) > 0) f.cc->on_loss(now_, false);
-  const uint64_t rto = f.rto.backed_off_ns(f.rto_backoff);
-  const uint64_t sent =
-      std::max(f.pk[f.snd_una].last_tx_ns, f.last_progress_ns);
-  if (now_ - sent < rto) {
-    f.rto_armed = true;
-    at(sent + rto, kEvRto, f.id);
-    return;
-  }
-  ++f.rtos;
-  const uint64_t reo = cc::rack_reorder_window_ns(f.min_rtt_ns);
-  uint64_t bytes = 0;
-  for (uint32_t s = f.snd_una; s < f.next_new; ++s) {
-    PktRec& r = f.pk[s];
-    if (r.acked || r.queued_retx) continue;
-    const uint64_t rtt = std::max(f.rto.srtt_ns(), f.rack_rtt_ns[r.path]);
-    if (cc::rto_lost(s == f.snd_una, r.last_tx_ns, rtt, reo, now_)) {
-      queue_retx(f, s);
-      bytes += payload_of(f, s);
-    }
-  }
-  if (credit_ && bytes)
-    send_ctrl(f.spec.src, PktKind::kRts, f, bytes, f.spec.dst);
-  f.cc->on_loss(now_, true);
-  f.rto_urgent = true;
-  f.dupacks = 0;
-  f.tlp_sent = false;
-  ++f.rto_backoff;
-  f.last_progress_ns = now_;
-  arm_rto(f);
-  wake_host(f.spec.src, now_);
-}
-
-// The engine's tail loss probe (engine_tx.cc probe_tail), with the same
-// timeout (cc/recovery.h) less the ACK delay: the receiver here ACKs every
-// packet at once.
-void Sim::arm_tlp(Flow& f) {
-  if (!c_.tlp || f.tlp_armed || f.tlp_sent) return;
-  const uint64_t pto = cc::tlp_timeout_ns(f.rto.srtt_ns(), f.rto.rttvar_ns(), 0,
-                                          f.rto.backed_off_ns(f.rto_backoff));
-  if (pto == 0) return;
-  f.tlp_armed = true;
-  at(std::max(f.last_ack_ns, f.last_send_ns) + pto, kEvTlp, f.id);
-}
-
-void Sim::on_tlp(Flow& f) {
-  f.tlp_armed = false;
-  if (f.sender_done || f.snd_una >= f.next_new || f.tlp_sent ||
-      f.rto_backoff > 0 || !f.retx_q.empty()) {
-    return;  // nothing out, probed already, backing off, or recovering
-  }
-  const uint64_t pto = cc::tlp_timeout_ns(f.rto.srtt_ns(), f.rto.rttvar_ns(), 0,
-                                          f.rto.backed_off_ns(f.rto_backoff));
-  const uint64_t last = std::max(f.last_ack_ns, f.last_send_ns);
-  if (pto == 0) return;
-  if (now_ < last + pto) {
-    f.tlp_armed = true;
-    at(last + pto, kEvTlp, f.id);
-    return;
-  }
-  for (uint32_t s = f.next_new; s-- > f.snd_una;) {
-    if (f.pk[s].acked || f.pk[s].queued_retx) continue;
-    queue_retx(f, s);
-    if (credit_) {
-      send_ctrl(f.spec.src, PktKind::kRts, f, payload_of(f, s), f.spec.dst);
-    }
-    ++f.tlps;
-    f.tlp_sent = true;
-    f.rto_urgent = true;  // one packet past window and pacing, as Linux
-    wake_host(f.spec.src, now_);
-    return;
-  }
 }
 
 void Sim::arm_pacer(uint32_t host) {
@@ -1057,11 +915,8 @@ SimResult Sim::run() {
       case kEvFlowStart:
         flow_start(flows_[e.a]);
         break;
-      case kEvRto:
-        on_rto(flows_[e.a]);
-        break;
-      case kEvTlp:
-        on_tlp(flows_[e.a]);
+      case kEvTimer:
+        if (flows_[e.a].timer_at == now_) on_timer(flows_[e.a]);
         break;
       case kEvPacer:
         pacer_tick(e.a);
@@ -1119,11 +974,11 @@ void Sim::summarize(SimResult* r) {
     fr.finish_ns = f.finish_ns;
     fr.delivered_bytes = f.delivered;
     fr.retx = f.retx;
-    fr.rtos = f.rtos;
-    fr.tlps = f.tlps;
-    retx += f.retx;
-    rtos += f.rtos;
-    tlps += f.tlps;
+    fr.rtos = f.sb->counters().rtos;
+    fr.tlps = f.sb->counters().tlp_retx;
+    retx += fr.retx;
+    rtos += fr.rtos;
+    tlps += fr.tlps;
     first_start = std::min(first_start, f.spec.start_ns);
     if (!f.unlimited) {
       fr.ideal_fct_ns = ideal_fct(f.spec);

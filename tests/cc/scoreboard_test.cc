@@ -289,6 +289,31 @@ TEST(Scoreboard, ResendSoonerThanTheMinRttIsARealLoss) {
   EXPECT_EQ(queued, (std::vector<uint32_t>{2, 3, 4}));
 }
 
+TEST(Scoreboard, ProbeAckedSoonerThanAQueuedMinRttStillMovesRack) {
+  // The min RTT was measured in a queue (8 us); the probe crosses the
+  // drained path in 7 us. Its ACK is the probe's, so RACK's clock moves to
+  // it and the hole sent before it is lost at once, not at the RTO.
+  Scoreboard sb(ScoreboardConfig{});
+  send(sb, 3, 0);  // 0, 1, 2
+  AckOutcome a;
+  sb.ack_cumulative(1, 8 * kUs, &a, ignore);
+  sb.take_rtt_sample(0, 8 * kUs);
+  sb.finish_ack(a, 8 * kUs);
+  uint64_t t = sb.next_timer_ns();  // 1 and 2 lost: the probe
+  ASSERT_EQ(sb.on_timer(t).action, TimerAction::kProbe);
+  uint32_t seq;
+  ASSERT_TRUE(sb.urgent(&seq));
+  EXPECT_EQ(seq, 2u);
+  sb.resent(seq, 0, t);
+  AckOutcome p;
+  sb.ack_selective(2, t + 7 * kUs, &p, ignore);
+  sb.finish_ack(p, t + 7 * kUs);
+  // 1 was sent before the probe and has been out longer than the probe's
+  // RTT plus the reordering window (0 + 7 + 20 us): due now.
+  EXPECT_EQ(sb.next_timer_ns(), 27 * kUs);
+  EXPECT_EQ(sb.on_timer(t + 7 * kUs).losses.fast_lost, 1u);
+}
+
 TEST(Scoreboard, TimeoutsBackOffThenFail) {
   ScoreboardConfig cfg;
   cfg.max_retries = 3;

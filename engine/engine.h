@@ -216,6 +216,8 @@ class UcclRDMAEngine {
   int drain_commands();
   void handle(const Command& c);
   void create_conn(ConnSetup* s);
+  Status create_qps(Conn* c, ConnSetup* s);
+  Status init_sender(Conn* c);
   void connect_conn(ConnSetup* s);
   Status setup_eager(Conn* c);
   void close_conn(uint32_t idx, Status why);

@@ -1,5 +1,5 @@
-// Engine internals shared by engine.cc (setup, receive path) and
-// engine_tx.cc (send path): sizes, work-request ids, the connection record.
+// Engine internals shared by the engine_*.cc files (loop, connections,
+// receive, eager, control, send, stats): sizes, work-request ids, Conn.
 #pragma once
 
 #include <cstdint>

@@ -115,7 +115,7 @@ MUTANTS = [
      "    tokens_ -= g;",
      "    tokens_ -= g / 2;",
      "cc_tests", "Credit*"),
-    ("bootstrap-rejects-returned", "engine/endpoint.cc",
+    ("bootstrap-rejects-returned", "engine/endpoint_conn.cc",
      "    if (!st.ok() && !h->identified()) {",
      "    if (false && !st.ok() && !h->identified()) {",
      "engine_tests", "BootstrapTest.*"),

@@ -14,7 +14,7 @@
 #include "util/pattern.h"
 
 namespace uccl {
-// Engine knobs the tests set (engine/endpoint.cc).
+// Engine knobs the tests set (engine/endpoint_config.cc).
 UCCL_DECLARE_KNOB(int64_t, knob_rto_min_us);
 }  // namespace uccl
 

@@ -154,7 +154,7 @@ TEST_P(TwoProcess, ByteExactAcrossSizes) {
   DeviceOptions opts = Side::no_faults();
   if (type == QpType::kUC) opts.rate_gbps = kUcRateGbps;
   // The retry budget the engine gives RC QPs on the software NIC (30,
-  // engine/engine.cc). With verbs' 7 and RTT-based timeouts from 200 us,
+  // engine/engine_conn.cc). With verbs' 7 and RTT-based timeouts from 200 us,
   // doubling, a responder silent for ~51 ms in all used to end the QP: on
   // the loaded 2-CPU CI machine a 1 GiB WRITE_WITH_IMM got kRetryExceeded
   // in one of ~18 runs (the QP now also waits out 8 configured

@@ -1,0 +1,337 @@
+// Engine receive path: chunk completions in CSN order, receive buffers and
+// their completion, posted receives (descriptors to the peer), ACKs.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/engine.h"
+#include "engine/engine_internal.h"
+#include "util/logging.h"
+
+namespace uccl::engine {
+
+using transport::QpConfig;
+using transport::QpType;
+using transport::RecvWr;
+using transport::SendWr;
+using transport::Sge;
+using transport::WcOpcode;
+using transport::WcStatus;
+using transport::WorkCompletion;
+using transport::WrOpcode;
+
+int UcclRDMAEngine::poll_recv_cq(uint64_t now) {
+  WorkCompletion wc[kPollBatch];
+  int n = rcq_->poll(kPollBatch, wc);
+  for (int i = 0; i < n; ++i) {
+    const WorkCompletion& w = wc[i];
+    if (w.opcode == WcOpcode::kRecvWriteImm) {
+      ++data_srq_deficit_;
+      if (w.status == WcStatus::kSuccess) on_chunk(w, now);
+      continue;
+    }
+    if (w.qp_num == ud_->qpn()) {
+      if (w.status == WcStatus::kSuccess &&
+          w.byte_len >= transport::kGrhBytes + sizeof(AckPacket)) {
+        AckPacket a;
+        const uint8_t* buf = ud_bufs_.data() + w.wr_id * kUdBufBytes;
+        std::memcpy(&a, buf + transport::kGrhBytes, sizeof(a));
+        if (a.magic == kAckMagic) {
+          on_ack(a, w, buf, now);
+        } else {
+          ++protocol_errors_;
+        }
+      } else if (w.status == WcStatus::kSuccess) {
+        ++protocol_errors_;
+      }
+      if (w.status != WcStatus::kWrFlushError) {
+        Sge sge{
+            reinterpret_cast<uint64_t>(ud_bufs_.data()) + w.wr_id * kUdBufBytes,
+            kUdBufBytes, ud_mr_->lkey()};
+        RecvWr r;
+        r.wr_id = w.wr_id;
+        r.sg_list = &sge;
+        r.num_sge = 1;
+        ud_->post_recv(&r, nullptr);
+      }
+      continue;
+    }
+    // A control message on a connection's RC QP (SRQ buffer w.wr_id).
+    const QpnEntry* e = qpn_get(w.qp_num);
+    if (w.status == WcStatus::kSuccess && e && e->ctrl) {
+      Conn* c = conns_[e->conn].get();
+      if (c && c->established && !c->failed && w.wr_id < kCtrlBufs) {
+        on_ctrl_batch(c, ctrl_bufs_.data() + w.wr_id * kCtrlBufBytes,
+                      std::min<uint32_t>(w.byte_len, kCtrlBufBytes));
+        activate(c);
+      }
+    } else if (w.status != WcStatus::kSuccess && e && e->ctrl &&
+               w.status != WcStatus::kWrFlushError) {
+      Conn* c = conns_[e->conn].get();
+      if (c) fail_conn(c, RemoteError("control QP failed"));
+    }
+    if (w.wr_id < kCtrlBufs) {
+      Sge sge{reinterpret_cast<uint64_t>(ctrl_bufs_.data()) +
+                  w.wr_id * kCtrlBufBytes,
+              kCtrlBufBytes, ctrl_mr_->lkey()};
+      RecvWr r;
+      r.wr_id = w.wr_id;
+      r.sg_list = &sge;
+      r.num_sge = 1;
+      ctrl_srq_->post_recv(&r, nullptr);
+    }
+  }
+  if (data_srq_deficit_ >= kRecvBatch) replenish_srq();
+  return n;
+}
+
+void UcclRDMAEngine::replenish_srq() {
+  RecvWr wrs[kRecvBatch];
+  while (data_srq_deficit_ >= kRecvBatch) {
+    for (uint32_t k = 0; k < kRecvBatch; ++k) {
+      wrs[k] = RecvWr();
+      wrs[k].next = k + 1 < kRecvBatch ? &wrs[k + 1] : nullptr;
+    }
+    if (!data_srq_->post_recv(wrs, nullptr).ok()) break;
+    data_srq_deficit_ -= kRecvBatch;
+  }
+}
+
+void UcclRDMAEngine::on_chunk(const WorkCompletion& wc, uint64_t now) {
+  const Imm imm = Imm::decode(wc.imm_data);
+  const QpnEntry* e = qpn_get(wc.qp_num);
+  if (e == nullptr || e->ctrl || e->conn != imm.flow) {
+    ++protocol_errors_;
+    return;
+  }
+  Conn* c = conns_[e->conn].get();
+  if (c == nullptr || !c->established || c->failed) return;
+  activate(c);
+  RxFlow& rx = c->rx;
+  const uint32_t delta = (imm.csn - rx.rcv_cum) & (Imm::kCsnSpace - 1);
+  if (delta >= kMaxChunksInFlight) {  // behind rcv_cum: a late duplicate
+    ++rx.duplicates;
+    rx.ack_now = true;
+    return;
+  }
+  const uint32_t csn = rx.rcv_cum + delta;
+  RxChunkInfo& info = rx.at(csn);
+  if (info.valid) {
+    ++rx.duplicates;
+    rx.ack_now = true;
+    return;
+  }
+  info = RxChunkInfo{true,
+                     imm.last,
+                     imm.trunc,
+                     imm.onesided,
+                     imm.eager,
+                     static_cast<uint8_t>(imm.slot),
+                     static_cast<uint8_t>(imm.buf),
+                     wc.byte_len};
+  rx.rx_bytes += wc.byte_len;
+  ++rx.rx_chunks;
+  if (delta != 0) rx.ack_now = true;  // a hole: tell the sender now
+  if (rx.unacked++ == 0) rx.first_unacked_ns = now;
+  rx.trigger_csn = csn;
+  rx.trigger_arrival_ns =
+      wc.timestamp_ns ? std::min(wc.timestamp_ns, now) : now;
+  trace("rx", c->index, csn, now);
+  VLOG(kVlogChunk) << "conn " << c->index << " rx csn " << csn << " slot "
+                   << imm.slot << " len " << wc.byte_len
+                   << (imm.last ? " last" : "") << " cum " << rx.rcv_cum;
+  while (rx.at(rx.rcv_cum).valid) {
+    RxChunkInfo done = rx.at(rx.rcv_cum);
+    rx.at(rx.rcv_cum).valid = false;
+    ++rx.rcv_cum;
+    account_chunk(c, done);
+  }
+  // A hole, or ack_every chunks: ACK now. A completed message's ACK waits
+  // for the loop's pass over the connections, so every message completed
+  // in one receive batch shares one ACK (each is a loopback datagram of
+  // ~1.5 us on the engine's thread).
+  if (rx.ack_now || rx.unacked >= cfg_.ack_every) {
+    maybe_send_ack(c, now, false);
+  }
+}
+
+void UcclRDMAEngine::account_chunk(Conn* c, const RxChunkInfo& info) {
+  if (info.onesided) return;
+  if (info.eager) return on_eager(c, info);
+  RxFlow& rx = c->rx;
+  RxSlot& s = rx.slots[info.slot];
+  if (!s.active || info.buf >= s.n || s.bufs[info.buf].done) {
+    ++protocol_errors_;
+    return;
+  }
+  RxBuf& b = s.bufs[info.buf];
+  b.claimed = true;
+  b.received += info.len;
+  if (!info.last) return;
+  b.trunc = info.trunc || b.received > b.size;
+  rx.ack_due = true;
+  finish_buf(c, info.slot, info.buf);
+}
+
+// Buffer `buf` of receive `slot` has its message (or its truncation); the
+// receive completes with its last buffer.
+void UcclRDMAEngine::finish_buf(Conn* c, int slot, int buf) {
+  RxFlow& rx = c->rx;
+  RxSlot& s = rx.slots[slot];
+  s.bufs[buf].done = true;
+  s.bufs[buf].claimed = true;
+  if (windows_ && rx.windows[slot][buf]) {
+    rx.windows[slot][buf]->invalidate();  // late copies now miss
+  }
+  if (++s.done < s.n) return;
+  Status st;
+  for (int i = 0; i < s.n; ++i) {
+    RequestAccess::set_size(s.req, i, s.bufs[i].trunc ? 0 : s.bufs[i].received);
+    if (s.bufs[i].trunc && st.ok()) {
+      st = s.is_read ? RemoteError(
+                           "peer refused the read (region unknown, out of "
+                           "range, or larger than the buffer)")
+                     : Truncated("message larger than the posted receive of " +
+                                 std::to_string(s.bufs[i].size) + " bytes");
+    }
+  }
+  s.active = false;
+  c->rec->rx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+  trace_now("recv_done", c->index, rx.rcv_cum);
+  RequestAccess::complete(s.req, std::move(st));
+}
+
+void UcclRDMAEngine::post_recv_slot(Conn* c, const Command& cmd) {
+  RxFlow& rx = c->rx;
+  int slot = -1;
+  for (int i = 0; i < kMaxRequestsPerFlow; ++i) {
+    if (!rx.slots[i].active) {
+      slot = i;
+      break;
+    }
+  }
+  if (slot < 0) {  // cannot happen: the Endpoint bounds outstanding receives
+    c->rec->rx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+    RequestAccess::complete(cmd.req, Internal("no free receive slot"));
+    return;
+  }
+  const bool is_read = cmd.type == CmdType::kRead;
+  const int n = is_read ? 1 : cmd.n;
+  RxSlot& s = rx.slots[slot];
+  s.active = true;
+  s.req = cmd.req;
+  s.n = n;
+  s.done = 0;
+  s.is_read = is_read;
+  s.post_seq = rx.next_post_seq++;
+  CtrlMsg m;
+  std::memset(&m, 0, sizeof(m));
+  m.type =
+      static_cast<uint32_t>(is_read ? CtrlType::kReadReq : CtrlType::kRecvDesc);
+  m.slot = static_cast<uint32_t>(slot);
+  m.n = static_cast<uint32_t>(n);
+  uint64_t demand = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t addr = is_read ? cmd.addr : cmd.bufs[i].addr;
+    const uint64_t size = is_read ? cmd.len : cmd.bufs[i].size;
+    const transport::MemoryRegion* mr = is_read ? cmd.mr : cmd.bufs[i].mr;
+    const int32_t tag = is_read ? 0 : cmd.bufs[i].tag;
+    s.bufs[i] = RxBuf{addr, size, 0, tag, false, false, false};
+    uint32_t rkey = mr ? mr->rkey() : 0;
+    if (windows_ && mr && size > 0) {
+      auto& w = rx.windows[slot][i];
+      if (!w) {
+        auto mw = pd_->alloc_mw();
+        if (mw.ok()) w = std::move(*mw);
+      }
+      auto k = w ? w->bind(*mr, addr, size,
+                           transport::kAccessLocalWrite |
+                               transport::kAccessRemoteWrite)
+                 : Result<uint32_t>(Internal("no window"));
+      if (k.ok()) rkey = *k;
+    }
+    m.bufs[i] = RecvBuf{addr, size, rkey, tag};
+    VLOG(kVlogRequest) << "conn " << c->index << " receive in slot " << slot
+                       << " buf " << i << " size " << size << " rkey 0x"
+                       << std::hex << rkey << std::dec;
+    demand += size;
+  }
+  if (is_read) {
+    m.region = cmd.remote_key;
+    m.read_addr = cmd.remote_addr;
+    m.read_len = cmd.len;
+  }
+  if (pacer_) {
+    pacer_->add_demand(c->index, demand, !rx.demand_started);
+    rx.demand_started = true;
+  }
+  // Eager messages that arrived before this receive take their buffers
+  // now, oldest first (it may complete here). The descriptor still goes:
+  // the sender pays its owed sends with it. Freed slots are granted after.
+  if (!is_read && rx.held_n) {
+    uint32_t kept = 0;
+    for (uint32_t h = 0; h < rx.held_n; ++h) {
+      const uint32_t k = rx.held[h];
+      const int buf = s.free_buf(rx.eager[k].tag);
+      if (buf < 0) {
+        rx.held[kept++] = static_cast<uint8_t>(k);
+      } else {
+        deliver_eager(c, k, slot, buf);
+      }
+    }
+    rx.held_n = kept;
+  }
+  // Freed slots ride in the descriptor's spare entries (the peer applies
+  // them after the descriptor, so a send it holds back for lack of a slot
+  // takes this receive, zero-copy, instead).
+  if (!is_read) m.region = add_grants(c, &m, m.n);
+  send_ctrl(c, m);
+  send_grants(c);
+}
+
+void UcclRDMAEngine::maybe_send_ack(Conn* c, uint64_t now, bool force) {
+  RxFlow& rx = c->rx;
+  if (!c->established || c->failed) return;
+  const bool new_credit = rx.credit_granted != rx.credit_acked;
+  const bool due = rx.ack_now || rx.ack_due;
+  if (rx.unacked == 0 && !due && !new_credit && !force) return;
+  if (!force && !due && !new_credit && rx.unacked < cfg_.ack_every &&
+      now - rx.first_unacked_ns < cfg_.ack_delay_ns) {
+    return;
+  }
+  AckPacket a;
+  std::memset(&a, 0, sizeof(a));
+  a.magic = kAckMagic;
+  a.flow_id = c->peer_flow;
+  a.cum_ack = rx.rcv_cum;
+  a.trigger_csn = rx.trigger_csn;
+  for (int i = 0; i < kSackWords * 64; ++i) {
+    if (rx.at(rx.rcv_cum + 1 + i).valid) a.sack[i / 64] |= 1ull << (i % 64);
+  }
+  a.rx_delay_ns = now > rx.trigger_arrival_ns ? now - rx.trigger_arrival_ns : 0;
+  a.credit_bytes = rx.credit_granted;
+  a.nonce_lo = c->nonce_lo;
+  Sge sge{reinterpret_cast<uint64_t>(&a), sizeof(a), 0};
+  SendWr wr;
+  wr.opcode = WrOpcode::kSend;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.inline_data = true;
+  wr.ah = c->peer_ah.get();
+  wr.remote_qpn = c->peer_ud_qpn;
+  wr.remote_qkey = c->peer_ud_qkey;
+  wr.signaled = ++ud_unsignaled_ >= kSignalEvery;
+  wr.wr_id = make_wr_id(WrKind::kAck, c->index, 0,
+                        wr.signaled ? ud_unsignaled_ : 0, 0);
+  if (wr.signaled) ud_unsignaled_ = 0;
+  if (!ud_->post_send(&wr, nullptr).ok()) return;  // full: next loop
+  trace("ack_tx", c->index, a.cum_ack, now);
+  VLOG(kVlogChunk) << "conn " << c->index << " ack cum " << a.cum_ack
+                   << " trigger " << a.trigger_csn;
+  rx.unacked = 0;
+  rx.ack_now = false;
+  rx.ack_due = false;
+  rx.credit_acked = rx.credit_granted;
+  ++rx.acks_tx;
+}
+
+}  // namespace uccl::engine

@@ -2,36 +2,15 @@
 // comm a set of UCCL connections spread over the device's engines.
 //
 // Message placement: a comm is K UCCL connections on K different engines
-// (by default half the engines, auto_conns), and every message is cut into K
-// parts, part j on connection j, so one message moves on several engines at
-// once (NCCL keeps only a few messages in flight per channel, so per-message
-// latency is what bounds its bandwidth).
-// Neither side knows the other's size (NCCL posts a receive of the slot's
-// size and sends what the step holds), so the cut depends only on a fixed
-// stripe S, the receiving side's (its listen handle carries S and K to the
-// sender; by default S = 1 MiB / K, NCCL's large all_reduce message over
-// the K engines, in whole chunks where that keeps the parts even:
-// collective/stripe.h): part j is bytes [j*S, (j+1)*S) and the last part the
-// rest, of the message at the sender and of the buffer at the receiver;
-// parts past the message's end are sent empty. How the receiver posts them
-// is the comm's PartsMode (UCCL_NCCL_PARTS, the receiving side's, in the
-// handle; net_plugin.h), decided per message the same way at both ends:
-// - "first": messages shorter than S go whole on connection 0 (one engine,
-//   no fan-out: small-message latency). The receiver posts part 0 (bytes
-//   [0, S) of its buffer) first and the other parts once part 0 completes:
-//   a full part 0 means the sender striped. That costs a striped message
-//   its part 0's time and a descriptor's trip before parts 1..K-1 move.
-// - "all": the receiver posts all K parts at once; a message shorter than
-//   S goes in part 0 with K-1 empty parts and completes with part 0 (the
-//   empty parts finish in the background, keeping the request).
-// - "auto" (default): "all" for message m where message m-32 of the comm
-//   was at least S, else "first". The sender knows m-32's size; a receiver
-//   holds at most 32 requests, so m-32's part 0 is done when m is posted
-//   (or its request is still held and m waits for it).
-// Both sides post the parts of a comm's messages in NCCL's order (receivers
-// expand in the order of part 0's completions, which is that order too, and
-// a message posting all parts waits behind those still expanding), so each
-// connection pairs them FIFO, with no tags.
+// (by default half the engines, auto_conns) used as one StripedConn
+// (uccl/striped.h): every message is cut into K parts, part j on
+// connection j, so one message moves on several engines at once (NCCL keeps
+// only a few messages in flight per channel, so per-message latency is what
+// bounds its bandwidth). The stripe and the PartsMode are the receiving
+// side's (UCCL_NCCL_STRIPE_KB, UCCL_NCCL_PARTS), carried to the sender in
+// the listen handle; by default the stripe is 1 MiB / K, NCCL's large
+// all_reduce message over the K engines, in whole chunks where that keeps
+// the parts even (collective/stripe.h).
 // With UCCL_NCCL_MAX_RECVS > 1 NCCL may group receives with tags; such comms
 // use one connection (K = 1) and the engine matches the tags.
 #include "collective/net_plugin.h"
@@ -125,38 +104,16 @@ struct PluginComm {
   Endpoint* ep = nullptr;
   bool is_send = false;
   std::vector<ConnId> conns;
-  size_t stripe = 0;  // bytes per connection: the receiving side's
-  // The receiving side's UCCL_NCCL_PARTS (PartsMode). A message posted
-  // with all K parts at once that is shorter than a stripe completes with
-  // its part 0; its other parts are empty and finish in the background,
-  // keeping their request (PluginRequest::reported).
-  PartsMode parts_mode = PartsMode::kFirst;
-  // kAuto, K > 1: messages posted so far (each side counts its own; both
-  // see the same sequence), and by seq % kPartsHistory whether that
-  // message was striped (at least a stripe): 1 or 0, or at a receiver -1
-  // while its part 0 is out (the request is then in history_req).
-  uint64_t seq = 0;
-  // Messages (striped comms: n == 1, K > 1) handed to the engines, those of
-  // them posted with all K parts at once, and those of them done with part
-  // 0; logged at close.
-  uint64_t messages = 0, all_parts_messages = 0, early_messages = 0;
-  int8_t striped[kPartsHistory] = {};
-  PluginRequest* history_req[kPartsHistory] = {};
-  // Set when a part finishing in the background failed or was not empty;
-  // every later call on the comm reports it.
-  Status broken;
+  // The connections as one (uccl/striped.h): the receiving side's stripe
+  // and PartsMode. A message posted with all K parts at once that is
+  // shorter than a stripe completes with its part 0; its other parts are
+  // empty and finish in the background, keeping their request.
+  std::unique_ptr<StripedConn> group;
   int pool_size = 0;
   // Requests NCCL holds (handed out, not yet reported done), at most
   // max_held: NCCL's 32 per comm (x maxRecvs), so the 33rd post gets NULL.
   int held = 0, max_held = 0;
   std::unique_ptr<PluginRequest[]> pool;
-  // A request whose parts are not all posted yet (an engine's queue was
-  // full); later messages wait behind it so every connection stays FIFO.
-  PluginRequest* backlog = nullptr;
-  // Receive comms: requests waiting for part 0 to decide their parts, in
-  // posting order (a ring of pool_size entries; indices below pool_size).
-  std::unique_ptr<PluginRequest*[]> expand;
-  int expand_head = 0, expand_count = 0;
   // Registrations made on this comm and not deregistered yet; closing the
   // comm deregisters what is left (NCCL deregisters first, but a failing
   // caller may not).
@@ -185,25 +142,25 @@ struct ConnectStage {
 
 namespace {
 
-PluginComm* make_comm(PluginDevice* d, Endpoint* ep, bool is_send,
-                      std::vector<ConnId> conns, size_t stripe,
-                      PartsMode parts_mode, int max_recvs) {
-  auto* c = new PluginComm;
+Result<PluginComm*> make_comm(PluginDevice* d, Endpoint* ep, bool is_send,
+                              std::vector<ConnId> conns, size_t stripe,
+                              PartsMode parts_mode, int max_recvs) {
+  auto c = std::make_unique<PluginComm>();
   c->dev = d;
   c->ep = ep;
   c->is_send = is_send;
-  c->conns = std::move(conns);
-  c->stripe = stripe;
-  c->parts_mode = parts_mode;
+  c->conns = conns;
   // NCCL keeps up to 32 requests per comm; a sender may see 32 x maxRecvs.
   // Where messages may go with empty parts, as many again may still be
   // finishing those.
   c->max_held = kMaxRequests * max_recvs;
   c->pool_size = c->max_held * (parts_mode == PartsMode::kFirst ? 1 : 2);
+  UCCL_ASSIGN_OR_RETURN(
+      c->group, StripedConn::create(ep, std::move(conns), stripe, parts_mode,
+                                    c->pool_size));
   c->pool.reset(new PluginRequest[c->pool_size]);
-  for (int i = 0; i < c->pool_size; ++i) c->pool[i].comm = c;
-  c->expand.reset(new PluginRequest*[c->pool_size]);
-  return c;
+  for (int i = 0; i < c->pool_size; ++i) c->pool[i].comm = c.get();
+  return c.release();
 }
 
 // The stripe this process offers comms of k connections on an endpoint
@@ -480,7 +437,7 @@ void NetPlugin::log_comm(const PluginComm* c) {
   log(kLogInfo, __FILE__, __LINE__,
       std::string(c->is_send ? "send comm to " : "recv comm from ") +
           c->ep->peer_ip(c->conns[0]) + ": " + std::to_string(c->conns.size()) +
-          " connections, " + std::to_string(c->stripe) +
+          " connections, " + std::to_string(c->group->stripe_bytes()) +
           " B stripes, connection 0 on engine " +
           (e.ok() ? std::to_string(*e) : std::string("?")));
 }
@@ -644,12 +601,18 @@ NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
     }
   }
   if (ready < static_cast<int>(st->conns.size())) return kSuccess;  // later
-  *send_comm = make_comm(st->dev, st->ep, true, st->conns, st->stripe,
-                         st->parts_mode, max_recvs_);
-  log_comm(static_cast<PluginComm*>(*send_comm));
+  auto comm = make_comm(st->dev, st->ep, true, st->conns, st->stripe,
+                        st->parts_mode, max_recvs_);
   h->stage_magic = 0;
   h->stage = nullptr;
+  if (!comm.ok()) {
+    for (ConnId x : st->conns) st->ep->close(x);
+    delete st;
+    return fail("connect", comm.status());
+  }
   delete st;
+  *send_comm = *comm;
+  log_comm(*comm);
   return kSuccess;
 }
 
@@ -673,9 +636,15 @@ NcclResult NetPlugin::accept(void* listen_comm, void** recv_comm) {
     }
   }
   if (ready < static_cast<int>(l->conns.size())) return kSuccess;  // later
-  *recv_comm = make_comm(l->dev, l->ep, false, l->conns, l->stripe,
-                         l->parts_mode, max_recvs_);
-  log_comm(static_cast<PluginComm*>(*recv_comm));
+  auto comm = make_comm(l->dev, l->ep, false, l->conns, l->stripe,
+                        l->parts_mode, max_recvs_);
+  if (!comm.ok()) {
+    for (ConnId x : l->conns) l->ep->close(x);
+    l->conns.assign(l->conns.size(), 0);
+    return fail("accept", comm.status());
+  }
+  *recv_comm = *comm;
+  log_comm(*comm);
   l->conns.assign(l->conns.size(), 0);  // handed over
   return kSuccess;
 }
@@ -726,120 +695,41 @@ NcclResult NetPlugin::dereg_mr(void* comm, void* mhandle) {
   return st.ok() ? kSuccess : fail("deregMr", st);
 }
 
-bool NetPlugin::reclaim(PluginComm* c, PluginRequest* r) {
-  if (r->posted < r->parts) return false;  // the backlog: parts to post
-  for (int j = 1; j < r->parts; ++j) {
-    if (!r->reqs[j].done()) return false;
-  }
-  for (int j = 1; j < r->parts && c->broken.ok(); ++j) {
-    Status st = r->reqs[j].status();
-    if (st.ok() && !r->is_send && r->reqs[j].size(0) != 0) {
-      st = ProtocolError("part " + std::to_string(j) + " of a message that " +
-                         "fit its first part brought " +
-                         std::to_string(r->reqs[j].size(0)) + " bytes");
-    }
-    if (!st.ok()) c->broken = st.with_context("a part finishing late");
-  }
-  r->reported = false;
-  return true;
-}
-
 PluginRequest* NetPlugin::alloc_request(PluginComm* c) {
   if (c->held >= c->max_held) return nullptr;
   for (int i = 0; i < c->pool_size; ++i) {
-    if (c->pool[i].reported) {  // done for NCCL, empty parts finishing
-      if (reclaim(c, &c->pool[i])) return &c->pool[i];
+    PluginRequest& r = c->pool[i];
+    if (r.s.finishing()) {  // done for NCCL, empty parts finishing
+      if (c->group->reusable(&r.s)) return &r;
       continue;
     }
     bool expected = false;
-    if (c->pool[i].used.compare_exchange_strong(expected, true,
-                                                std::memory_order_acquire)) {
-      return &c->pool[i];
+    if (r.used.compare_exchange_strong(expected, true,
+                                       std::memory_order_acquire)) {
+      return &r;
     }
   }
   return nullptr;
 }
 
-bool NetPlugin::post_parts(PluginComm* c, PluginRequest* r, Status* err) {
-  const int k = static_cast<int>(c->conns.size());
-  while (r->posted < r->parts) {
-    const int j = r->posted;
-    size_t off, n;
-    part_range(r->len, j, k, c->stripe, &off, &n);
-    void* p = r->base ? r->base + off : nullptr;
-    MrHandle* mh = n ? r->mh : nullptr;
-    Status st = r->is_send ? c->ep->send_async(c->conns[j], p, n, mh,
-                                               &r->reqs[j], r->tag)
-                           : c->ep->recv_async(c->conns[j], 1, &p, &n, &r->tag,
-                                               &mh, &r->reqs[j]);
-    if (st.code() == StatusCode::kResourceExhausted) break;  // later
-    if (!st.ok()) {
-      *err = st;
-      return false;
-    }
-    ++r->posted;
-  }
-  c->backlog = r->posted < r->parts ? r : nullptr;
-  return true;
+void NetPlugin::profile_start(PluginRequest* r, void* phandle, int op,
+                              size_t bytes) {
+  ProfilerCallback prof = profiler_.load(std::memory_order_acquire);
+  if (prof == nullptr || phandle == nullptr) return;
+  ProfilerNetSockDescrV1 e{};
+  e.type = kProfileSocket;
+  e.sock.fd = static_cast<int>(r->comm->conns[0] & 0x7fffffff);
+  e.sock.op = op;
+  e.sock.length = bytes;
+  prof(&r->event, kProfilerStart, phandle,
+       kProfilerNetTypeSock | kProfilerNetSockVersion, &e);
 }
 
-bool NetPlugin::expand_receives(PluginComm* c, Status* err) {
-  while (c->expand_count > 0 && c->backlog == nullptr) {
-    PluginRequest* r = c->expand[c->expand_head];
-    if (!r->all_parts && !r->reqs[0].done()) break;
-    c->expand_head = (c->expand_head + 1) % c->pool_size;
-    --c->expand_count;
-    r->expanding = false;
-    if (r->all_parts ||
-        (r->reqs[0].status().ok() && r->reqs[0].size(0) == c->stripe)) {
-      // All parts were due (queued behind an earlier message), or the
-      // sender striped.
-      r->parts = static_cast<int>(c->conns.size());
-      if (!post_parts(c, r, err)) return false;
-    }
-  }
-  return true;
-}
-
-bool NetPlugin::next_all_parts(PluginComm* c, bool* wait) {
-  *wait = false;
-  if (c->conns.size() < 2 || c->parts_mode == PartsMode::kFirst) return false;
-  if (c->parts_mode == PartsMode::kAll) return true;
-  const int slot = static_cast<int>(c->seq % kPartsHistory);
-  if (c->striped[slot] < 0) {  // a receive whose part 0 may still be out
-    PluginRequest* old = c->history_req[slot];
-    if (!old->reqs[0].done()) {
-      *wait = true;
-      return false;
-    }
-    note_striped(c, old);
-  }
-  return c->striped[slot] == 1;
-}
-
-void NetPlugin::note_posted(PluginComm* c, PluginRequest* r) {
-  if (c->conns.size() < 2) return;
-  ++c->messages;
-  if (r->all_parts) ++c->all_parts_messages;
-  if (c->parts_mode != PartsMode::kAuto) return;
-  const int slot = static_cast<int>(c->seq % kPartsHistory);
-  r->seq = c->seq++;
-  if (r->is_send) {
-    c->striped[slot] = r->len >= c->stripe ? 1 : 0;
-  } else {
-    c->striped[slot] = -1;  // known once part 0 is done: note_striped
-    c->history_req[slot] = r;
-  }
-}
-
-void NetPlugin::note_striped(PluginComm* c, PluginRequest* r) {
-  const int slot = static_cast<int>(r->seq % kPartsHistory);
-  if (r->is_send || c->history_req[slot] != r) return;
-  // A sender stripes a message of at least a stripe, and its part 0 is
-  // then exactly a stripe.
-  c->striped[slot] =
-      r->reqs[0].status().ok() && r->reqs[0].size(0) == c->stripe ? 1 : 0;
-  c->history_req[slot] = nullptr;
+void NetPlugin::profile_stop(PluginRequest* r) {
+  if (r->event == nullptr) return;
+  ProfilerCallback prof = profiler_.load(std::memory_order_acquire);
+  if (prof) prof(&r->event, kProfilerStop, nullptr, 0, nullptr);
+  r->event = nullptr;
 }
 
 NcclResult NetPlugin::isend(void* send_comm, void* data, size_t size, int tag,
@@ -848,56 +738,31 @@ NcclResult NetPlugin::isend(void* send_comm, void* data, size_t size, int tag,
   auto* c = static_cast<PluginComm*>(send_comm);
   steer_thread(true);
   *request = nullptr;
-  if (!c->broken.ok()) return fail("isend", c->broken);
+  if (!c->group->broken().ok()) return fail("isend", c->group->broken());
   if (size > max_bytes_) {
     return fail("isend",
                 InvalidArgument("message of " + std::to_string(size) +
                                 " bytes is above maxP2pBytes"),
                 kInternalError);
   }
-  Status err;
-  if (c->backlog && !post_parts(c, c->backlog, &err)) return fail("isend", err);
-  if (c->backlog) return kSuccess;  // NCCL retries
   PluginRequest* r = alloc_request(c);
-  if (r == nullptr) return kSuccess;
+  if (r == nullptr) return kSuccess;  // NCCL retries
   auto* m = static_cast<PluginMr*>(mhandle);
-  r->is_send = true;
   r->n = 1;
-  r->expanding = false;
-  bool wait_unused;
-  r->all_parts = next_all_parts(c, &wait_unused);
-  // Shorter than a stripe: whole, on connection 0, unless the receiver
-  // posts all parts of this message at once (see the file comment).
-  r->parts =
-      !r->all_parts && size < c->stripe ? 1 : static_cast<int>(c->conns.size());
-  r->posted = 0;
-  r->base = static_cast<uint8_t*>(data);
-  r->len = size;
-  r->mh = m ? m->mh : nullptr;
+  r->event = nullptr;
   // Striped comms pair parts FIFO and ignore NCCL's tags; grouped comms
   // (maxRecvs > 1) need them to pick the buffer.
-  r->tag = max_recvs_ > 1 ? tag : 0;
-  r->event = nullptr;
-  if (!post_parts(c, r, &err)) {
-    // Parts already posted may still complete; the comm is broken anyway.
-    return fail("isend", err);
-  }
-  if (r->posted == 0) {  // nothing taken: NCCL retries the whole message
-    c->backlog = nullptr;
+  bool taken = false;
+  Status st = c->group->send(&r->s, data, size, m ? m->mh : nullptr,
+                             max_recvs_ > 1 ? tag : 0, &taken);
+  // Parts posted before an error may still complete into the request: it
+  // stays taken, and the comm is broken anyway.
+  if (!st.ok()) return fail("isend", st);
+  if (!taken) {  // an engine's queue is full: NCCL retries the message
     r->used.store(false, std::memory_order_release);
     return kSuccess;
   }
-  ProfilerCallback prof = profiler_.load(std::memory_order_acquire);
-  if (prof && phandle) {
-    ProfilerNetSockDescrV1 e{};
-    e.type = kProfileSocket;
-    e.sock.fd = static_cast<int>(c->conns[0] & 0x7fffffff);
-    e.sock.op = 0;
-    e.sock.length = size;
-    prof(&r->event, kProfilerStart, phandle,
-         kProfilerNetTypeSock | kProfilerNetSockVersion, &e);
-  }
-  note_posted(c, r);
+  profile_start(r, phandle, 0, size);
   ++c->held;
   *request = r;
   return kSuccess;
@@ -917,47 +782,24 @@ NcclResult NetPlugin::irecv(void* recv_comm, int n, void** data,
         kInternalError);
   }
   auto* c = static_cast<PluginComm*>(recv_comm);
-  if (!c->broken.ok()) return fail("irecv", c->broken);
-  Status err;
-  if (c->backlog && !post_parts(c, c->backlog, &err)) return fail("irecv", err);
-  if (c->backlog) return kSuccess;
-  bool all_parts = false;
-  if (n == 1) {
-    bool wait;
-    all_parts = next_all_parts(c, &wait);
-    if (wait) return kSuccess;  // NCCL retries
+  if (!c->group->broken().ok()) return fail("irecv", c->group->broken());
+  if (n > 1) {
+    // Grouped receives share connection 0 with striped messages: behind
+    // any whose parts still wait.
+    Status st = c->group->progress();
+    if (!st.ok()) return fail("irecv", st);
+    if (c->group->backlogged()) return kSuccess;
   }
   PluginRequest* r = alloc_request(c);
   if (r == nullptr) return kSuccess;
-  r->is_send = false;
-  r->all_parts = all_parts;
   r->n = n;
-  r->expanding = false;
   r->event = nullptr;
+  Status st;
+  bool taken = false;
   if (n == 1) {  // striped over the comm's connections
     auto* m = mhandles ? static_cast<PluginMr*>(mhandles[0]) : nullptr;
-    // Part 0 now and the rest once part 0 tells whether the sender
-    // striped, unless all parts go now. They cannot where an earlier
-    // message still waits to post its parts: each connection's receives
-    // must stay in message order, so this one queues behind it.
-    r->expanding = c->conns.size() > 1 && (!all_parts || c->expand_count > 0);
-    r->parts = r->expanding ? 1 : static_cast<int>(c->conns.size());
-    r->posted = 0;
-    r->base = static_cast<uint8_t*>(data[0]);
-    r->len = sizes[0];
-    r->mh = m ? m->mh : nullptr;
-    r->tag = max_recvs_ > 1 && tags ? tags[0] : 0;
-    if (!post_parts(c, r, &err)) return fail("irecv", err);
-    if (r->posted == 0) {
-      c->backlog = nullptr;
-      r->used.store(false, std::memory_order_release);
-      return kSuccess;
-    }
-    if (r->expanding) {
-      // At most pool_size requests exist, so the ring cannot overflow.
-      c->expand[(c->expand_head + c->expand_count++) % c->pool_size] = r;
-    }
-    note_posted(c, r);
+    st = c->group->recv(&r->s, data[0], sizes[0], m ? m->mh : nullptr,
+                        max_recvs_ > 1 && tags ? tags[0] : 0, &taken);
   } else {  // grouped (maxRecvs > 1): one connection, tags pick buffers
     MrHandle* mhs[kMaxRecvsPerRequest];
     int tg[kMaxRecvsPerRequest];
@@ -966,27 +808,19 @@ NcclResult NetPlugin::irecv(void* recv_comm, int n, void** data,
       mhs[i] = m ? m->mh : nullptr;
       tg[i] = tags ? tags[i] : 0;
     }
-    r->parts = r->posted = 1;
-    Status st =
-        c->ep->recv_async(c->conns[0], n, data, sizes, tg, mhs, &r->reqs[0]);
-    if (!st.ok()) {
-      r->used.store(false, std::memory_order_release);
-      if (st.code() == StatusCode::kResourceExhausted) return kSuccess;
-      return fail("irecv", st);
-    }
+    st = c->ep->recv_async(c->conns[0], n, data, sizes, tg, mhs, &r->grouped);
+    taken = st.ok();
+    if (st.code() == StatusCode::kResourceExhausted) st = Status::OK();
+    if (!st.ok()) r->used.store(false, std::memory_order_release);
   }
-  ProfilerCallback prof = profiler_.load(std::memory_order_acquire);
-  if (prof && phandles && phandles[0]) {
-    ProfilerNetSockDescrV1 e{};
-    e.type = kProfileSocket;
-    e.sock.fd = static_cast<int>(c->conns[0] & 0x7fffffff);
-    e.sock.op = 1;
-    size_t total = 0;
-    for (int i = 0; i < n; ++i) total += sizes[i];
-    e.sock.length = total;
-    prof(&r->event, kProfilerStart, phandles[0],
-         kProfilerNetTypeSock | kProfilerNetSockVersion, &e);
+  if (!st.ok()) return fail("irecv", st);
+  if (!taken) {
+    r->used.store(false, std::memory_order_release);
+    return kSuccess;
   }
+  size_t total = 0;
+  for (int i = 0; i < n; ++i) total += sizes[i];
+  profile_start(r, phandles ? phandles[0] : nullptr, 1, total);
   ++c->held;
   *request = r;
   return kSuccess;
@@ -1010,62 +844,34 @@ NcclResult NetPlugin::test(void* request, int* done, int* sizes) {
   auto* r = static_cast<PluginRequest*>(request);
   PluginComm* c = r->comm;
   *done = 0;
-  if (!c->broken.ok()) return fail("test", c->broken);
-  Status err;
-  if (c->backlog && !post_parts(c, c->backlog, &err)) return fail("test", err);
-  if (c->expand_count > 0 && !expand_receives(c, &err)) {
-    return fail("test", err);
-  }
-  if (r->expanding) return kSuccess;
-  // A message shorter than a stripe posted with all K parts is done with
-  // part 0 (`early`); its empty rest finishes in the background. Part 0 is
-  // read once here, so such a message is always reported that way.
-  if (r->posted == 0 || !r->reqs[0].done()) return kSuccess;
-  const bool early = r->all_parts && r->parts > 1 &&
-                     (r->is_send ? r->len < c->stripe
-                                 : !r->reqs[0].status().ok() ||
-                                       r->reqs[0].size(0) < c->stripe);
-  int whole = r->parts;  // parts this completion is made of
-  if (early) {
-    whole = 1;
-  } else {
-    if (r->posted < r->parts) return kSuccess;
-    for (int j = 1; j < r->parts; ++j) {
-      if (!r->reqs[j].done()) return kSuccess;
+  Status st;
+  if (r->n > 1) {
+    st = c->group->progress();
+    if (!st.ok()) return fail("test", st);
+    if (!r->grouped.done()) return kSuccess;
+    st = r->grouped.status();
+    if (sizes) {
+      for (int i = 0; i < r->n; ++i) {
+        sizes[i] = static_cast<int>(r->grouped.size(i));
+      }
     }
+  } else {
+    bool d = false;
+    size_t bytes = 0;
+    st = c->group->test(&r->s, &d, &bytes);
+    if (!d) return st.ok() ? kSuccess : fail("test", st);
+    if (sizes) sizes[0] = static_cast<int>(bytes);
   }
   *done = 1;
   --c->held;
-  if (r->n == 1) note_striped(c, r);
-  Status st;
-  for (int j = 0; j < whole && st.ok(); ++j) st = r->reqs[j].status();
-  if (sizes) {
-    if (r->n > 1) {
-      for (int i = 0; i < r->n; ++i) {
-        sizes[i] = static_cast<int>(r->reqs[0].size(i));
-      }
-    } else if (r->is_send) {
-      sizes[0] = static_cast<int>(r->len);
-    } else {
-      size_t total = 0;
-      for (int j = 0; j < whole; ++j) total += r->reqs[j].size(0);
-      sizes[0] = static_cast<int>(total);
-    }
-  }
-  if (r->event) {
-    ProfilerCallback prof = profiler_.load(std::memory_order_acquire);
-    if (prof) prof(&r->event, kProfilerStop, nullptr, 0, nullptr);
-    r->event = nullptr;
-  }
-  if (whole < r->parts) {
-    ++c->early_messages;
-    r->reported = true;  // alloc_request reclaims it once the rest is done
-  } else {
-    r->used.store(false, std::memory_order_release);  // NCCL never tests again
-  }
+  profile_stop(r);
+  // Done early (part 0 held the whole message): alloc_request reuses it
+  // once its empty parts finish. Otherwise NCCL never tests it again.
+  if (!r->s.finishing()) r->used.store(false, std::memory_order_release);
   if (!st.ok()) {
+    const bool send = r->n == 1 && r->s.is_send();
     return fail(
-        r->is_send ? "send" : "receive", st,
+        send ? "send" : "receive", st,
         st.code() == StatusCode::kTruncated ? kInternalError : kSystemError);
   }
   return kSuccess;
@@ -1093,13 +899,14 @@ NcclResult NetPlugin::close_comm(void* comm) {
   if (comm == nullptr) return kSuccess;
   auto* c = static_cast<PluginComm*>(comm);
   std::string line = std::string(c->is_send ? "send" : "recv") + " comm closed";
-  if (c->messages > 0) {
+  const StripedConn::Counters& n = c->group->counters();
+  if (n.messages > 0) {
     static const char* const kModes[] = {"first", "all", "auto"};
-    line += ": " + std::to_string(c->messages) + " messages, " +
-            std::to_string(c->all_parts_messages) +
-            " with all parts at once, " + std::to_string(c->early_messages) +
+    line += ": " + std::to_string(n.messages) + " messages, " +
+            std::to_string(n.all_parts_messages) + " with all parts at once, " +
+            std::to_string(n.early_messages) +
             " done with part 0 (UCCL_NCCL_PARTS=" +
-            kModes[static_cast<int>(c->parts_mode)] + ")";
+            kModes[static_cast<int>(c->group->mode())] + ")";
   }
   log(kLogInfo, __FILE__, __LINE__, line + idle_note(c));
   for (ConnId x : c->conns) c->ep->close(x);
@@ -1109,10 +916,9 @@ NcclResult NetPlugin::close_comm(void* comm) {
   for (int i = 0; i < c->pool_size; ++i) {
     PluginRequest& r = c->pool[i];
     if (!r.used.load(std::memory_order_acquire)) continue;
-    for (int j = 0; j < r.posted; ++j) {
-      while (!r.reqs[j].done() && monotonic_ns() < until) {
-        std::this_thread::yield();
-      }
+    StripedConn::wait_released(&r.s, until);
+    while (r.grouped.pending() && monotonic_ns() < until) {
+      std::this_thread::yield();
     }
   }
   // Registrations the caller left behind (nothing posted uses them now).

@@ -13,6 +13,7 @@
 #include "collective/nccl_net_abi.h"
 #include "uccl/endpoint.h"
 #include "uccl/status.h"
+#include "uccl/striped.h"
 
 namespace uccl::nccl {
 
@@ -33,48 +34,15 @@ struct PluginDevice;
 struct PluginComm;
 struct PluginListen;
 
-// Most connections (stripes) one NCCL comm uses.
-constexpr int kMaxStripes = 16;
-
-// How a comm's receivers post the K parts of a message (UCCL_NCCL_PARTS;
-// the receiving side's, carried to the sender in the connect handle).
-enum class PartsMode : uint8_t {
-  // Part 0 first, the rest once part 0 shows the sender striped; a message
-  // shorter than a stripe goes whole on connection 0.
-  kFirst = 0,
-  // All K parts at once. A message shorter than a stripe goes in part 0
-  // with K-1 empty parts and completes with part 0.
-  kAll = 1,
-  // Per message: kAll where the comm's message kPartsHistory earlier was
-  // striped, else kFirst. Both sides know that message's size when they
-  // post: the sender sent it, and a receiver holds at most kMaxRequests
-  // (= kPartsHistory) requests, so that one's part 0 is done or its request
-  // is still held (and waited for).
-  kAuto = 2,
-};
-constexpr int kPartsHistory = 32;
-
-// One outstanding isend/irecv, from its comm's fixed pool. A message is cut
-// into one part per connection of the comm (see net_plugin.cc); a grouped
-// receive (n > 1, one connection) is a single part.
+// One outstanding isend/irecv, from its comm's fixed pool: a message over
+// the comm's connections (uccl/striped.h), or a grouped receive (n > 1, one
+// connection, tags pick the buffers) as one engine request.
 struct PluginRequest {
-  Request reqs[kMaxStripes];
+  StripedRequest s;
+  Request grouped;
   PluginComm* comm = nullptr;
   std::atomic<bool> used{false};
-  bool is_send = false;
-  int n = 0;               // NCCL buffers (grouped receives)
-  int parts = 0;           // engine requests making up this one
-  int posted = 0;          // parts handed to the engines so far (in order)
-  bool expanding = false;  // receive: part 0 posted, the rest waits for it
-  // NCCL was told it is done (part 0 held the whole message) while its
-  // empty parts still finish; alloc_request reuses it once they have.
-  bool reported = false;
-  bool all_parts = false;   // posted with all K parts at once (PartsMode)
-  uint64_t seq = 0;         // receive, kAuto: its place in the comm's history
-  uint8_t* base = nullptr;  // striped message: the buffer and its length
-  size_t len = 0;           // (send: bytes sent; receive: buffer size)
-  MrHandle* mh = nullptr;
-  int tag = 0;
+  int n = 0;              // NCCL buffers (grouped receives)
   void* event = nullptr;  // profiler handle
 };
 
@@ -129,24 +97,12 @@ class NetPlugin {
   NetPlugin() = default;
   ~NetPlugin();
   Result<Endpoint*> endpoint(PluginDevice* d);
+  // A free request of c's pool (one done early is reused once its empty
+  // parts finished), or nullptr.
   PluginRequest* alloc_request(PluginComm* c);
-  // A reported request whose remaining parts are all done: records a failed
-  // or non-empty one in c->broken and makes r free to reuse (true).
-  bool reclaim(PluginComm* c, PluginRequest* r);
-  // PartsMode: whether c's next message goes with all K parts at once; a
-  // receiver that cannot tell yet sets *wait (NCCL retries the post).
-  bool next_all_parts(PluginComm* c, bool* wait);
-  // kAuto: r is c's next message (the sender knows whether it is striped;
-  // a receive learns it from part 0, note_striped).
-  void note_posted(PluginComm* c, PluginRequest* r);
-  void note_striped(PluginComm* c, PluginRequest* r);
-  // Posts r's remaining parts in order; false on an error (logged). Parts an
-  // engine cannot take now stay for later (the comm's backlog).
-  bool post_parts(PluginComm* c, PluginRequest* r, Status* err);
-  // Receive comms: in posting order, the requests whose part 0 completed
-  // learn whether the sender striped (part 0 full: post parts 1..K-1) or
-  // sent the message whole. False on an error (logged).
-  bool expand_receives(PluginComm* c, Status* err);
+  // NCCL's profiler (NetPlugin events): a socket-type event for r.
+  void profile_start(PluginRequest* r, void* phandle, int op, size_t bytes);
+  void profile_stop(PluginRequest* r);
   // Engine placement (UCCL_NCCL_SPREAD): a new comm's lane, send and
   // receive comms each taking turns per device (mu_ held), and the engine
   // of its connection i of k (lane_engine in collective/stripe.h).

@@ -1,6 +1,5 @@
-// How the NCCL plugin cuts a message over a comm's K connections and where
-// they run: engine and connection counts, part ranges, the default stripe,
-// engine placement (net_plugin.cc).
+// The NCCL plugin's striping policy: engine and connection counts, the
+// default stripe and engine placement (the cut itself: uccl/striped.h).
 #pragma once
 
 #include <algorithm>
@@ -90,18 +89,6 @@ int local_ranks(GetEnv get, int gpus_on_host) {
 // default NCCL_BUFFSIZE (4 MiB, 8 steps, 2 steps per slice), which is what
 // large all_reduce sends.
 constexpr size_t kNcclSliceBytes = size_t{1} << 20;
-
-// The byte range [*off, *off + *n) of part j of a message of `len` bytes
-// cut over k connections at `stripe`: [j*stripe, (j+1)*stripe), the last
-// part the rest; parts past the message's end are empty.
-inline void part_range(size_t len, int j, int k, size_t stripe, size_t* off,
-                       size_t* n) {
-  const size_t lo = std::min(static_cast<size_t>(j) * stripe, len);
-  const size_t hi =
-      j == k - 1 ? len : std::min(static_cast<size_t>(j + 1) * stripe, len);
-  *off = lo;
-  *n = hi - lo;
-}
 
 // The stripe for comms of `k` connections whose engines cut messages into
 // chunks of `chunk_bytes` (one datagram each; 0: unknown): the slice over

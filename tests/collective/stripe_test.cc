@@ -13,11 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "uccl/striped.h"
+
 namespace uccl::nccl {
 namespace {
 
 // Datagrams (chunks) a message of `len` bytes takes when cut over k
-// connections at `stripe` (part_range(), as the plugin cuts it), each part
+// connections at `stripe` (stripe_part(), as a StripedConn cuts it), each part
 // in chunks of `chunk` bytes. *largest: the biggest part.
 size_t datagrams(size_t len, int k, size_t stripe, size_t chunk,
                  size_t* largest) {
@@ -25,7 +27,7 @@ size_t datagrams(size_t len, int k, size_t stripe, size_t chunk,
   *largest = 0;
   for (int j = 0; j < k; ++j) {
     size_t off = 0, n = 0;
-    part_range(len, j, k, stripe, &off, &n);
+    stripe_part(len, j, k, stripe, &off, &n);
     *largest = std::max(*largest, n);
     total += (n + chunk - 1) / chunk;
   }

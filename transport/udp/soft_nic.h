@@ -523,6 +523,13 @@ class SoftDevice final : public Device {
   // Direct placement: smallest payload placed directly (0 = off); see
   // kDirectRxMisses for when it is on.
   uint32_t direct_rx_bytes_ = 0;
+  // Packets a pending QP may send per progress round (UCCL_SOFTNIC_TX_BUDGET,
+  // read once at open).
+  uint32_t tx_budget_ = 32;
+  // RC QPs' go-back-N window and least RTT-based timeout (the
+  // UCCL_SOFTNIC_RC_* knobs, read once at open).
+  uint32_t rc_window_pkts_ = 64;
+  uint64_t rc_min_timeout_ns_ = 200000;
   bool direct_mode_ = false;
   uint32_t direct_misses_ = 0;
   uint64_t direct_large_ns_ = 0;  // when the last large datagram was seen

@@ -1,0 +1,221 @@
+// The simulator's internals shared by the sim*.cc files: packets, events,
+// ports, flows and hosts, and the Sim class that runs them.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "cc/cc.h"
+#include "cc/credit.h"
+#include "cc/path_selector.h"
+#include "cc/scoreboard.h"
+#include "cc/sim/sim.h"
+
+namespace uccl::sim::detail {
+
+inline constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+inline constexpr int32_t kNil = -1;
+// A flow's packets outstanding at most (its scoreboard's ring).
+inline constexpr uint32_t kMaxOutstanding = 16384;
+
+enum class PktKind : uint8_t { kData, kAck, kCredit, kRts, kFin };
+
+struct Packet {
+  uint64_t sent_ns;  // data: this transmission; ACK: echoed
+  uint64_t aux;      // credit: bytes; RTS: demand bytes
+  uint32_t flow;
+  uint32_t seq;  // data: packet number; ACK: the data packet it acks
+  uint32_t cum;  // ACK: every packet below has arrived
+  uint32_t wire_bytes;
+  uint32_t payload;
+  uint32_t src, dst;  // hosts
+  uint16_t path;      // ECMP entropy
+  uint8_t hops;       // switches traversed (data; echoed in the ACK)
+  PktKind kind;
+  bool ecn;
+  bool first;    // RTS: the flow's first demand
+  bool unsched;  // data sent on speculative credit (credit)
+  int32_t next;
+};
+
+enum EvType : uint32_t {
+  kEvPortFree,
+  kEvArrive,
+  kEvHostWake,
+  kEvFlowStart,
+  kEvTimer,
+  kEvPacer,
+  kEvSample,
+};
+
+struct Event {
+  uint64_t t;
+  uint64_t seq;
+  uint32_t type;
+  uint32_t a;
+  uint32_t b;
+};
+struct EventLater {
+  bool operator()(const Event& x, const Event& y) const {
+    return x.t != y.t ? x.t > y.t : x.seq > y.seq;
+  }
+};
+
+struct Fifo {
+  int32_t head = kNil, tail = kNil;
+  bool empty() const { return head == kNil; }
+};
+
+struct Port {
+  uint32_t from, to;  // nodes
+  double rate_bps;
+  uint64_t prop_ns;
+  bool busy = false;
+  Fifo ctrl, data;       // control packets go first and are never dropped
+  uint64_t q_bytes = 0;  // data bytes queued
+  uint64_t buf_bytes = 0, ecn_bytes = 0;
+  // Statistics.
+  uint64_t max_q = 0, drops = 0, marks = 0, tx_bytes = 0;
+  double q_integral = 0;  // byte-ns
+  uint64_t q_since = 0;
+};
+
+struct Flow {
+  FlowSpec spec;
+  uint32_t id;
+  bool started = false, unlimited = false, sender_done = false;
+  uint32_t npkts = 0;  // finite flows
+  // Loss recovery: the engine's (cc/scoreboard.h), a packet per sequence
+  // number from 0, paths being ECMP entropies.
+  std::unique_ptr<cc::Scoreboard> sb;
+  std::unique_ptr<cc::CongestionControl> cc;
+  std::unique_ptr<cc::PathSelector> paths;
+  uint64_t timer_at = kNever;  // the scoreboard's timer event, if armed
+  uint64_t last_send_ns = 0;
+  uint32_t last_bytes = 0;
+  uint64_t demand_sent = 0;  // credit: bytes requested so far
+  double spec_left = 0;      // credit: speculative credit not yet used
+  // Receiver.
+  std::vector<uint8_t> got;
+  uint32_t rcv_cum = 0;
+  uint64_t delivered = 0, delivered_at_sample = 0;
+  uint64_t finish_ns = 0;
+  // Statistics.
+  uint64_t retx = 0;  // resends
+  uint64_t win_start_bytes = 0, win_end_bytes = 0;
+  bool win_started = false, win_ended = false;
+};
+
+struct Host {
+  uint32_t port;                   // its NIC
+  std::vector<uint32_t> tx_flows;  // flows it sends, round-robin
+  size_t rr = 0;
+  uint64_t wake_at = 0;
+  // Credit receiver: pull pacer over the flows it receives.
+  std::unique_ptr<cc::PullPacer> pacer;
+  uint64_t pending_demand = 0;
+  bool pacer_armed = false;
+};
+
+class Sim {
+ public:
+  explicit Sim(const SimConfig& c) : c_(c) {}
+  Status build();
+  SimResult run();
+
+ private:
+  // Topology.
+  uint32_t add_node() { return nodes_++; }
+  void add_link(uint32_t a, uint32_t b, double gbps, double delay_us,
+                const std::string& name_ab, const std::string& name_ba);
+  Status build_routes();
+  uint32_t route(uint32_t node, const Packet& p) const;
+  uint64_t ser_ns(uint64_t bytes, double rate_bps) const {
+    return static_cast<uint64_t>(std::ceil(bytes * 8e9 / rate_bps));
+  }
+  // Unloaded FCT of `f`, and its parts: latency of one packet and its ACK
+  // (the first packet's serialization included) and the slowest link.
+  uint64_t ideal_fct(const FlowSpec& f) const;
+  uint64_t base_latency(const FlowSpec& f, double* slowest_bps) const;
+
+  // Events.
+  void at(uint64_t t, uint32_t type, uint32_t a, uint32_t b = 0) {
+    events_.push(Event{t, ev_seq_++, type, a, b});
+  }
+  int32_t alloc_pkt();
+  void free_pkt(int32_t i) {
+    pkts_[i].next = free_;
+    free_ = i;
+  }
+  void push(Fifo& f, int32_t i);
+  int32_t pop(Fifo& f);
+
+  // Datapath.
+  void enqueue(uint32_t port, int32_t pkt);
+  void try_transmit(uint32_t port);
+  void transmit(uint32_t port, int32_t pkt);
+  void arrive(uint32_t node, int32_t pkt);
+  int32_t host_next_data(uint32_t host);
+  void wake_host(uint32_t host, uint64_t t);
+  void send_ctrl(uint32_t from_host, PktKind k, const Flow& f, uint64_t aux,
+                 uint32_t dst, bool first = false);
+
+  // Transport.
+  void flow_start(Flow& f);
+  void on_data(int32_t pkt);
+  void on_ack(const Packet& a);
+  void arm_timer(Flow& f, uint64_t not_before);
+  void on_timer(Flow& f);
+  void report_losses(Flow& f, const cc::LossReport& r);
+  void request_more(Flow& f);
+  void pacer_tick(uint32_t host);
+  void arm_pacer(uint32_t host);
+  bool sender_finished(const Flow& f) const;
+  void finish_sender(Flow& f);
+  uint32_t payload_of(const Flow& f, uint32_t seq) const;
+
+  void sample();
+  void summarize(SimResult* r);
+  void convergence(double share_bps, std::map<std::string, double>* m) const;
+
+  const SimConfig& c_;
+  uint64_t now_ = 0;
+  uint64_t ev_seq_ = 0;
+  std::priority_queue<Event, std::vector<Event>, EventLater> events_;
+  uint64_t n_events_ = 0;
+  std::vector<Packet> pkts_;
+  int32_t free_ = kNil;
+
+  uint32_t nodes_ = 0;
+  uint32_t hosts_ = 0;
+  std::vector<Port> ports_;
+  std::vector<std::string> port_names_;
+  std::vector<std::vector<uint32_t>> node_ports_;
+  // next_[node * hosts_ + dst]: equal-cost output ports (offset, count).
+  std::vector<uint32_t> hop_off_, hop_cnt_, hop_ports_;
+  std::vector<Host> host_;
+  std::vector<Flow> flows_;
+  uint32_t finite_left_ = 0;
+  double line_bps_ = 0;
+  uint64_t stop_ns_ = kNever;
+  std::vector<FlowSample> fseries_;
+  std::vector<QueueSample> qseries_;
+  std::vector<uint32_t> switch_ports_;  // ports leaving switches
+  bool credit_ = false;
+  uint64_t delivered_total_ = 0;
+  uint64_t unlimited_until_ = 0;  // latest stop of an unlimited flow
+
+  bool done() const {
+    return stop_ns_ == kNever ? finite_left_ == 0 && now_ >= unlimited_until_
+                              : now_ >= stop_ns_;
+  }
+};
+
+}  // namespace uccl::sim::detail

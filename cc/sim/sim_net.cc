@@ -1,0 +1,169 @@
+// The simulator's network: packet pool, drop-tail/ECN port queues,
+// serialization, arrivals and forwarding, host wake-ups and receiver pacers.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "cc/sim/sim_core.h"
+
+namespace uccl::sim::detail {
+
+int32_t Sim::alloc_pkt() {
+  if (free_ == kNil) {
+    pkts_.emplace_back();
+    return static_cast<int32_t>(pkts_.size() - 1);
+  }
+  int32_t i = free_;
+  free_ = pkts_[i].next;
+  return i;
+}
+
+void Sim::push(Fifo& f, int32_t i) {
+  pkts_[i].next = kNil;
+  if (f.tail == kNil) {
+    f.head = f.tail = i;
+  } else {
+    pkts_[f.tail].next = i;
+    f.tail = i;
+  }
+}
+
+int32_t Sim::pop(Fifo& f) {
+  int32_t i = f.head;
+  f.head = pkts_[i].next;
+  if (f.head == kNil) f.tail = kNil;
+  return i;
+}
+
+void Sim::enqueue(uint32_t port, int32_t pkt) {
+  Port& p = ports_[port];
+  Packet& k = pkts_[pkt];
+  if (k.kind != PktKind::kData) {
+    push(p.ctrl, pkt);
+  } else {
+    if (p.q_bytes + k.wire_bytes > p.buf_bytes && p.from >= hosts_) {
+      ++p.drops;  // drop-tail
+      free_pkt(pkt);
+      return;
+    }
+    if (p.ecn_bytes > 0 && p.q_bytes >= p.ecn_bytes) {
+      k.ecn = true;
+      ++p.marks;
+    }
+    p.q_integral += static_cast<double>(p.q_bytes) * (now_ - p.q_since);
+    p.q_since = now_;
+    p.q_bytes += k.wire_bytes;
+    p.max_q = std::max(p.max_q, p.q_bytes);
+    push(p.data, pkt);
+  }
+  if (!p.busy) try_transmit(port);
+}
+
+void Sim::try_transmit(uint32_t port) {
+  Port& p = ports_[port];
+  if (p.busy) return;
+  int32_t pkt = kNil;
+  if (!p.ctrl.empty()) {
+    pkt = pop(p.ctrl);
+  } else if (!p.data.empty()) {
+    pkt = pop(p.data);
+    p.q_integral += static_cast<double>(p.q_bytes) * (now_ - p.q_since);
+    p.q_since = now_;
+    p.q_bytes -= pkts_[pkt].wire_bytes;
+  } else if (p.from < hosts_) {
+    pkt = host_next_data(p.from);
+  }
+  if (pkt != kNil) transmit(port, pkt);
+}
+
+void Sim::transmit(uint32_t port, int32_t pkt) {
+  Port& p = ports_[port];
+  p.busy = true;
+  const uint64_t ser = ser_ns(pkts_[pkt].wire_bytes, p.rate_bps);
+  p.tx_bytes += pkts_[pkt].wire_bytes;
+  at(now_ + ser, kEvPortFree, port);
+  at(now_ + ser + p.prop_ns, kEvArrive, p.to, static_cast<uint32_t>(pkt));
+}
+
+void Sim::arrive(uint32_t node, int32_t pkt) {
+  if (node >= hosts_) {
+    if (pkts_[pkt].kind == PktKind::kData) ++pkts_[pkt].hops;
+    enqueue(route(node, pkts_[pkt]), pkt);
+    return;
+  }
+  if (pkts_[pkt].kind == PktKind::kData) {
+    on_data(pkt);  // turns the packet into the ACK
+    return;
+  }
+  // Handlers may allocate packets (the pool may move): work on a copy.
+  const Packet k = pkts_[pkt];
+  free_pkt(pkt);
+  Flow& f = flows_[k.flow];
+  switch (k.kind) {
+    case PktKind::kData:  // handled above
+      break;
+    case PktKind::kAck:
+      on_ack(k);
+      break;
+    case PktKind::kCredit:
+      f.cc->on_credit(k.aux);
+      wake_host(f.spec.src, now_);
+      break;
+    case PktKind::kRts: {
+      Host& h = host_[node];
+      if (h.pacer && !f.finish_ns) {
+        const uint64_t before = h.pacer->demand(f.id);
+        h.pacer->add_demand(f.id, k.aux, k.first);
+        h.pending_demand += h.pacer->demand(f.id) - before;
+        arm_pacer(node);
+      }
+      break;
+    }
+    case PktKind::kFin: {
+      Host& h = host_[node];
+      if (h.pacer) {
+        h.pending_demand -= std::min(h.pending_demand, h.pacer->demand(f.id));
+        h.pacer->remove_flow(f.id);
+      }
+      break;
+    }
+  }
+}
+
+void Sim::wake_host(uint32_t host, uint64_t t) {
+  Host& h = host_[host];
+  if (t <= now_) {
+    try_transmit(h.port);
+    return;
+  }
+  if (h.wake_at > now_ && h.wake_at <= t) return;  // an earlier one is set
+  h.wake_at = t;
+  at(t, kEvHostWake, host);
+}
+
+void Sim::arm_pacer(uint32_t host) {
+  Host& h = host_[host];
+  if (h.pacer_armed || h.pending_demand == 0) return;
+  h.pacer_armed = true;
+  at(now_, kEvPacer, host);
+}
+
+void Sim::pacer_tick(uint32_t host) {
+  Host& h = host_[host];
+  h.pacer_armed = false;
+  cc::PullPacer::Grant g[64];
+  const int n = h.pacer->poll(now_, g, 64);
+  for (int i = 0; i < n; ++i) {
+    h.pending_demand -= std::min<uint64_t>(h.pending_demand, g[i].bytes);
+    const Flow& f = flows_[g[i].flow];
+    send_ctrl(host, PktKind::kCredit, f, g[i].bytes, f.spec.src);
+  }
+  if (h.pending_demand > 0) {
+    // Next grant's worth of tokens: one MTU at the pull rate.
+    h.pacer_armed = true;
+    at(now_ + ser_ns(c_.mtu_bytes, line_bps_), kEvPacer, host);
+  }
+}
+
+}  // namespace uccl::sim::detail

@@ -1,0 +1,237 @@
+// The simulator's transport: senders pull packets under CC and pacing,
+// receivers ACK each one, the engine's scoreboard recovers, credit asks.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "cc/sim/sim_core.h"
+
+namespace uccl::sim::detail {
+
+uint32_t Sim::payload_of(const Flow& f, uint32_t seq) const {
+  if (f.unlimited || seq + 1 < f.npkts) return c_.mtu_bytes;
+  return static_cast<uint32_t>(f.spec.bytes - uint64_t{seq} * c_.mtu_bytes);
+}
+
+int32_t Sim::host_next_data(uint32_t host) {
+  Host& h = host_[host];
+  const size_t n = h.tx_flows.size();
+  uint64_t wake = kNever;
+  for (size_t i = 0; i < n; ++i) {
+    Flow& f = flows_[h.tx_flows[(h.rr + i) % n]];
+    if (!f.started || f.sender_done) continue;
+    cc::Scoreboard& sb = *f.sb;
+    // The timeout's or probe's resend goes past window and pacing (not
+    // with credit: the receiver's grants pace every byte).
+    uint32_t seq = 0;
+    const bool urgent = !credit_ && sb.urgent(&seq);
+    const bool retx = urgent || sb.next_resend(&seq);
+    const bool more_new =
+        !sb.full() && (f.unlimited ? now_ < f.spec.stop_ns && now_ < stop_ns_
+                                   : sb.snd_nxt() < f.npkts);
+    if (!retx && !more_new) continue;
+    if (!retx) seq = sb.snd_nxt();
+    const uint32_t bytes = payload_of(f, seq);
+    if (!urgent) {
+      if (!f.cc->can_send(sb.inflight(), bytes)) continue;  // ACK/credit wakes
+      if (f.last_bytes) {
+        const uint64_t ready =
+            f.last_send_ns + f.cc->pacing_gap_ns(f.last_bytes);
+        if (now_ < ready) {
+          wake = std::min(wake, ready);
+          continue;
+        }
+      }
+    }
+    // Send `seq`.
+    h.rr = (h.rr + i + 1) % n;
+    const uint16_t path = static_cast<uint16_t>(f.paths->choose());
+    if (retx) {
+      sb.resent(seq, path, now_);
+      ++f.retx;
+    } else {
+      sb.send_new(path, bytes, now_);
+      if (f.unlimited) f.got.push_back(0);
+    }
+    f.cc->on_send(now_, bytes);
+    f.last_send_ns = now_;
+    f.last_bytes = bytes;
+    const int32_t i_pkt = alloc_pkt();
+    Packet& p = pkts_[i_pkt];
+    p = Packet{};
+    p.kind = PktKind::kData;
+    p.flow = f.id;
+    p.seq = seq;
+    p.payload = bytes;
+    p.wire_bytes = bytes + c_.header_bytes;
+    p.src = f.spec.src;
+    p.dst = f.spec.dst;
+    p.path = path;
+    p.sent_ns = now_;
+    p.unsched = f.spec_left > 0;
+    f.spec_left -= bytes;
+    if (credit_ && f.unlimited) request_more(f);
+    arm_timer(f, now_);
+    return i_pkt;
+  }
+  if (wake != kNever) wake_host(host, wake);
+  return kNil;
+}
+
+void Sim::send_ctrl(uint32_t from_host, PktKind k, const Flow& f, uint64_t aux,
+                    uint32_t dst, bool first) {
+  const int32_t i = alloc_pkt();
+  Packet& p = pkts_[i];
+  p = Packet{};
+  p.kind = k;
+  p.flow = f.id;
+  p.src = from_host;
+  p.dst = dst;
+  p.aux = aux;
+  p.first = first;
+  p.wire_bytes = c_.ctrl_bytes;
+  enqueue(host_[from_host].port, i);
+}
+
+void Sim::flow_start(Flow& f) {
+  f.started = true;
+  f.sb->note_idle(now_);
+  if (credit_) {
+    f.spec_left = f.cc->cwnd_bytes();  // the speculative credit
+    // Request-to-send with the demand; the first spec bytes go on
+    // speculative credit.
+    const uint64_t d = f.unlimited ? 0 : f.spec.bytes;
+    if (d > 0) {
+      f.demand_sent = d;
+      send_ctrl(f.spec.src, PktKind::kRts, f, d, f.spec.dst, true);
+    } else {
+      request_more(f);
+    }
+  }
+  wake_host(f.spec.src, now_);
+}
+
+void Sim::request_more(Flow& f) {
+  // Unlimited flows ask for credit ahead in 256 KiB steps.
+  constexpr uint64_t kStep = 256 << 10;
+  const uint64_t sent = uint64_t{f.sb->snd_nxt()} * c_.mtu_bytes;
+  if (f.demand_sent > sent + kStep) return;
+  if (now_ >= f.spec.stop_ns || now_ >= stop_ns_) return;
+  const bool first = f.demand_sent == 0;
+  f.demand_sent += 2 * kStep;
+  send_ctrl(f.spec.src, PktKind::kRts, f, 2 * kStep, f.spec.dst, first);
+}
+
+void Sim::on_data(int32_t pkt) {
+  Packet& k = pkts_[pkt];
+  Flow& f = flows_[k.flow];
+  if (k.seq >= f.got.size()) f.got.resize(k.seq + 1);  // unlimited flows
+  Host& rx = host_[f.spec.dst];
+  if (k.unsched && rx.pacer) rx.pacer->charge_unscheduled(k.payload);
+  const bool fresh = !f.got[k.seq];
+  if (fresh) {
+    f.got[k.seq] = 1;
+    f.delivered += k.payload;
+    delivered_total_ += k.payload;
+    while (f.rcv_cum < f.got.size() && f.got[f.rcv_cum]) ++f.rcv_cum;
+    if (!f.unlimited && !f.finish_ns && f.rcv_cum == f.npkts) {
+      f.finish_ns = now_;
+      --finite_left_;
+      Host& h = host_[f.spec.dst];
+      if (h.pacer) {
+        h.pending_demand -= std::min(h.pending_demand, h.pacer->demand(f.id));
+        h.pacer->remove_flow(f.id);
+      }
+    }
+  }
+  // The same packet turns into the ACK: per-packet selective ACK with the
+  // cumulative point, echoing send time, hops and the ECN mark.
+  k.kind = PktKind::kAck;
+  k.cum = f.rcv_cum;
+  std::swap(k.src, k.dst);
+  k.wire_bytes = c_.ctrl_bytes;
+  enqueue(host_[k.src].port, pkt);
+}
+
+void Sim::on_ack(const Packet& a) {
+  Flow& f = flows_[a.flow];
+  cc::Scoreboard& sb = *f.sb;
+  if (f.sender_done || !cc::Scoreboard::before(a.seq, sb.snd_nxt())) return;
+  // The cumulative point, and the packet the ACK is for when beyond it.
+  cc::AckOutcome o;
+  auto none = [](uint32_t, const cc::SegRec&) {};
+  sb.ack_cumulative(a.cum, now_, &o, none);
+  if (a.seq >= a.cum) sb.ack_selective(a.seq, now_, &o, none);
+  const uint64_t rtt = sb.take_rtt_sample(a.seq, now_);  // Karn
+  if (rtt != 0) {
+    f.paths->on_rtt(sb.seg(a.seq).path, rtt);
+    cc::CcSample s;
+    s.now_ns = now_;
+    s.rtt_ns = rtt;
+    s.endpoint_delay_ns = 0;
+    s.fabric_delay_ns = rtt;
+    s.acked_bytes = o.newly_bytes ? o.newly_bytes : payload_of(f, a.seq);
+    s.acked_packets = o.newly_packets ? o.newly_packets : 1;
+    s.hops = a.hops;
+    s.segment_bytes = payload_of(f, a.seq);
+    s.ecn = a.ecn;
+    f.cc->on_ack(s);
+  }
+  report_losses(f, sb.finish_ack(o, now_));
+  if (sender_finished(f)) {
+    finish_sender(f);
+    return;
+  }
+  arm_timer(f, now_);
+  wake_host(f.spec.src, now_);
+}
+
+// The controller hears what the scoreboard declared lost; with credit, the
+// receiver is asked to grant the resends.
+void Sim::report_losses(Flow& f, const cc::LossReport& r) {
+  if (r.fast_lost > 0) f.cc->on_loss(now_, false);
+  if (r.timeout) f.cc->on_loss(now_, true);
+  const uint64_t lost = f.sb->take_lost_bytes();
+  if (credit_ && lost) {
+    send_ctrl(f.spec.src, PktKind::kRts, f, lost, f.spec.dst);
+  }
+}
+
+// One timer event per flow, at the scoreboard's next deadline (RACK's
+// reordering timer, the probe or the RTO); an earlier deadline supersedes
+// a later pending event, which then finds timer_at changed and does
+// nothing.
+void Sim::arm_timer(Flow& f, uint64_t not_before) {
+  const uint64_t t = f.sb->next_timer_ns();
+  if (t == kNever) return;
+  const uint64_t when = std::max(t, not_before);
+  if (f.timer_at != kNever && f.timer_at > now_ && f.timer_at <= when) return;
+  f.timer_at = when;
+  at(when, kEvTimer, f.id);
+}
+
+void Sim::on_timer(Flow& f) {
+  f.timer_at = kNever;
+  if (f.sender_done) return;
+  const cc::TimerOutcome t = f.sb->on_timer(now_);
+  report_losses(f, t.losses);
+  // A deadline that found nothing to do must not fire again at once.
+  arm_timer(f, now_ + 1000);
+  if (t.losses.fast_lost > 0 || t.action != cc::TimerAction::kNone) {
+    wake_host(f.spec.src, now_);
+  }
+}
+
+bool Sim::sender_finished(const Flow& f) const {
+  if (f.sb->has_unacked()) return false;
+  if (!f.unlimited) return f.sb->snd_nxt() == f.npkts;
+  return now_ >= f.spec.stop_ns || now_ >= stop_ns_;
+}
+
+void Sim::finish_sender(Flow& f) {
+  f.sender_done = true;
+  if (credit_) send_ctrl(f.spec.src, PktKind::kFin, f, 0, f.spec.dst);
+}
+
+}  // namespace uccl::sim::detail

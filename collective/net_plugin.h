@@ -131,6 +131,8 @@ class NetPlugin {
   int conns_per_comm_ = 1;
   PartsMode parts_mode_ = PartsMode::kAuto;  // UCCL_NCCL_PARTS
   bool spread_ = true;                       // UCCL_NCCL_SPREAD
+  int64_t stripe_kb_ = 0;                    // UCCL_NCCL_STRIPE_KB
+  bool steer_threads_ = true;                // UCCL_NCCL_STEER_THREADS
   int max_recvs_ = 1;
   uint64_t max_bytes_ = 0;
   std::atomic<uint64_t> next_tag_{1};

@@ -117,20 +117,9 @@ bool NetPlugin::software_nic_only() {
   return true;
 }
 
-NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (logger) logger_.store(logger, std::memory_order_release);
-  profiler_.store(profiler, std::memory_order_release);
-  if (inited_) return kSuccess;
-  init_logging("nccl-net-uccl");
-  if (logger) set_log_forwarder(&forward_log);
-  for (const std::string& bad : unknown_uccl_env_vars()) {
-    log(kLogWarn, __FILE__, __LINE__,
-        "unknown environment variable " + bad + " (a typo?)");
-  }
-  Status kst = check_knobs();
-  if (!kst.ok()) return fail("bad UCCL_* setting", kst, kInvalidArgument);
-
+// The devices NCCL sees: UCCL_NCCL_DEVICES, else every active verbs device
+// and every software-NIC interface but lo (lo alone where there is none).
+void NetPlugin::add_devices() {
   std::vector<std::string> names;
   const std::string want = knob_devices().get();
   const std::vector<transport::DeviceInfo> all = transport::list_devices();
@@ -184,8 +173,12 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
     std::snprintf(d->pci_c, sizeof(d->pci_c), "%s", d->pci.c_str());
     devs_.push_back(std::move(d));
   }
+}
+
+// Every plugin knob but the devices, read once (mu_ held).
+Status NetPlugin::read_settings(std::string* engines_why) {
   max_recvs_ = static_cast<int>(knob_max_recvs().get());
-  std::string engines_why = "UCCL_NCCL_ENGINES";
+  *engines_why = "UCCL_NCCL_ENGINES";
   if (knob_engines().get() > 0) {
     engines_per_device_ = static_cast<int>(knob_engines().get());
   } else {
@@ -193,9 +186,9 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
     const int gpus = count_nvidia_gpus();
     const int ranks = local_ranks(std::getenv, gpus);
     engines_per_device_ = auto_engines(cpus, ranks);
-    engines_why = "auto: " + std::to_string(cpus) + " CPUs over " +
-                  std::to_string(ranks) + " local rank(s), " +
-                  std::to_string(gpus) + " GPU(s) on the host";
+    *engines_why = "auto: " + std::to_string(cpus) + " CPUs over " +
+                   std::to_string(ranks) + " local rank(s), " +
+                   std::to_string(gpus) + " GPU(s) on the host";
   }
   // Links without a speed report the one that gives NCCL as many channels
   // as these engines serve (stripe.h).
@@ -217,16 +210,35 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
   } else if (parts == "all") {
     parts_mode_ = PartsMode::kAll;
   } else {
-    return fail("bad UCCL_* setting",
-                InvalidArgument("UCCL_NCCL_PARTS=" + parts +
-                                ": expected auto, first or all"),
-                kInvalidArgument);
+    return InvalidArgument("UCCL_NCCL_PARTS=" + parts +
+                           ": expected auto, first or all");
   }
   spread_ = knob_spread().get();
   stripe_kb_ = knob_stripe_kb().get();
   steer_threads_ = knob_steer().get();
   // Nothing to do for the main thread unless both knobs ask for it.
   main_steered_.store(!(knob_steer().get() && knob_steer_main().get()));
+  return Status::OK();
+}
+
+NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (logger) logger_.store(logger, std::memory_order_release);
+  profiler_.store(profiler, std::memory_order_release);
+  if (inited_) return kSuccess;
+  init_logging("nccl-net-uccl");
+  if (logger) set_log_forwarder(&forward_log);
+  for (const std::string& bad : unknown_uccl_env_vars()) {
+    log(kLogWarn, __FILE__, __LINE__,
+        "unknown environment variable " + bad + " (a typo?)");
+  }
+  Status kst = check_knobs();
+  if (!kst.ok()) return fail("bad UCCL_* setting", kst, kInvalidArgument);
+
+  add_devices();
+  std::string engines_why;
+  Status st = read_settings(&engines_why);
+  if (!st.ok()) return fail("bad UCCL_* setting", st, kInvalidArgument);
   std::random_device rd;
   next_tag_.store((static_cast<uint64_t>(rd()) << 20) & ((1ull << 56) - 1));
   std::string list;

@@ -97,6 +97,9 @@ class NetPlugin {
   NetPlugin() = default;
   ~NetPlugin();
   Result<Endpoint*> endpoint(PluginDevice* d);
+  // init()'s steps.
+  void add_devices();
+  Status read_settings(std::string* engines_why);
   // A free request of c's pool (one done early is reused once its empty
   // parts finished), or nullptr.
   PluginRequest* alloc_request(PluginComm* c);

@@ -52,6 +52,45 @@ Status Sim::build() {
   const double bneck =
       c_.bottleneck_gbps > 0 ? c_.bottleneck_gbps : c_.host_gbps;
   const double fabric = c_.fabric_gbps > 0 ? c_.fabric_gbps : c_.host_gbps;
+  UCCL_RETURN_IF_ERROR(build_topology(bneck, fabric));
+  for (uint32_t p = 0; p < ports_.size(); ++p) {
+    if (ports_[p].from >= hosts_) switch_ports_.push_back(p);
+  }
+  UCCL_RETURN_IF_ERROR(build_routes());
+
+  // Congestion control: check the name and parameters once.
+  UCCL_ASSIGN_OR_RETURN(cc::CcParams params, cc::CcParams::parse(c_.cc_params));
+  UCCL_RETURN_IF_ERROR(
+      cc::make_cc(c_.cc, params, c_.mtu_bytes, line_bps_).status());
+  credit_ = c_.cc == "credit";
+
+  host_.resize(hosts_);
+  for (uint32_t h = 0; h < hosts_; ++h) host_[h].port = node_ports_[h][0];
+  if (c_.flows.empty()) return InvalidArgument("the workload has no flows");
+  flows_.resize(c_.flows.size());
+  for (uint32_t i = 0; i < c_.flows.size(); ++i) {
+    UCCL_RETURN_IF_ERROR(add_flow(i, params));
+  }
+  if (credit_) {
+    UCCL_ASSIGN_OR_RETURN(cc::CreditParams cp,
+                          cc::CreditSender::params_from(params));
+    // The pacer grants payload bytes: its rate leaves room for headers.
+    const double payload_bps =
+        line_bps_ * c_.mtu_bytes / (c_.mtu_bytes + c_.header_bytes);
+    for (uint32_t h = 0; h < hosts_; ++h) {
+      host_[h].pacer = std::make_unique<cc::PullPacer>(
+          cp, payload_bps, static_cast<uint32_t>(flows_.size()), 0);
+    }
+  }
+  if (c_.duration_ms > 0)
+    stop_ns_ = static_cast<uint64_t>(c_.duration_ms * 1e6);
+  pkts_.reserve(1 << 16);
+  at(0, kEvSample, 0);
+  return Status::OK();
+}
+
+// Hosts, switches and links of the dumbbell or the leaf-spine fabric.
+Status Sim::build_topology(double bneck, double fabric) {
   auto host_delay = [&](uint32_t h) {
     return h < c_.host_delay_us.size() ? c_.host_delay_us[h] : c_.link_delay_us;
   };
@@ -99,89 +138,64 @@ Status Sim::build() {
     return InvalidArgument("topology must be 'dumbbell' or 'leafspine', not '" +
                            c_.topology + "'");
   }
-  for (uint32_t p = 0; p < ports_.size(); ++p) {
-    if (ports_[p].from >= hosts_) switch_ports_.push_back(p);
-  }
-  UCCL_RETURN_IF_ERROR(build_routes());
+  return Status::OK();
+}
 
-  // Congestion control: check the name and parameters once.
-  UCCL_ASSIGN_OR_RETURN(cc::CcParams params, cc::CcParams::parse(c_.cc_params));
-  UCCL_RETURN_IF_ERROR(
-      cc::make_cc(c_.cc, params, c_.mtu_bytes, line_bps_).status());
-  credit_ = c_.cc == "credit";
-
-  host_.resize(hosts_);
-  for (uint32_t h = 0; h < hosts_; ++h) host_[h].port = node_ports_[h][0];
-  if (c_.flows.empty()) return InvalidArgument("the workload has no flows");
-  flows_.resize(c_.flows.size());
-  for (uint32_t i = 0; i < c_.flows.size(); ++i) {
-    const FlowSpec& s = c_.flows[i];
-    if (s.src >= hosts_ || s.dst >= hosts_ || s.src == s.dst) {
-      return InvalidArgument("flow " + std::to_string(i) + ": hosts " +
-                             std::to_string(s.src) + "->" +
-                             std::to_string(s.dst) + " invalid (topology has " +
-                             std::to_string(hosts_) + " hosts)");
-    }
-    if (s.bytes == 0 && s.stop_ns == 0 && c_.duration_ms <= 0) {
-      return InvalidArgument("flow " + std::to_string(i) +
-                             ": unlimited flow needs a stop time or "
-                             "duration_ms");
-    }
-    Flow& f = flows_[i];
-    f.spec = s;
-    f.id = i;
-    f.unlimited = s.bytes == 0;
-    if (f.unlimited && s.stop_ns == 0) {
-      f.spec.stop_ns = static_cast<uint64_t>(c_.duration_ms * 1e6);
-    }
-    if (f.unlimited)
-      unlimited_until_ = std::max(unlimited_until_, f.spec.stop_ns);
-    f.npkts = f.unlimited ? 0
-                          : static_cast<uint32_t>((s.bytes + c_.mtu_bytes - 1) /
-                                                  c_.mtu_bytes);
-    if (!f.unlimited) {
-      f.got.resize(f.npkts);
-      ++finite_left_;
-    }
-    UCCL_ASSIGN_OR_RETURN(f.cc,
-                          cc::make_cc(c_.cc, params, c_.mtu_bytes, line_bps_));
-    f.paths = std::make_unique<cc::PathSelector>(
-        c_.multipath == "spray" ? std::max<uint32_t>(c_.paths, 1) : 1,
-        mix64(c_.seed ^ (i * 0x1234567ull)));
-    cc::ScoreboardConfig sc;
-    // Packets out at most: the whole flow, up to kMaxOutstanding.
-    sc.capacity = 64;
-    while (sc.capacity < kMaxOutstanding &&
-           (f.unlimited || sc.capacity < f.npkts)) {
-      sc.capacity *= 2;
-    }
-    sc.paths = f.paths->size();
-    sc.rto_min_ns = static_cast<uint64_t>(c_.rto_min_us * 1000);
-    sc.rto_max_ns = static_cast<uint64_t>(c_.rto_max_us * 1000);
-    sc.rto_init_ns = static_cast<uint64_t>(c_.rto_init_us * 1000);
-    sc.max_retries = std::numeric_limits<uint32_t>::max();  // never gives up
-    sc.dup_ack_threshold = c_.dupack_threshold;
-    sc.tail_loss_probe = c_.tlp;
-    sc.ack_delay_ns = 0;  // the receiver ACKs every packet at once
-    f.sb = std::make_unique<cc::Scoreboard>(sc);
-    host_[s.src].tx_flows.push_back(i);
-    at(s.start_ns, kEvFlowStart, i);
+// Flow i of the workload: its checks, controller, path selector and the
+// engine's loss-recovery scoreboard.
+Status Sim::add_flow(uint32_t i, const cc::CcParams& params) {
+  const FlowSpec& s = c_.flows[i];
+  if (s.src >= hosts_ || s.dst >= hosts_ || s.src == s.dst) {
+    return InvalidArgument("flow " + std::to_string(i) + ": hosts " +
+                           std::to_string(s.src) + "->" +
+                           std::to_string(s.dst) + " invalid (topology has " +
+                           std::to_string(hosts_) + " hosts)");
   }
-  if (credit_) {
-    UCCL_ASSIGN_OR_RETURN(cc::CreditParams cp,
-                          cc::CreditSender::params_from(params));
-    // The pacer grants payload bytes: its rate leaves room for headers.
-    const double payload_bps =
-        line_bps_ * c_.mtu_bytes / (c_.mtu_bytes + c_.header_bytes);
-    for (uint32_t h = 0; h < hosts_; ++h) {
-      host_[h].pacer = std::make_unique<cc::PullPacer>(
-          cp, payload_bps, static_cast<uint32_t>(flows_.size()), 0);
-    }
+  if (s.bytes == 0 && s.stop_ns == 0 && c_.duration_ms <= 0) {
+    return InvalidArgument("flow " + std::to_string(i) +
+                           ": unlimited flow needs a stop time or "
+                           "duration_ms");
   }
-  if (c_.duration_ms > 0)
-    stop_ns_ = static_cast<uint64_t>(c_.duration_ms * 1e6);
-  pkts_.reserve(1 << 16);
-  at(0, kEvSample, 0);
+  Flow& f = flows_[i];
+  f.spec = s;
+  f.id = i;
+  f.unlimited = s.bytes == 0;
+  if (f.unlimited && s.stop_ns == 0) {
+    f.spec.stop_ns = static_cast<uint64_t>(c_.duration_ms * 1e6);
+  }
+  if (f.unlimited)
+    unlimited_until_ = std::max(unlimited_until_, f.spec.stop_ns);
+  f.npkts =
+      f.unlimited
+          ? 0
+          : static_cast<uint32_t>((s.bytes + c_.mtu_bytes - 1) / c_.mtu_bytes);
+  if (!f.unlimited) {
+    f.got.resize(f.npkts);
+    ++finite_left_;
+  }
+  UCCL_ASSIGN_OR_RETURN(f.cc,
+                        cc::make_cc(c_.cc, params, c_.mtu_bytes, line_bps_));
+  f.paths = std::make_unique<cc::PathSelector>(
+      c_.multipath == "spray" ? std::max<uint32_t>(c_.paths, 1) : 1,
+      mix64(c_.seed ^ (i * 0x1234567ull)));
+  cc::ScoreboardConfig sc;
+  // Packets out at most: the whole flow, up to kMaxOutstanding.
+  sc.capacity = 64;
+  while (sc.capacity < kMaxOutstanding &&
+         (f.unlimited || sc.capacity < f.npkts)) {
+    sc.capacity *= 2;
+  }
+  sc.paths = f.paths->size();
+  sc.rto_min_ns = static_cast<uint64_t>(c_.rto_min_us * 1000);
+  sc.rto_max_ns = static_cast<uint64_t>(c_.rto_max_us * 1000);
+  sc.rto_init_ns = static_cast<uint64_t>(c_.rto_init_us * 1000);
+  sc.max_retries = std::numeric_limits<uint32_t>::max();  // never gives up
+  sc.dup_ack_threshold = c_.dupack_threshold;
+  sc.tail_loss_probe = c_.tlp;
+  sc.ack_delay_ns = 0;  // the receiver ACKs every packet at once
+  f.sb = std::make_unique<cc::Scoreboard>(sc);
+  host_[s.src].tx_flows.push_back(i);
+  at(s.start_ns, kEvFlowStart, i);
   return Status::OK();
 }
 

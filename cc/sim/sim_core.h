@@ -136,6 +136,8 @@ class Sim {
   void add_link(uint32_t a, uint32_t b, double gbps, double delay_us,
                 const std::string& name_ab, const std::string& name_ba);
   Status build_routes();
+  Status build_topology(double bneck_gbps, double fabric_gbps);
+  Status add_flow(uint32_t i, const cc::CcParams& params);
   uint32_t route(uint32_t node, const Packet& p) const;
   uint64_t ser_ns(uint64_t bytes, double rate_bps) const {
     return static_cast<uint64_t>(std::ceil(bytes * 8e9 / rate_bps));
@@ -183,6 +185,11 @@ class Sim {
 
   void sample();
   void summarize(SimResult* r);
+  struct FlowTotals {  // finite flows, for the workload's ideal
+    uint64_t first_start = 0, total_bytes = 0, total_pkts = 0, min_base = 0;
+  };
+  FlowTotals summarize_flows(SimResult* r);
+  uint32_t summarize_ports(SimResult* r, uint64_t first_start);
   void convergence(double share_bps, std::map<std::string, double>* m) const;
 
   const SimConfig& c_;

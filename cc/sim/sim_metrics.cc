@@ -44,12 +44,11 @@ void Sim::sample() {
   }
 }
 
-void Sim::summarize(SimResult* r) {
+// Per-flow results and the flow metrics: FCTs and slowdowns of finite
+// flows, retransmissions, the completion of the workload, fairness in the
+// Jain window.
+Sim::FlowTotals Sim::summarize_flows(SimResult* r) {
   auto& m = r->metrics;
-  r->port_names = port_names_;
-  r->flow_series = std::move(fseries_);
-  r->queue_series = std::move(qseries_);
-  // Flows.
   std::vector<double> slow_all, slow_short, fct_us;
   uint64_t first_start = kNever, last_finish = 0, total_bytes = 0;
   uint64_t total_pkts = 0, min_base = kNever;  // finite flows
@@ -139,9 +138,19 @@ void Sim::summarize(SimResult* r) {
     m["window_tput_gbps"] = sum;
     m["window_min_over_max"] = mx > 0 ? mn / mx : 0;
   }
-  // Ports: the busiest switch port is the bottleneck.
-  // Among ports within 0.1% of the most bytes sent (a chain of links
-  // carries the same bytes), the one that queued most.
+  FlowTotals t;
+  t.first_start = first_start;
+  t.total_bytes = total_bytes;
+  t.total_pkts = total_pkts;
+  t.min_base = min_base;
+  return t;
+}
+
+// The port metrics: queues, drops and marks over the switch ports, and the
+// bottleneck (returned: among ports within 0.1% of the most bytes sent, a
+// chain of links carrying the same bytes, the one that queued most).
+uint32_t Sim::summarize_ports(SimResult* r, uint64_t first_start) {
+  auto& m = r->metrics;
   uint32_t busiest = switch_ports_.empty() ? 0 : switch_ports_[0];
   uint64_t top = 0;
   for (uint32_t p : switch_ports_) top = std::max(top, ports_[p].tx_bytes);
@@ -174,6 +183,21 @@ void Sim::summarize(SimResult* r) {
   m["most_drops_port"] = worst_drop;
   m["ecn_marks"] = static_cast<double>(marks);
   m["bottleneck_port"] = busiest;
+  return busiest;
+}
+
+void Sim::summarize(SimResult* r) {
+  auto& m = r->metrics;
+  r->port_names = port_names_;
+  r->flow_series = std::move(fseries_);
+  r->queue_series = std::move(qseries_);
+  const FlowTotals t = summarize_flows(r);
+  const uint64_t first_start = t.first_start;
+  const uint64_t total_bytes = t.total_bytes, total_pkts = t.total_pkts;
+  const uint64_t min_base = t.min_base;
+  const uint32_t busiest = summarize_ports(r, first_start);
+  Port& b = ports_[busiest];
+  const uint64_t span = now_ > first_start ? now_ - first_start : 1;
   bool all_unlimited = flows_.size() <= c_.trace_flows;
   for (const Flow& f : flows_) all_unlimited &= f.unlimited;
   if (all_unlimited) {

@@ -116,118 +116,137 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
     faults = *f;
   }
   d->faults_ = std::make_unique<FaultInjector>(faults);
+  UCCL_RETURN_IF_ERROR(d->open_socket(nif));
+  d->choose_mtu(nif, name, opts);
+  d->fill_info(nif, name);
+  d->alloc_buffers(opts);
+  VLOG(kVlogLifecycle) << "software NIC " << name << " on " << d->info_.ip
+                       << ":" << d->udp_port() << " mtu " << d->mtu_
+                       << " faults tx=" << faults.tx.to_string()
+                       << " rx=" << faults.rx.to_string();
+  return d;
+}
 
-  d->fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (d->fd_ < 0) return ErrnoStatus("software NIC socket", errno);
-  d->sockbuf_bytes_ = static_cast<int>(knob_softnic_sockbuf_kb().get() * 1024);
-  d->tx_budget_ = static_cast<uint32_t>(knob_softnic_tx_budget().get());
-  d->rc_window_pkts_ = static_cast<uint32_t>(knob_softnic_rc_window().get());
-  d->rc_min_timeout_ns_ =
+// The receive socket on the interface's address (its buffer sized by
+// UCCL_SOFTNIC_SOCKBUF_KB), and the knobs the datapath uses, read once.
+Status SoftDevice::open_socket(const NetIf& nif) {
+  fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) return ErrnoStatus("software NIC socket", errno);
+  sockbuf_bytes_ = static_cast<int>(knob_softnic_sockbuf_kb().get() * 1024);
+  tx_budget_ = static_cast<uint32_t>(knob_softnic_tx_budget().get());
+  rc_window_pkts_ = static_cast<uint32_t>(knob_softnic_rc_window().get());
+  rc_min_timeout_ns_ =
       static_cast<uint64_t>(knob_softnic_rc_min_timeout_us().get()) * 1000;
-  set_sockbuf(d->fd_, d->sockbuf_bytes_);
+  set_sockbuf(fd_, sockbuf_bytes_);
   int rcvbuf = 0;
   socklen_t rl = sizeof(rcvbuf);
-  if (getsockopt(d->fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &rl) == 0) {
-    d->info_.rx_buffer_bytes = static_cast<uint64_t>(rcvbuf);
+  if (getsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &rl) == 0) {
+    info_.rx_buffer_bytes = static_cast<uint64_t>(rcvbuf);
   }
   sockaddr_in addr;
   std::memset(&addr, 0, sizeof(addr));
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = nif.ipv4_be;
   addr.sin_port = 0;
-  if (bind(d->fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     return ErrnoStatus("bind software NIC to " + ipv4_to_string(nif.ipv4_be),
                        errno);
   }
-  socklen_t len = sizeof(d->local_);
-  getsockname(d->fd_, reinterpret_cast<sockaddr*>(&d->local_), &len);
+  socklen_t len = sizeof(local_);
+  getsockname(fd_, reinterpret_cast<sockaddr*>(&local_), &len);
+  return Status::OK();
+}
 
-  d->mtu_cap_ = kMaxFragmentPayload & ~63u;
+// The payload MTU: the interface's, at most UCCL_SOFTNIC_MTU and the
+// options', and one splice pipe's pages where payloads are spliced.
+void SoftDevice::choose_mtu(const NetIf& nif, const std::string& name,
+                            const DeviceOptions& opts) {
+  mtu_cap_ = kMaxFragmentPayload & ~63u;
   if (knob_softnic_mtu().get() > 0) {
-    d->mtu_cap_ = std::min<uint32_t>(d->mtu_cap_, knob_softnic_mtu().get());
+    mtu_cap_ = std::min<uint32_t>(mtu_cap_, knob_softnic_mtu().get());
   }
-  if (opts.mtu_bytes > 0) d->mtu_cap_ = std::min(d->mtu_cap_, opts.mtu_bytes);
-  d->mtu_ = std::min(payload_mtu_for(nif.mtu ? nif.mtu : 1500), d->mtu_cap_);
-  d->local_unsummed_ = opts.local_crc >= 0 ? opts.local_crc == 0
-                                           : !knob_softnic_local_crc().get();
+  if (opts.mtu_bytes > 0) mtu_cap_ = std::min(mtu_cap_, opts.mtu_bytes);
+  mtu_ = std::min(payload_mtu_for(nif.mtu ? nif.mtu : 1500), mtu_cap_);
+  local_unsummed_ = opts.local_crc >= 0 ? opts.local_crc == 0
+                                        : !knob_softnic_local_crc().get();
   // Splicing applies to unsummed payloads only (a summed one is read for
   // its CRC anyway). Its pipe holds one payload's pages at a time.
   const bool splice =
       opts.splice >= 0 ? opts.splice == 1 : knob_softnic_splice().get();
-  if (splice && d->local_unsummed_) {
+  if (splice && local_unsummed_) {
     int p[2];
     if (pipe2(p, O_NONBLOCK | O_CLOEXEC) == 0) {
-      d->splice_r_ = p[0];
-      d->splice_w_ = p[1];
+      splice_r_ = p[0];
+      splice_w_ = p[1];
       // Room for a payload's 16 pages and more, whatever the default.
       fcntl(p[1], F_SETPIPE_SZ, 256 << 10);
       const long page = sysconf(_SC_PAGESIZE);
       const uint32_t max_payload = static_cast<uint32_t>(
           std::min<long>(page * (kSpliceMaxPages - 1), kMaxFragmentPayload));
-      d->mtu_cap_ = std::min(d->mtu_cap_, max_payload & ~63u);
-      d->mtu_ = std::min(d->mtu_, d->mtu_cap_);
+      mtu_cap_ = std::min(mtu_cap_, max_payload & ~63u);
+      mtu_ = std::min(mtu_, mtu_cap_);
     } else {
       LOG(WARNING) << name << ": no pipe for splicing (" << strerror(errno)
                    << "); payloads are copied";
     }
   }
+}
 
-  d->info_.name = name;
-  d->info_.backend = "udp";
-  d->info_.netdev = nif.name;
-  d->info_.ip = ipv4_to_string(nif.ipv4_be);
-  d->info_.mtu_bytes = d->mtu_;
+void SoftDevice::fill_info(const NetIf& nif, const std::string& name) {
+  info_.name = name;
+  info_.backend = "udp";
+  info_.netdev = nif.name;
+  info_.ip = ipv4_to_string(nif.ipv4_be);
+  info_.mtu_bytes = mtu_;
   // Peers on this host: what path_mtu_to() finds for them (through lo).
   bool through_lo = false;
-  auto local_mtu = d->path_mtu_to(htonl(INADDR_LOOPBACK), &through_lo);
-  if (local_mtu.ok() && through_lo) d->info_.local_mtu_bytes = *local_mtu;
+  auto local_mtu = path_mtu_to(htonl(INADDR_LOOPBACK), &through_lo);
+  if (local_mtu.ok() && through_lo) info_.local_mtu_bytes = *local_mtu;
   // Ethernet 14 (+4 FCS) + IPv4 20 + UDP 8 + our header.
-  d->info_.wire_overhead_bytes = 18 + 20 + 8 + sizeof(WireHeader);
-  d->info_.numa_node = nif.numa_node;
-  d->info_.pci_path = nif.pci_path;
-  d->info_.active = true;
+  info_.wire_overhead_bytes = 18 + 20 + 8 + sizeof(WireHeader);
+  info_.numa_node = nif.numa_node;
+  info_.pci_path = nif.pci_path;
+  info_.active = true;
   int64_t speed = knob_softnic_speed_mbps().get();
-  d->info_.link_speed_mbps =
+  info_.link_speed_mbps =
       speed > 0 ? speed : (nif.speed_mbps ? nif.speed_mbps : 100000);
-  d->info_.link_speed_known = speed > 0 || nif.speed_mbps != 0;
-  d->info_.guid = (static_cast<uint64_t>(ntohl(nif.ipv4_be)) << 16) |
-                  ntohs(d->local_.sin_port);
+  info_.link_speed_known = speed > 0 || nif.speed_mbps != 0;
+  info_.guid = (static_cast<uint64_t>(ntohl(nif.ipv4_be)) << 16) |
+               ntohs(local_.sin_port);
+}
 
-  d->rx_bufs_.reset(new uint8_t[static_cast<size_t>(kRxBatch) * kRxBufBytes]);
+// Receive batches, scratch buffers, the fault delay line (always there, so
+// faults can be switched on at run time without allocating), the rate
+// limiter and a random first QPN.
+void SoftDevice::alloc_buffers(const DeviceOptions& opts) {
+  rx_bufs_.reset(new uint8_t[static_cast<size_t>(kRxBatch) * kRxBufBytes]);
   for (int i = 0; i < kRxBatch; ++i) {
-    d->rx_iov_[i].iov_base =
-        d->rx_bufs_.get() + static_cast<size_t>(i) * kRxBufBytes;
-    d->rx_iov_[i].iov_len = kRxBufBytes;
-    std::memset(&d->rx_msgs_[i], 0, sizeof(mmsghdr));
-    d->rx_msgs_[i].msg_hdr.msg_iov = &d->rx_iov_[i];
-    d->rx_msgs_[i].msg_hdr.msg_iovlen = 1;
-    d->rx_msgs_[i].msg_hdr.msg_name = &d->rx_from_[i];
-    d->rx_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+    rx_iov_[i].iov_base = rx_bufs_.get() + static_cast<size_t>(i) * kRxBufBytes;
+    rx_iov_[i].iov_len = kRxBufBytes;
+    std::memset(&rx_msgs_[i], 0, sizeof(mmsghdr));
+    rx_msgs_[i].msg_hdr.msg_iov = &rx_iov_[i];
+    rx_msgs_[i].msg_hdr.msg_iovlen = 1;
+    rx_msgs_[i].msg_hdr.msg_name = &rx_from_[i];
+    rx_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
   }
-  d->direct_rx_bytes_ = static_cast<uint32_t>(
+  direct_rx_bytes_ = static_cast<uint32_t>(
       opts.direct_rx_bytes >= 0
           ? std::min<int64_t>(opts.direct_rx_bytes, kMaxFragmentPayload)
           : knob_softnic_direct_rx_bytes().get());
-  d->scratch_.reset(new uint8_t[kRxBufBytes]);
-  d->tx_scratch_.reset(new uint8_t[kRxBufBytes]);
+  scratch_.reset(new uint8_t[kRxBufBytes]);
+  tx_scratch_.reset(new uint8_t[kRxBufBytes]);
   // The delay line is always there (4 MiB) so faults can be switched on
   // at run time (FaultInjector::set_spec) without allocating later.
-  d->held_.resize(64);
-  for (auto& h : d->held_) h.data.reset(new uint8_t[kRxBufBytes]);
-  d->set_rate(opts.rate_gbps >= 0 ? opts.rate_gbps
-                                  : knob_softnic_rate_gbps().get());
+  held_.resize(64);
+  for (auto& h : held_) h.data.reset(new uint8_t[kRxBufBytes]);
+  set_rate(opts.rate_gbps >= 0 ? opts.rate_gbps
+                               : knob_softnic_rate_gbps().get());
   // Random first QPN so a restarted peer's stale packets miss new QPs.
-  uint64_t seed = d->now_ns() ^ (static_cast<uint64_t>(getpid()) << 20) ^
-                  ntohs(d->local_.sin_port);
-  d->next_qpn_ =
-      static_cast<uint32_t>((seed * 0x9E3779B97F4A7C15ull) >> 40) | 1;
-  d->qps_.reserve(1024);
-  d->pending_.reserve(1024);
-  VLOG(kVlogLifecycle) << "software NIC " << name << " on " << d->info_.ip
-                       << ":" << d->udp_port() << " mtu " << d->mtu_
-                       << " faults tx=" << faults.tx.to_string()
-                       << " rx=" << faults.rx.to_string();
-  return d;
+  uint64_t seed = now_ns() ^ (static_cast<uint64_t>(getpid()) << 20) ^
+                  ntohs(local_.sin_port);
+  next_qpn_ = static_cast<uint32_t>((seed * 0x9E3779B97F4A7C15ull) >> 40) | 1;
+  qps_.reserve(1024);
+  pending_.reserve(1024);
 }
 
 SoftDevice::~SoftDevice() {

@@ -85,6 +85,7 @@ class SoftPd final : public ProtectionDomain {
   MrTable& table() { return table_; }
 
  private:
+
   MrTable table_;
 };
 
@@ -422,6 +423,12 @@ class SoftDevice final : public Device {
   void set_rate_gbps_for_test(double gbps) { set_rate(gbps); }
 
  private:
+  // open()'s steps.
+  Status open_socket(const NetIf& nif);
+  void choose_mtu(const NetIf& nif, const std::string& name,
+                  const DeviceOptions& opts);
+  void fill_info(const NetIf& nif, const std::string& name);
+  void alloc_buffers(const DeviceOptions& opts);
   friend class SoftQp;
   friend class SoftNicTestAccess;
   SoftDevice() = default;

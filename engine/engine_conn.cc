@@ -129,6 +129,7 @@ Status UcclRDMAEngine::init_sender(Conn* c) {
   sc.tail_loss_probe = cfg_.tail_loss_probe;
   sc.ack_delay_ns = cfg_.ack_delay_ns;
   c->tx.sb = std::make_unique<cc::Scoreboard>(sc);
+  c->rx.win.configure(cfg_.ack_every, cfg_.ack_delay_ns);
   c->qp_unsignaled.assign(c->qps.size(), 0);
   c->tx.engine_unacked = &unacked_bytes_;
   c->qp_outstanding.assign(c->qps.size(), 0);
@@ -305,7 +306,7 @@ void UcclRDMAEngine::close_conn(uint32_t idx, Status why) {
     nic_queued_ -= std::min(nic_queued_, q);
   }
   closed_tx_bytes_ += c->tx.tx_bytes;
-  closed_rx_bytes_ += c->rx.rx_bytes;
+  closed_rx_bytes_ += c->rx.win.rx_bytes();
   conns_[idx].reset();
   VLOG(kVlogLifecycle) << "engine " << cfg_.index << ": connection " << idx
                        << " closed";
@@ -348,8 +349,8 @@ bool UcclRDMAEngine::quiescent(const Conn& c) const {
   const RxFlow& rx = c.rx;
   return !tx.sb->urgent_pending() && tx.sb->lost_bytes() == 0 &&
          !tx.sb->resend_pending() && tx.msg_chunk == tx.msg_tail &&
-         rx.unacked == 0 && !rx.ack_now && !rx.ack_due &&
-         rx.credit_granted == rx.credit_acked && c.ctrl_out_len == 0;
+         rx.win.quiet() && rx.credit_granted == rx.credit_acked &&
+         c.ctrl_out_len == 0;
 }
 
 }  // namespace uccl::engine

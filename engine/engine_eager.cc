@@ -25,7 +25,7 @@ using transport::WrOpcode;
 void UcclRDMAEngine::on_eager(Conn* c, const RxChunkInfo& info) {
   RxFlow& rx = c->rx;
   const uint32_t k = info.slot;
-  rx.ack_due = true;
+  rx.win.message_done();
   EagerHdr h{};
   const bool granted = rx.eager_mem && k < kEagerSlots && rx.eager[k].granted;
   if (granted && info.len >= sizeof(EagerHdr)) {

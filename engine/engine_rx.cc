@@ -107,51 +107,30 @@ void UcclRDMAEngine::on_chunk(const WorkCompletion& wc, uint64_t now) {
   if (c == nullptr || !c->established || c->failed) return;
   activate(c);
   RxFlow& rx = c->rx;
-  const uint32_t delta = (imm.csn - rx.rcv_cum) & (Imm::kCsnSpace - 1);
-  if (delta >= kMaxChunksInFlight) {  // behind rcv_cum: a late duplicate
-    ++rx.duplicates;
-    rx.ack_now = true;
-    return;
+  const RxChunkInfo info{true,
+                         imm.last,
+                         imm.trunc,
+                         imm.onesided,
+                         imm.eager,
+                         static_cast<uint8_t>(imm.slot),
+                         static_cast<uint8_t>(imm.buf),
+                         wc.byte_len};
+  uint32_t csn;
+  if (!rx.win.arrive(imm.csn, info, wc.timestamp_ns ? wc.timestamp_ns : now,
+                     now, &csn)) {
+    return;  // a duplicate: counted, and ACKed at once
   }
-  const uint32_t csn = rx.rcv_cum + delta;
-  RxChunkInfo& info = rx.at(csn);
-  if (info.valid) {
-    ++rx.duplicates;
-    rx.ack_now = true;
-    return;
-  }
-  info = RxChunkInfo{true,
-                     imm.last,
-                     imm.trunc,
-                     imm.onesided,
-                     imm.eager,
-                     static_cast<uint8_t>(imm.slot),
-                     static_cast<uint8_t>(imm.buf),
-                     wc.byte_len};
-  rx.rx_bytes += wc.byte_len;
-  ++rx.rx_chunks;
-  if (delta != 0) rx.ack_now = true;  // a hole: tell the sender now
-  if (rx.unacked++ == 0) rx.first_unacked_ns = now;
-  rx.trigger_csn = csn;
-  rx.trigger_arrival_ns =
-      wc.timestamp_ns ? std::min(wc.timestamp_ns, now) : now;
   trace("rx", c->index, csn, now);
   VLOG(kVlogChunk) << "conn " << c->index << " rx csn " << csn << " slot "
                    << imm.slot << " len " << wc.byte_len
-                   << (imm.last ? " last" : "") << " cum " << rx.rcv_cum;
-  while (rx.at(rx.rcv_cum).valid) {
-    RxChunkInfo done = rx.at(rx.rcv_cum);
-    rx.at(rx.rcv_cum).valid = false;
-    ++rx.rcv_cum;
-    account_chunk(c, done);
-  }
+                   << (imm.last ? " last" : "") << " cum " << rx.win.rcv_cum();
+  RxChunkInfo done;
+  while (rx.win.next_in_order(&done)) account_chunk(c, done);
   // A hole, or ack_every chunks: ACK now. A completed message's ACK waits
   // for the loop's pass over the connections, so every message completed
   // in one receive batch shares one ACK (each is a loopback datagram of
   // ~1.5 us on the engine's thread).
-  if (rx.ack_now || rx.unacked >= cfg_.ack_every) {
-    maybe_send_ack(c, now, false);
-  }
+  if (rx.win.ack_at_once()) maybe_send_ack(c, now, false);
 }
 
 void UcclRDMAEngine::account_chunk(Conn* c, const RxChunkInfo& info) {
@@ -168,7 +147,7 @@ void UcclRDMAEngine::account_chunk(Conn* c, const RxChunkInfo& info) {
   b.received += info.len;
   if (!info.last) return;
   b.trunc = info.trunc || b.received > b.size;
-  rx.ack_due = true;
+  rx.win.message_done();
   finish_buf(c, info.slot, info.buf);
 }
 
@@ -196,7 +175,7 @@ void UcclRDMAEngine::finish_buf(Conn* c, int slot, int buf) {
   }
   s.active = false;
   c->rec->rx_outstanding.fetch_sub(1, std::memory_order_relaxed);
-  trace_now("recv_done", c->index, rx.rcv_cum);
+  trace_now("recv_done", c->index, rx.win.rcv_cum());
   RequestAccess::complete(s.req, std::move(st));
 }
 
@@ -292,22 +271,12 @@ void UcclRDMAEngine::maybe_send_ack(Conn* c, uint64_t now, bool force) {
   RxFlow& rx = c->rx;
   if (!c->established || c->failed) return;
   const bool new_credit = rx.credit_granted != rx.credit_acked;
-  const bool due = rx.ack_now || rx.ack_due;
-  if (rx.unacked == 0 && !due && !new_credit && !force) return;
-  if (!force && !due && !new_credit && rx.unacked < cfg_.ack_every &&
-      now - rx.first_unacked_ns < cfg_.ack_delay_ns) {
-    return;
-  }
+  if (!rx.win.should_ack(now, force, new_credit)) return;
   AckPacket a;
   std::memset(&a, 0, sizeof(a));
   a.magic = kAckMagic;
   a.flow_id = c->peer_flow;
-  a.cum_ack = rx.rcv_cum;
-  a.trigger_csn = rx.trigger_csn;
-  for (int i = 0; i < kSackWords * 64; ++i) {
-    if (rx.at(rx.rcv_cum + 1 + i).valid) a.sack[i / 64] |= 1ull << (i % 64);
-  }
-  a.rx_delay_ns = now > rx.trigger_arrival_ns ? now - rx.trigger_arrival_ns : 0;
+  rx.win.fill_ack(&a, now);
   a.credit_bytes = rx.credit_granted;
   a.nonce_lo = c->nonce_lo;
   Sge sge{reinterpret_cast<uint64_t>(&a), sizeof(a), 0};
@@ -327,9 +296,7 @@ void UcclRDMAEngine::maybe_send_ack(Conn* c, uint64_t now, bool force) {
   trace("ack_tx", c->index, a.cum_ack, now);
   VLOG(kVlogChunk) << "conn " << c->index << " ack cum " << a.cum_ack
                    << " trigger " << a.trigger_csn;
-  rx.unacked = 0;
-  rx.ack_now = false;
-  rx.ack_due = false;
+  rx.win.ack_sent();
   rx.credit_acked = rx.credit_granted;
   ++rx.acks_tx;
 }

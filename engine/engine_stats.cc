@@ -25,9 +25,9 @@ using transport::WrOpcode;
 void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
   auto add = [&](Conn* c) {
     out->tx_bytes += c->tx.tx_bytes;
-    out->rx_bytes += c->rx.rx_bytes;
+    out->rx_bytes += c->rx.win.rx_bytes();
     out->tx_chunks += c->tx.tx_chunks;
-    out->rx_chunks += c->rx.rx_chunks;
+    out->rx_chunks += c->rx.win.rx_chunks();
     const cc::RecoveryCounters& rc = c->tx.sb->counters();
     out->fast_retransmits += rc.fast_retx;
     out->rto_retransmits += rc.rto_retx;
@@ -45,7 +45,7 @@ void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
     }
     out->send_wait_ns += c->tx.send_wait_ns;
     out->rtos += rc.rtos;
-    out->duplicate_chunks += c->rx.duplicates;
+    out->duplicate_chunks += c->rx.win.duplicates();
     out->acks_sent += c->rx.acks_tx;
     out->acks_received += c->tx.acks_rx;
     out->rtt_p50_ns = std::max(out->rtt_p50_ns, c->tx.rtt.quantile(0.5));

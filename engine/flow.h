@@ -12,6 +12,7 @@
 #include "cc/path_selector.h"
 #include "cc/scoreboard.h"
 #include "engine/imm.h"
+#include "engine/rx_window.h"
 #include "engine/stats.h"
 #include "engine/wire.h"
 #include "transport/nic.h"
@@ -197,20 +198,13 @@ struct EagerSlotRx {
   uint32_t len;
 };
 
-struct RxChunkInfo {
-  bool valid;
-  bool last, trunc, onesided, eager;
-  uint8_t slot, buf;
-  uint32_t len;
-};
-
 struct RxFlow {
   RxSlot slots[kMaxRequestsPerFlow];
   // Receive windows, one per (slot, buffer), made on first use.
   std::unique_ptr<transport::MemoryWindow> windows[kMaxRequestsPerFlow]
                                                   [kMaxRecvsPerRequest];
-  uint32_t rcv_cum = 0;  // every CSN below has arrived and been accounted
-  RxChunkInfo ring[kChunkRing] = {};
+  // Arrivals in CSN order, duplicates, and when to ACK with what.
+  RxWindow win;
   uint64_t next_post_seq = 0;
   // Eager bounce slots (kEagerSlots x slot_bytes, registered; empty when
   // eager is off), a window per slot, slots freed but not yet granted
@@ -224,23 +218,15 @@ struct RxFlow {
   uint32_t grant_pending = 0;
   uint8_t held[kEagerSlots];
   uint32_t held_n = 0;
-  // ACK coalescing.
-  uint32_t unacked = 0;
-  uint64_t first_unacked_ns = 0;
-  uint32_t trigger_csn = 0;
-  uint64_t trigger_arrival_ns = 0;
-  bool ack_now = false;  // a hole (ACK at once) or a duplicate (this loop)
-  bool ack_due = false;  // a message completed: ACK in this loop
   // cc=credit: granted so far (cumulative) and the value last sent in an ACK.
   uint64_t credit_granted = 0;
   uint64_t credit_acked = 0;
   bool demand_started = false;  // cc=credit: first demand is speculative
   // Statistics.
-  uint64_t rx_bytes = 0, rx_chunks = 0, duplicates = 0, acks_tx = 0;
+  uint64_t acks_tx = 0;
   // Eager messages received, and those that arrived before their receive.
   uint64_t eager_rx = 0, eager_held = 0;
 
-  RxChunkInfo& at(uint32_t csn) { return ring[csn & (kChunkRing - 1)]; }
   uint8_t* eager_slot(uint32_t k) const {
     return eager_mem.get() + size_t{k} * eager_slot_bytes;
   }

@@ -85,7 +85,6 @@ class SoftPd final : public ProtectionDomain {
   MrTable& table() { return table_; }
 
  private:
-
   MrTable table_;
 };
 
@@ -229,6 +228,9 @@ class SoftQp final : public QueuePair {
   Status post_recv(const RecvWr* wr, const RecvWr** bad_wr) override;
 
  private:
+  // post_send()'s steps for one WR.
+  Status check_send(const SendWr& wr, uint64_t* total) const;
+  Status fill_send(const SendWr& wr, uint32_t idx, uint64_t total, SqEntry* e);
   friend class SoftDevice;
   friend class SoftNicTestAccess;
 

@@ -146,99 +146,115 @@ Status SoftQp::post_recv(const RecvWr* wr, const RecvWr** bad_wr) {
   return st;
 }
 
+// What post_send checks of one WR before it takes a slot: the QP's state
+// and room, the opcode for this QP type, the SGE count; *total: its bytes.
+Status SoftQp::check_send(const SendWr& wr, uint64_t* total) const {
+  if (state_ != QpState::kRts) {
+    return InvalidArgument(std::string("post_send: QP ") +
+                           std::to_string(qpn_) + " is in state " +
+                           qp_state_name(state_) + ", not RTS");
+  }
+  if (sq_tail_ - sq_head_ >= sq_.size()) {
+    return ResourceExhausted("post_send: send queue full (" +
+                             std::to_string(sq_.size()) + " WRs)");
+  }
+  const WrOpcode op = wr.opcode;
+  bool allowed = type_ == QpType::kUD
+                     ? (op == WrOpcode::kSend || op == WrOpcode::kSendWithImm)
+                     : (type_ == QpType::kRC || op != WrOpcode::kRead);
+  if (!allowed || static_cast<int>(op) > 4) {
+    return InvalidArgument(std::string("post_send: ") + wr_opcode_name(op) +
+                           " is not allowed on " + qp_type_name(type_) +
+                           " QPs");
+  }
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > cfg_.max_send_sge) {
+    return InvalidArgument("post_send: " + std::to_string(wr.num_sge) +
+                           " SGEs > max_send_sge " +
+                           std::to_string(cfg_.max_send_sge));
+  }
+  *total = 0;
+  for (int i = 0; i < wr.num_sge; ++i) *total += wr.sg_list[i].length;
+  if (*total > 0x80000000ull) {
+    return InvalidArgument("post_send: message larger than 2 GiB");
+  }
+  return Status::OK();
+}
+
+// The payload of WR `wr` into entry `e` (slot `idx`): a UD destination,
+// then the bytes copied inline, or its SGEs checked against their regions.
+Status SoftQp::fill_send(const SendWr& wr, uint32_t idx, uint64_t total,
+                         SqEntry* e) {
+  const WrOpcode op = wr.opcode;
+  if (type_ == QpType::kUD) {
+    auto* ah = dynamic_cast<SoftAh*>(wr.ah);
+    if (ah == nullptr) {
+      return InvalidArgument(
+          "post_send: UD send needs an address handle of this device");
+    }
+    if (total > ah->path_mtu()) {
+      return InvalidArgument("post_send: UD message of " +
+                             std::to_string(total) +
+                             " bytes exceeds the path MTU of " +
+                             std::to_string(ah->path_mtu()) + " bytes");
+    }
+    e->ud_dest = ah->dest();
+    e->ud_qpn = wr.remote_qpn;
+    e->ud_qkey = wr.remote_qkey;
+  }
+  if (wr.inline_data) {
+    if (op == WrOpcode::kRead) {
+      return InvalidArgument("post_send: READ cannot be inline");
+    }
+    if (total > cfg_.max_inline_data) {
+      return InvalidArgument(
+          "post_send: inline payload of " + std::to_string(total) +
+          " bytes > max_inline_data " + std::to_string(cfg_.max_inline_data));
+    }
+    uint8_t* dst =
+        inline_arena_.data() + static_cast<size_t>(idx) * cfg_.max_inline_data;
+    uint32_t off = 0;
+    for (int i = 0; i < wr.num_sge; ++i) {
+      std::memcpy(dst + off, reinterpret_cast<const void*>(wr.sg_list[i].addr),
+                  wr.sg_list[i].length);
+      off += wr.sg_list[i].length;
+    }
+    e->is_inline = true;
+    return Status::OK();
+  }
+  const uint32_t need =
+      op == WrOpcode::kRead ? static_cast<uint32_t>(kAccessLocalWrite) : 0u;
+  for (int i = 0; i < wr.num_sge; ++i) {
+    const Sge& s = wr.sg_list[i];
+    if (s.length == 0) continue;
+    MrTable::Check c = pd_->table().check(s.lkey, s.addr, s.length, need);
+    if (c != MrTable::Check::kOk) {
+      return PermissionDenied(
+          "post_send: SGE " + std::to_string(i) +
+          (c == MrTable::Check::kBadKey        ? " has an invalid lkey"
+           : c == MrTable::Check::kOutOfBounds ? " is outside its region"
+                                               : " lacks LOCAL_WRITE"));
+    }
+  }
+  e->num_sge = wr.num_sge;
+  std::copy(wr.sg_list, wr.sg_list + wr.num_sge, e->sge);
+  return Status::OK();
+}
+
 Status SoftQp::post_send(const SendWr* wr, const SendWr** bad_wr) {
   for (; wr != nullptr; wr = wr->next) {
-    auto fail = [&](Status st) {
-      if (bad_wr) *bad_wr = wr;
-      return st;
-    };
-    if (state_ != QpState::kRts) {
-      return fail(InvalidArgument(std::string("post_send: QP ") +
-                                  std::to_string(qpn_) + " is in state " +
-                                  qp_state_name(state_) + ", not RTS"));
-    }
-    if (sq_tail_ - sq_head_ >= sq_.size()) {
-      return fail(ResourceExhausted("post_send: send queue full (" +
-                                    std::to_string(sq_.size()) + " WRs)"));
-    }
-    const WrOpcode op = wr->opcode;
-    bool allowed = type_ == QpType::kUD
-                       ? (op == WrOpcode::kSend || op == WrOpcode::kSendWithImm)
-                       : (type_ == QpType::kRC || op != WrOpcode::kRead);
-    if (!allowed || static_cast<int>(op) > 4) {
-      return fail(InvalidArgument(std::string("post_send: ") +
-                                  wr_opcode_name(op) + " is not allowed on " +
-                                  qp_type_name(type_) + " QPs"));
-    }
-    if (wr->num_sge < 0 ||
-        static_cast<uint32_t>(wr->num_sge) > cfg_.max_send_sge) {
-      return fail(InvalidArgument("post_send: " + std::to_string(wr->num_sge) +
-                                  " SGEs > max_send_sge " +
-                                  std::to_string(cfg_.max_send_sge)));
-    }
     uint64_t total = 0;
-    for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
-    if (total > 0x80000000ull) {
-      return fail(InvalidArgument("post_send: message larger than 2 GiB"));
-    }
+    Status st = check_send(*wr, &total);
     const uint32_t idx = sq_tail_ & sq_mask_;
     SqEntry& e = sq_[idx];
-    e = SqEntry();
-    if (type_ == QpType::kUD) {
-      auto* ah = dynamic_cast<SoftAh*>(wr->ah);
-      if (ah == nullptr) {
-        return fail(
-            InvalidArgument("post_send: UD send needs an address "
-                            "handle of this device"));
-      }
-      if (total > ah->path_mtu()) {
-        return fail(InvalidArgument("post_send: UD message of " +
-                                    std::to_string(total) +
-                                    " bytes exceeds the path MTU of " +
-                                    std::to_string(ah->path_mtu()) + " bytes"));
-      }
-      e.ud_dest = ah->dest();
-      e.ud_qpn = wr->remote_qpn;
-      e.ud_qkey = wr->remote_qkey;
+    if (st.ok()) {
+      e = SqEntry();
+      st = fill_send(*wr, idx, total, &e);
     }
-    if (wr->inline_data) {
-      if (op == WrOpcode::kRead) {
-        return fail(InvalidArgument("post_send: READ cannot be inline"));
-      }
-      if (total > cfg_.max_inline_data) {
-        return fail(InvalidArgument("post_send: inline payload of " +
-                                    std::to_string(total) +
-                                    " bytes > max_inline_data " +
-                                    std::to_string(cfg_.max_inline_data)));
-      }
-      uint8_t* dst = inline_arena_.data() +
-                     static_cast<size_t>(idx) * cfg_.max_inline_data;
-      uint32_t off = 0;
-      for (int i = 0; i < wr->num_sge; ++i) {
-        std::memcpy(dst + off,
-                    reinterpret_cast<const void*>(wr->sg_list[i].addr),
-                    wr->sg_list[i].length);
-        off += wr->sg_list[i].length;
-      }
-      e.is_inline = true;
-    } else {
-      const uint32_t need =
-          op == WrOpcode::kRead ? static_cast<uint32_t>(kAccessLocalWrite) : 0u;
-      for (int i = 0; i < wr->num_sge; ++i) {
-        const Sge& s = wr->sg_list[i];
-        if (s.length == 0) continue;
-        MrTable::Check c = pd_->table().check(s.lkey, s.addr, s.length, need);
-        if (c != MrTable::Check::kOk) {
-          return fail(PermissionDenied(
-              "post_send: SGE " + std::to_string(i) +
-              (c == MrTable::Check::kBadKey        ? " has an invalid lkey"
-               : c == MrTable::Check::kOutOfBounds ? " is outside its region"
-                                                   : " lacks LOCAL_WRITE")));
-        }
-      }
-      e.num_sge = wr->num_sge;
-      std::copy(wr->sg_list, wr->sg_list + wr->num_sge, e.sge);
+    if (!st.ok()) {
+      if (bad_wr) *bad_wr = wr;
+      return st;
     }
+    const WrOpcode op = wr->opcode;
     e.wr_id = wr->wr_id;
     e.opcode = op;
     e.signaled = wr->signaled;

@@ -9,7 +9,7 @@ run with the tests named, and the mutant must be "killed": some test
 fails. Prints a table (mutant, tests run, verdict); exits 1 if any
 mutant survives.
 
-  tools/mutants.py [--scratch DIR] [--only NAME[,NAME]] [--list]
+  tools/mutants.py [--scratch DIR] [--only NAME[,NAME]] [--list] [--check]
 
 The first run builds the scratch tree (minutes); later runs rebuild only
 what each mutation touches. `make mutants` runs it.
@@ -45,7 +45,7 @@ MUTANTS = [
      "  if (!from_peer(from)) {\n    ++dev_->counters_.drop_wrong_source;",
      "  if (false) {\n    ++dev_->counters_.drop_wrong_source;",
      "transport_tests", "ForgedNak*:ForgedUc*"),
-    ("header-crc-check-skipped", "transport/udp/soft_device.cc",
+    ("header-crc-check-skipped", "transport/udp/soft_device_rx.cc",
      "  if (crc32c(0, &z, sizeof(z)) != h.hdr_crc) return &counters_.drop_bad_crc;",
      "  if (crc32c(0, &z, sizeof(z)) != h.hdr_crc && false) return nullptr;",
      "transport_tests", "HostileInput*"),
@@ -165,6 +165,9 @@ def main():
     ap.add_argument("--scratch", default="/tmp/uccl-mutants")
     ap.add_argument("--only", default="")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--check", action="store_true",
+                    help="only check that every mutation applies to this "
+                         "tree (its text is in its file exactly once)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     a = ap.parse_args()
     todo = MUTANTS
@@ -178,6 +181,14 @@ def main():
         for m in todo:
             print(f"{m[0]:32s} {m[1]:36s} {m[4]} --gtest_filter={m[5]}")
         return 0
+    if a.check:
+        bad = [m[0] for m in todo
+               if open(os.path.join(ROOT, m[1])).read().count(m[2]) != 1]
+        for name in bad:
+            print(f"mutant {name}: its text is not in its file exactly once",
+                  file=sys.stderr)
+        print(f"{len(todo) - len(bad)} of {len(todo)} mutations apply")
+        return 1 if bad else 0
     os.makedirs(a.scratch, exist_ok=True)
     src = sync_tree(a.scratch)
     build = os.path.join(a.scratch, "build")

@@ -270,7 +270,7 @@ Status SoftQp::post_send(const SendWr* wr, const SendWr** bad_wr) {
   }
   if (cfg_.type == QpType::kRC && !timer_armed_ && sq_head_ != sq_tail_) {
     // Its timer runs from now on. Nothing was outstanding, so the timeout
-    // counts from here (what on_timer() of an empty queue used to record).
+    // counts from here, as it would from an empty queue's last timer.
     timer_armed_ = true;
     dev_->rc_armed_.push_back(this);
     last_progress_ns_ = dev_->now_ns();

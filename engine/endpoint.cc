@@ -16,11 +16,7 @@
 
 namespace uccl {
 
-using engine::CmdType;
-using engine::Command;
 using engine::ConnRecord;
-using engine::Handshake;
-using engine::RequestAccess;
 using engine::UcclRDMAEngine;
 
 using engine::claim_cores;

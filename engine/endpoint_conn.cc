@@ -16,8 +16,6 @@ using engine::CmdType;
 using engine::Command;
 using engine::ConnRecord;
 using engine::Handshake;
-using engine::RequestAccess;
-using engine::UcclRDMAEngine;
 
 Result<uint16_t> Endpoint::listen(uint16_t port) {
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -10,9 +10,7 @@ namespace uccl {
 using engine::CmdType;
 using engine::Command;
 using engine::ConnRecord;
-using engine::Handshake;
 using engine::RequestAccess;
-using engine::UcclRDMAEngine;
 
 namespace {
 Status check_request(Request* req) {

@@ -27,12 +27,7 @@ namespace uccl::engine {
 using transport::QpConfig;
 using transport::QpType;
 using transport::RecvWr;
-using transport::SendWr;
 using transport::Sge;
-using transport::WcOpcode;
-using transport::WcStatus;
-using transport::WorkCompletion;
-using transport::WrOpcode;
 
 void RequestAccess::complete(Request* r, Status st) {
   r->status_ = std::move(st);

@@ -16,13 +16,6 @@ namespace uccl::engine {
 
 using transport::QpConfig;
 using transport::QpType;
-using transport::RecvWr;
-using transport::SendWr;
-using transport::Sge;
-using transport::WcOpcode;
-using transport::WcStatus;
-using transport::WorkCompletion;
-using transport::WrOpcode;
 
 void UcclRDMAEngine::create_conn(ConnSetup* s) {
   uint32_t idx = 0;

@@ -9,14 +9,8 @@
 
 namespace uccl::engine {
 
-using transport::QpConfig;
-using transport::QpType;
-using transport::RecvWr;
 using transport::SendWr;
 using transport::Sge;
-using transport::WcOpcode;
-using transport::WcStatus;
-using transport::WorkCompletion;
 using transport::WrOpcode;
 
 // Control messages of one loop leave together: appended here, sent as one

@@ -9,16 +9,6 @@
 
 namespace uccl::engine {
 
-using transport::QpConfig;
-using transport::QpType;
-using transport::RecvWr;
-using transport::SendWr;
-using transport::Sge;
-using transport::WcOpcode;
-using transport::WcStatus;
-using transport::WorkCompletion;
-using transport::WrOpcode;
-
 // An eager message, in CSN (send) order: the oldest posted receive with an
 // untaken buffer of its tag takes it; with none, it waits in its slot for
 // the next receive posted with that tag (wire.h).

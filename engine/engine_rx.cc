@@ -9,8 +9,6 @@
 
 namespace uccl::engine {
 
-using transport::QpConfig;
-using transport::QpType;
 using transport::RecvWr;
 using transport::SendWr;
 using transport::Sge;

@@ -12,16 +12,6 @@
 
 namespace uccl::engine {
 
-using transport::QpConfig;
-using transport::QpType;
-using transport::RecvWr;
-using transport::SendWr;
-using transport::Sge;
-using transport::WcOpcode;
-using transport::WcStatus;
-using transport::WorkCompletion;
-using transport::WrOpcode;
-
 void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
   auto add = [&](Conn* c) {
     out->tx_bytes += c->tx.tx_bytes;

@@ -90,14 +90,26 @@ inline bool rack_sent_before(uint64_t t1, uint32_t seq1, uint64_t t2,
   return t1 < t2 || (t1 == t2 && static_cast<int32_t>(seq1 - seq2) < 0);
 }
 
-// rack_lost() with that order: `seq` the packet's, `rack_seq` that of the
-// packet behind rack_tx_ns.
+// When RACK declares a packet lost, with that order (`seq` the packet's,
+// `rack_seq` that of the delivered packet behind rack_tx_ns): its send time
+// plus that packet's RTT and the reordering window, or never (UINT64_MAX)
+// if it was not sent before the delivered one. The caller knows a delivery
+// was seen on the path.
+inline uint64_t rack_lost_at_ns(uint64_t sent_ns, uint32_t seq,
+                                uint64_t rack_tx_ns, uint32_t rack_seq,
+                                uint64_t rack_rtt_ns, uint64_t reo_wnd_ns) {
+  return rack_sent_before(sent_ns, seq, rack_tx_ns, rack_seq)
+             ? sent_ns + rack_rtt_ns + reo_wnd_ns
+             : ~uint64_t{0};
+}
+
+// rack_lost() with that order.
 inline bool rack_lost(uint64_t sent_ns, uint32_t seq, uint64_t rack_tx_ns,
                       uint32_t rack_seq, uint64_t rack_rtt_ns,
                       uint64_t reo_wnd_ns, uint64_t now_ns) {
   return rack_tx_ns != 0 &&
-         rack_sent_before(sent_ns, seq, rack_tx_ns, rack_seq) &&
-         now_ns - sent_ns >= rack_rtt_ns + reo_wnd_ns;
+         now_ns >= rack_lost_at_ns(sent_ns, seq, rack_tx_ns, rack_seq,
+                                   rack_rtt_ns, reo_wnd_ns);
 }
 
 // Tail loss probe timeout (RFC 8985, 7.2): 2 x srtt, or srtt + 4 x rttvar

@@ -216,6 +216,15 @@ bool Scoreboard::past_rack_horizon(const SegRec& r, uint64_t newest_ns) {
   return r.retx == 0 && r.last_tx_ns > newest_ns;
 }
 
+// When RACK declares `seq` lost (cc/recovery.h), by the newest delivery on
+// its path; never without one.
+uint64_t Scoreboard::rack_lost_at(uint32_t seq, const SegRec& r,
+                                  uint64_t reo_wnd_ns) const {
+  if (!rack_valid_[r.path]) return std::numeric_limits<uint64_t>::max();
+  return rack_lost_at_ns(r.last_tx_ns, seq, rack_tx_ns_[r.path],
+                         rack_seq_[r.path], rack_rtt_ns_[r.path], reo_wnd_ns);
+}
+
 uint32_t Scoreboard::detect_losses(uint64_t now) {
   // RACK (RFC 8985): a hole is lost when a packet sent after it on its
   // path was delivered and it has been out for that packet's RTT plus the
@@ -228,13 +237,7 @@ uint32_t Scoreboard::detect_losses(uint64_t now) {
   for (uint32_t s = snd_una_; s != snd_nxt_; ++s) {
     const SegRec& r = seg(s);
     if (past_rack_horizon(r, newest)) break;
-    if (r.acked || r.queued) continue;
-    if (!rack_valid_[r.path] ||
-        !rack_sent_before(r.last_tx_ns, s, rack_tx_ns_[r.path],
-                          rack_seq_[r.path]) ||
-        now - r.last_tx_ns < rack_rtt_ns_[r.path] + reo_wnd) {
-      continue;
-    }
+    if (r.acked || r.queued || now < rack_lost_at(s, r, reo_wnd)) continue;
     if (!declare_lost(s)) continue;
     ++counters_.fast_retx;
     ++lost;
@@ -358,12 +361,8 @@ uint64_t Scoreboard::rack_deadline_ns() const {
   for (uint32_t s = snd_una_; s != snd_nxt_; ++s) {
     const SegRec& r = seg(s);
     if (past_rack_horizon(r, newest)) break;
-    if (r.acked || r.queued || !rack_valid_[r.path] ||
-        !rack_sent_before(r.last_tx_ns, s, rack_tx_ns_[r.path],
-                          rack_seq_[r.path])) {
-      continue;
-    }
-    t = std::min(t, r.last_tx_ns + rack_rtt_ns_[r.path] + reo_wnd);
+    if (r.acked || r.queued) continue;
+    t = std::min(t, rack_lost_at(s, r, reo_wnd));
   }
   return t;
 }

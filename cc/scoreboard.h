@@ -226,6 +226,8 @@ class Scoreboard {
   // Declares `seq` lost: it leaves the pipe and waits to be resent.
   bool declare_lost(uint32_t seq);
   uint32_t detect_losses(uint64_t now);
+  uint64_t rack_lost_at(uint32_t seq, const SegRec& r,
+                        uint64_t reo_wnd_ns) const;
   // The send time of the newest delivery on any path (false: none yet).
   bool newest_delivery(uint64_t* t) const;
   static bool past_rack_horizon(const SegRec& r, uint64_t newest_ns);

@@ -113,7 +113,7 @@ void StripedConn::note_striped(StripedRequest* r) {
 Status StripedConn::send(StripedRequest* r, const void* data, size_t len,
                          MrHandle* mh, int tag, bool* taken) {
   *taken = false;
-  UCCL_RETURN_IF_ERROR(broken_);
+  if (!broken_.ok()) return broken_;
   if (backlog_) UCCL_RETURN_IF_ERROR(post_parts(backlog_));
   if (backlog_) return Status::OK();  // try again later
   bool wait_unused;
@@ -144,7 +144,7 @@ Status StripedConn::send(StripedRequest* r, const void* data, size_t len,
 Status StripedConn::recv(StripedRequest* r, void* data, size_t len,
                          MrHandle* mh, int tag, bool* taken) {
   *taken = false;
-  UCCL_RETURN_IF_ERROR(broken_);
+  if (!broken_.ok()) return broken_;
   if (backlog_) UCCL_RETURN_IF_ERROR(post_parts(backlog_));
   if (backlog_) return Status::OK();
   bool wait;
@@ -179,7 +179,7 @@ Status StripedConn::recv(StripedRequest* r, void* data, size_t len,
 }
 
 Status StripedConn::progress() {
-  UCCL_RETURN_IF_ERROR(broken_);
+  if (!broken_.ok()) return broken_;
   if (backlog_) UCCL_RETURN_IF_ERROR(post_parts(backlog_));
   if (expand_count_ > 0) UCCL_RETURN_IF_ERROR(expand_receives());
   return Status::OK();

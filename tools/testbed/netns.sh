@@ -12,7 +12,8 @@
 # Side a is 10.199.0.1, side b 10.199.0.2 (/24). The bottleneck applies to
 # each side's egress: netem (delay, if any) feeding a tbf with the given rate
 # and a byte-limited queue (drop-tail). `up` replaces a testbed of the same
-# name. Needs root (ip netns, tc). Traffic never leaves the two namespaces.
+# name. Needs root and iproute2 (ip netns, tc): exit 2 without root, 3
+# without the commands. Traffic never leaves the two namespaces.
 set -euo pipefail
 
 cmd=${1:-}
@@ -49,6 +50,13 @@ need_root() {
     echo "netns.sh: needs root (ip netns, tc)" >&2
     exit 2
   fi
+  local t
+  for t in ip tc; do
+    if ! command -v "$t" >/dev/null; then
+      echo "netns.sh: '$t' not found (install iproute2)" >&2
+      exit 3
+    fi
+  done
 }
 
 down() {

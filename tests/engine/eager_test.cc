@@ -45,6 +45,17 @@ void wait_slots(Endpoint* ep, ConnId c, uint64_t n) {
   }
 }
 
+// Waits (bounded) until the sender's engine has sent `n` messages eagerly:
+// a send goes eager only if its engine takes it before the receive's
+// descriptor arrives, which a fixed sleep does not ensure on a busy host.
+void wait_eager_sends(Endpoint* ep, ConnId c, uint64_t n) {
+  const uint64_t deadline = monotonic_ns() + 20000000000ull;
+  while (stats(ep, c).sends_eager < n) {
+    ASSERT_LT(monotonic_ns(), deadline) << "the send never went eager";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 // One exchange so the receiver grants its slots, then waits for them.
 void warm_up(Pair* p) {
   exchange(p, 0, {1}, 1);
@@ -154,9 +165,11 @@ TEST(EagerTest, TruncationFailsBothSides) {
   warm_up(p.get());
   Buf sb(p->client.get(), 4096), rb(p->server.get(), 4096);
   Request sr, rr;
+  const uint64_t eager0 = stats(p->client.get(), p->c_conns[0]).sends_eager;
   ASSERT_TRUE(
       p->client->send_async(p->c_conns[0], sb.ptr(), 1000, sb.mh, &sr).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  wait_eager_sends(p->client.get(), p->c_conns[0], eager0 + 1);
+  if (HasFatalFailure()) return;
   ASSERT_TRUE(
       p->server->recv_async(p->s_conns[0], rb.ptr(), 100, rb.mh, &rr).ok());
   Status a = p->client->wait(&sr, 10000);
@@ -164,7 +177,7 @@ TEST(EagerTest, TruncationFailsBothSides) {
   EXPECT_EQ(a.code(), StatusCode::kTruncated) << a;
   EXPECT_EQ(b.code(), StatusCode::kTruncated) << b;
   EXPECT_NE(a.message().find("1000"), std::string::npos) << a;
-  EXPECT_EQ(stats(p->client.get(), p->c_conns[0]).sends_eager, 1u);
+  EXPECT_EQ(stats(p->client.get(), p->c_conns[0]).sends_eager, eager0 + 1);
   exchange(p.get(), 0, {5000, 100}, 77);  // the connection keeps working
 }
 

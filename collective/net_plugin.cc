@@ -31,7 +31,7 @@
 #include "collective/plugin_state.h"
 #include "collective/stripe.h"
 #include "transport/nic.h"
-#include "transport/udp/netif.h"
+#include "transport/registry.h"
 #include "util/clock.h"
 #include "util/cpu.h"
 #include "util/knobs.h"

@@ -268,7 +268,7 @@ Result<transport::DeviceOptions> device_options(EndpointConfig* c) {
   c->fault_seed = dopt.faults.seed;
   dopt.faults_from_knobs = false;
   dopt.rate_gbps = c->nic_rate_gbps;
-  dopt.splice = c->softnic_splice;
+  dopt.backend_params = c->nic_params;
   return dopt;
 }
 

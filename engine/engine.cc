@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "engine/engine_internal.h"
+#include "transport/registry.h"
 #include "util/cpu.h"
 #include "util/logging.h"
 

@@ -62,7 +62,7 @@ Status UcclRDMAEngine::create_qps(Conn* c, ConnSetup* s) {
   q.max_send_sge = 2;  // eager chunks: header + payload
   q.max_recv_sge = 1;
   q.max_inline_data = 0;
-  q.own_source_port = true;
+  q.own_flow_entropy = true;
   q.rc.timeout = 10;  // ~4 ms: RC mode relies on the NIC's retransmission
   // The software NIC starts from the measured RTT where that is shorter
   // (200 us at least) and doubles its timeout per retry, each wait at most
@@ -81,7 +81,7 @@ Status UcclRDMAEngine::create_qps(Conn* c, ConnSetup* s) {
   cq.srq = ctrl_srq_.get();
   cq.max_send_wr = kCtrlSendDepth;
   cq.max_inline_data = 256;
-  cq.own_source_port = false;
+  cq.own_flow_entropy = false;
   cq.low_priority = cfg_.drive_nic;  // descriptors after the loop's data
   // Descriptors and ACK requests must outlive any overload of the path
   // (the engine's own liveness check finds dead peers): about 3 s of

@@ -334,14 +334,14 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path, bool retx,
   // The receiver may have these bytes already (only the ACK was lost): a
   // software NIC verifies them before they land (SendWr::retransmit).
   wr.retransmit = retx;
-  // A first transmission may go by reference (SendWr::by_reference): the
+  // A first transmission may go by reference (SendWr::payload_stable): the
   // buffer stays ours until the chunk's ACK, and the peer reads its one
   // socket in order, so it has read that copy before it can ACK the chunk
   // from any copy. Resends are copied. Two-sided chunks only, whose receive
   // window the peer invalidates before it ACKs the last chunk, in case a
   // copy is read late anyway (transport/udp/wire.h, "Spliced payloads");
   // one-sided writes have no window, and eager messages are small.
-  wr.by_reference = !retx && windows_ && !m.onesided && !m.eager;
+  wr.payload_stable = !retx && windows_ && !m.onesided && !m.eager;
   // UC: signal every kSignalEvery WRs to retire SQ slots. RC: every chunk,
   // its completion is its acknowledgement.
   const uint32_t unsig = c->qp_unsignaled[path] + 1;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "transport/nic.h"
+#include "transport/registry.h"
 #include "transport/udp/soft_nic.h"
 #include "util/clock.h"
 #include "util/cpu.h"

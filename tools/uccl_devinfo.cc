@@ -6,6 +6,7 @@
 #include <string>
 
 #include "transport/nic.h"
+#include "transport/registry.h"
 #include "uccl/params.h"
 #include "util/logging.h"
 

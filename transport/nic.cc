@@ -1,5 +1,5 @@
-// NIC-layer entry points: device listing and opening across both backends,
-// enum names, and address helpers shared by all backends.
+// Backend-neutral helpers of the NIC interface: enum names, counter text,
+// address conversions. Opening devices: transport/registry.cc.
 #include "transport/nic.h"
 
 #include <arpa/inet.h>
@@ -8,13 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-
-#include "transport/null/null_nic.h"
-#include "transport/udp/netif.h"
-#include "transport/udp/soft_nic.h"
-#ifdef UCCL_HAVE_VERBS
-#include "transport/verbs/verbs_nic.h"
-#endif
 
 namespace uccl::transport {
 
@@ -158,75 +151,16 @@ bool PortAddress::gid_is_zero() const {
 std::string PortAddress::to_string() const {
   uint32_t ip;
   if (gid_to_ipv4(gid, &ip)) {
-    return udp::ipv4_to_string(ip) + ":" + std::to_string(udp_port);
+    char text[INET_ADDRSTRLEN];
+    in_addr a;
+    a.s_addr = ip;
+    inet_ntop(AF_INET, &a, text, sizeof(text));
+    return std::string(text) + ":" + std::to_string(udp_port);
   }
   char buf[64];
   std::snprintf(buf, sizeof(buf), "gid %02x%02x:%02x%02x:...:%02x%02x lid %u",
                 gid[0], gid[1], gid[2], gid[3], gid[14], gid[15], lid);
   return buf;
-}
-
-std::string verbs_unavailable_reason() {
-#ifdef UCCL_HAVE_VERBS
-  std::string why;
-  if (verbs::list_verbs_devices(&why).empty()) return why;
-  return "";
-#else
-  return "built without the verbs backend (UCCL_VERBS=OFF or no rdma-core "
-         "headers)";
-#endif
-}
-
-std::vector<DeviceInfo> list_devices() {
-  std::vector<DeviceInfo> out;
-#ifdef UCCL_HAVE_VERBS
-  out = verbs::list_verbs_devices(nullptr);
-#endif
-  for (const udp::NetIf& n : udp::list_netifs()) {
-    DeviceInfo d;
-    d.name = "udp:" + n.name;
-    d.backend = "udp";
-    d.netdev = n.name;
-    d.ip = udp::ipv4_to_string(n.ipv4_be);
-    d.link_speed_mbps = n.speed_mbps ? n.speed_mbps : 100000;
-    d.link_speed_known = n.speed_mbps != 0;
-    d.mtu_bytes = std::min<uint32_t>(n.mtu > 92 ? (n.mtu - 92) & ~63u : 256,
-                                     udp::kMaxFragmentPayload & ~63u);
-    d.numa_node = n.numa_node;
-    d.pci_path = n.pci_path;
-    d.active = n.up;
-    out.push_back(d);
-  }
-  return out;
-}
-
-Result<std::unique_ptr<Device>> open_device(const std::string& name,
-                                            const DeviceOptions& opts) {
-  if (name == "null") {
-    UCCL_ASSIGN_OR_RETURN(auto dev, nullnic::NullDevice::open(name, opts));
-    return std::unique_ptr<Device>(std::move(dev));
-  }
-  if (name == "udp" || name.rfind("udp:", 0) == 0) {
-    udp::NetIf nif;
-    if (name == "udp" || name == "udp:*") {
-      // Every interface; QPs learn their path MTU from the route at connect.
-      nif.name = "*";
-      nif.ipv4_be = 0;
-      for (const udp::NetIf& n : udp::list_netifs())
-        nif.mtu = std::max(nif.mtu, n.mtu);
-    } else {
-      UCCL_ASSIGN_OR_RETURN(nif, udp::find_netif(name.substr(4)));
-    }
-    UCCL_ASSIGN_OR_RETURN(auto dev, udp::SoftDevice::open(nif, name, opts));
-    return std::unique_ptr<Device>(std::move(dev));
-  }
-#ifdef UCCL_HAVE_VERBS
-  return verbs::open_verbs_device(name, opts);
-#else
-  return NotFound("device '" + name + "': " + verbs_unavailable_reason() +
-                  "; software NIC devices are 'udp', 'udp:<ifname>' or "
-                  "'udp:<ipv4>'; 'null' is the in-process null NIC");
-#endif
 }
 
 }  // namespace uccl::transport

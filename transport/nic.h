@@ -106,16 +106,15 @@ struct SendWr {
   AddressHandle* ah = nullptr;
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
-  // The destination may already hold these bytes intact (a retransmission
-  // of a WRITE): a software NIC then verifies each fragment before placing
-  // it instead of letting the kernel place it first (wire.h, "Direct
-  // placement"). Hardware NICs verify before placing anyway and ignore it.
+  // Properties of the request that a backend may exploit; ignoring them is
+  // always correct. `retransmit`: the destination may already hold these
+  // bytes intact (a resend of a WRITE), so a backend that can place before
+  // verifying should verify first. `payload_stable`: the caller leaves the
+  // payload unchanged until its peer acknowledges it at a higher layer, and
+  // this is its first transmission, so a backend may transmit from the
+  // caller's pages instead of a copy.
   bool retransmit = false;
-  // The caller keeps the payload unchanged until its peer has acknowledged
-  // it at a higher layer, and this is its first transmission: a software
-  // NIC may then hand the kernel the pages themselves instead of a copy
-  // (udp/wire.h, "Spliced payloads"). Hardware NICs ignore it.
-  bool by_reference = false;
+  bool payload_stable = false;
   SendWr* next = nullptr;
 };
 
@@ -210,12 +209,13 @@ struct QpConfig {
   uint32_t max_recv_sge = 4;
   uint32_t max_inline_data = 256;
   uint32_t qkey = 0x11111111;  // UD
-  // Software NIC: give this QP its own UDP source port (the ECMP entropy a
-  // fabric hashes on). 0 = shared socket of the device context.
-  bool own_source_port = true;
-  // Software NIC: in each transmit round this QP's requests go after those
-  // of normal QPs (a lower service level: control traffic that must not
-  // delay data). Pure ACKs/NAKs always go last. Hardware ignores it.
+  // Give this QP's packets flow entropy of their own (the source port or
+  // flow label a multipath fabric hashes on), so they may take another path
+  // than other QPs'. false: share the device's (one socket, fewer files).
+  bool own_flow_entropy = true;
+  // A lower service level: each round this QP's requests go after those of
+  // normal QPs (control traffic that must not delay data). Backends without
+  // service levels ignore it.
   bool low_priority = false;
   RcAttrs rc;
 };
@@ -347,19 +347,14 @@ struct DeviceCounters;  // backend-specific; software NIC: udp/soft_nic.h
 struct DeviceOptions {
   Clock* clock = nullptr;         // nullptr: SystemClock
   FaultOptions faults;            // default: from UCCL_FAULT_* knobs
-  uint32_t mtu_bytes = 0;         // 0: backend default (software NIC: knob)
+  uint32_t mtu_bytes = 0;         // 0: backend default (or its knob)
   bool faults_from_knobs = true;  // false: use `faults` as given
-  double rate_gbps = -1;          // software NIC TX limit; < 0: knob's value
-  // Software NIC: smallest WRITE payload (bytes) the kernel places straight
-  // into its destination; 0 = never; < 0: UCCL_SOFTNIC_DIRECT_RX_BYTES.
-  int64_t direct_rx_bytes = -1;
-  // Software NIC: 1 = sum every payload; 0 = leave the CRC out between QPs
-  // of this host that agree to; < 0: UCCL_SOFTNIC_LOCAL_CRC.
-  int local_crc = -1;
-  // Software NIC: 1 = splice large unsummed payloads that the caller marks
-  // SendWr::by_reference (the kernel takes the pages, no copy); 0 = copy
-  // every payload; < 0: UCCL_SOFTNIC_SPLICE.
-  int splice = -1;
+  // Transmit rate limit where the backend has one; < 0: its knob's value.
+  double rate_gbps = -1;
+  // The opening backend's own options, "key=value,..." (docs/nic.md lists
+  // each backend's keys); a key the backend does not know fails the open.
+  // Keys not given take the backend's knobs.
+  std::string backend_params;
 };
 
 // An opened device context (ibv_context + port). Owns nothing it hands out:
@@ -417,17 +412,6 @@ class Device {
   std::unique_ptr<FaultInjector> faults_;
   bool owner_driven_ = false;
 };
-
-// Every device of both backends that this machine has.
-std::vector<DeviceInfo> list_devices();
-// Why the verbs backend lists no devices ("" when it lists some).
-std::string verbs_unavailable_reason();
-
-// Opens by name: "mlx5_0" / "rxe0" (verbs), "udp" (any interface),
-// "udp:<ifname>" or "udp:<ipv4>" (software NIC), "null" (in-process NIC
-// that moves no payload, for measuring the engine's CPU cost: null/).
-Result<std::unique_ptr<Device>> open_device(const std::string& name,
-                                            const DeviceOptions& opts = {});
 
 // IPv4 <-> IPv4-mapped GID helpers.
 void ipv4_to_gid(uint32_t ipv4_be, uint8_t gid[16]);

@@ -83,8 +83,7 @@ Status gpu_memcpy(void* dst, const void* src, size_t len) {
 
 Status gpu_fill_pattern(void* dptr, size_t len, uint64_t seed) {
   if (len == 0) return Status::OK();
-  fill_kernel<<<blocks_for(len), 256>>>(static_cast<uint8_t*>(dptr), len,
-                                        seed);
+  fill_kernel<<<blocks_for(len), 256>>>(static_cast<uint8_t*>(dptr), len, seed);
   UCCL_RETURN_IF_ERROR(cuda_status("fill_kernel", cudaGetLastError()));
   return cuda_status("cudaDeviceSynchronize", cudaDeviceSynchronize());
 }
@@ -96,9 +95,8 @@ Result<int64_t> gpu_find_pattern_mismatch(const void* dptr, size_t len,
   UCCL_RETURN_IF_ERROR(
       cuda_status("cudaMalloc", cudaMalloc(&d_bad, sizeof(*d_bad))));
   unsigned long long init = ~0ull;
-  Status st = cuda_status("cudaMemcpy",
-                          cudaMemcpy(d_bad, &init, sizeof(init),
-                                     cudaMemcpyHostToDevice));
+  Status st = cuda_status("cudaMemcpy", cudaMemcpy(d_bad, &init, sizeof(init),
+                                                   cudaMemcpyHostToDevice));
   if (st.ok()) {
     check_kernel<<<blocks_for(len), 256>>>(static_cast<const uint8_t*>(dptr),
                                            len, seed, d_bad);

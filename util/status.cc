@@ -9,22 +9,38 @@ namespace uccl {
 
 const char* status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
-    case StatusCode::kNotFound: return "NOT_FOUND";
-    case StatusCode::kAlreadyExists: return "ALREADY_EXISTS";
-    case StatusCode::kOutOfRange: return "OUT_OF_RANGE";
-    case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case StatusCode::kUnavailable: return "UNAVAILABLE";
-    case StatusCode::kTimedOut: return "TIMED_OUT";
-    case StatusCode::kTruncated: return "TRUNCATED";
-    case StatusCode::kConnectionFailed: return "CONNECTION_FAILED";
-    case StatusCode::kRemoteError: return "REMOTE_ERROR";
-    case StatusCode::kProtocolError: return "PROTOCOL_ERROR";
-    case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
-    case StatusCode::kNotSupported: return "NOT_SUPPORTED";
-    case StatusCode::kCancelled: return "CANCELLED";
-    case StatusCode::kInternal: return "INTERNAL";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case StatusCode::kNotFound:
+      return "NOT_FOUND";
+    case StatusCode::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case StatusCode::kOutOfRange:
+      return "OUT_OF_RANGE";
+    case StatusCode::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case StatusCode::kUnavailable:
+      return "UNAVAILABLE";
+    case StatusCode::kTimedOut:
+      return "TIMED_OUT";
+    case StatusCode::kTruncated:
+      return "TRUNCATED";
+    case StatusCode::kConnectionFailed:
+      return "CONNECTION_FAILED";
+    case StatusCode::kRemoteError:
+      return "REMOTE_ERROR";
+    case StatusCode::kProtocolError:
+      return "PROTOCOL_ERROR";
+    case StatusCode::kPermissionDenied:
+      return "PERMISSION_DENIED";
+    case StatusCode::kNotSupported:
+      return "NOT_SUPPORTED";
+    case StatusCode::kCancelled:
+      return "CANCELLED";
+    case StatusCode::kInternal:
+      return "INTERNAL";
   }
   return "UNKNOWN";
 }
@@ -124,7 +140,8 @@ Status ErrnoStatus(const std::string& what, int err) {
   char buf[128];
   // GNU strerror_r returns a pointer that may or may not be buf.
   const char* msg = strerror_r(err, buf, sizeof(buf));
-  return Status(code, what + ": " + msg + " (errno " + std::to_string(err) + ")");
+  return Status(code,
+                what + ": " + msg + " (errno " + std::to_string(err) + ")");
 }
 
 }  // namespace uccl

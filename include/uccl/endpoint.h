@@ -40,11 +40,11 @@ struct EndpointConfig {
   std::string cc_params;          // "" = UCCL_CC_PARAMS
   // Software NIC fault injection for this endpoint ("" = UCCL_FAULT_*).
   std::string fault_tx, fault_rx;
-  uint64_t fault_seed = 0;     // 0 = UCCL_FAULT_SEED
-  double nic_rate_gbps = -1;   // software NIC line-rate limit; <0 = knob
-  int softnic_splice = -1;     // software NIC: 1 splice large payloads to
-                               // peers on this host, 0 copy them; -1 =
-                               // UCCL_SOFTNIC_SPLICE
+  uint64_t fault_seed = 0;    // 0 = UCCL_FAULT_SEED
+  double nic_rate_gbps = -1;  // NIC transmit rate limit; <0 = knob
+  // The NIC backend's own options, "key=value,..." (docs/nic.md), e.g. the
+  // software NIC's "splice=0,local_crc=1"; keys not given take its knobs.
+  std::string nic_params;
   double link_gbps = 0;        // line rate CC assumes; 0 = UCCL_LINK_GBPS
                                // or the device's speed
   std::string trace_file;      // Chrome trace; "" = UCCL_TRACE_FILE

@@ -92,7 +92,7 @@ void expect_whole_datagrams(int splice, uint32_t chunks,
   EndpointConfig cfg = test_config(/*engines=*/1, /*paths=*/1);
   cfg.device = device;
   cfg.eager_bytes = 0;
-  cfg.softnic_splice = splice;
+  cfg.nic_params = "splice=" + std::to_string(splice);
   auto p = Pair::make(cfg);
   ASSERT_TRUE(p);
   const size_t kLen = 1 << 20;

@@ -15,6 +15,7 @@
 
 #include "tests/transport/soft_nic_test_access.h"
 #include "transport/nic.h"
+#include "transport/registry.h"
 #include "transport/udp/wire.h"
 #include "util/crc32c.h"
 

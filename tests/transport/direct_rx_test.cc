@@ -24,7 +24,7 @@ using udp::WireHeader;
 
 DeviceOptions direct_opts(int64_t min_bytes) {
   DeviceOptions o = Side::no_faults();
-  o.direct_rx_bytes = min_bytes;
+  o.backend_params = "direct_rx_bytes=" + std::to_string(min_bytes);
   return o;
 }
 

@@ -277,7 +277,7 @@ TEST_F(HostileInputTest, UnsummedPayloadIsTakenOnlyWhereOffered) {
 
   // The same datagram to a QP that did not offer.
   DeviceOptions o = Side::no_faults();
-  o.local_crc = 1;
+  o.backend_params = "local_crc=1";
   auto rx2 = Side::make(QpType::kUC, 2 * kPage, o);
   auto peer2 = Side::make(QpType::kUC, 0);
   ASSERT_TRUE(rx2 && peer2);

@@ -13,6 +13,7 @@
 
 #include "tests/transport/soft_nic_test_access.h"
 #include "transport/nic.h"
+#include "transport/registry.h"
 #include "util/clock.h"
 
 namespace uccl::transport::testing {
@@ -96,7 +97,7 @@ struct Side {
     wr.rkey = rkey;
     wr.imm_data = imm;
     wr.signaled = signaled;
-    wr.by_reference = by_reference;
+    wr.payload_stable = by_reference;
     return qp->post_send(&wr, nullptr);
   }
 

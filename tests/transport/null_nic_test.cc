@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "tests/transport/nic_test_util.h"
+#include "transport/registry.h"
 
 namespace uccl::transport::testing {
 namespace {

@@ -1075,8 +1075,8 @@ TEST(UnsummedTest, LocalPeersLeaveOutThePayloadCrcOnlyWhenBothAgree) {
                  << "sender_crc " << k.sender_crc << " receiver_crc "
                  << k.receiver_crc << " tx_faults " << k.sender_tx_faults);
     DeviceOptions so = Side::no_faults(), ro = Side::no_faults();
-    so.local_crc = k.sender_crc;
-    ro.local_crc = k.receiver_crc;
+    so.backend_params = "local_crc=" + std::to_string(k.sender_crc);
+    ro.backend_params = "local_crc=" + std::to_string(k.receiver_crc);
     // Seeded corruption of a fifth of the datagrams: RC resends them.
     if (k.sender_tx_faults) so.faults.tx = *FaultSpec::parse("corrupt=0.2");
     auto a = Side::make(QpType::kRC, kBytes, so);
@@ -1131,8 +1131,8 @@ TEST(SplicedTest, ByReferenceWritesAreSplicedOnlyWhereUnsummedAndAsked) {
                  << "splice " << k.splice << " sender_crc " << k.sender_crc
                  << " by_reference " << k.by_reference);
     DeviceOptions so = Side::no_faults();
-    so.splice = k.splice;
-    so.local_crc = k.sender_crc;
+    so.backend_params = "splice=" + std::to_string(k.splice) +
+                        ",local_crc=" + std::to_string(k.sender_crc);
     auto a = Side::make(QpType::kRC, kBytes + 4096, so);
     auto b = Side::make(QpType::kRC, kBytes, Side::no_faults());
     ASSERT_TRUE(a && b);
@@ -1181,8 +1181,7 @@ TEST(SplicedTest, ResendsAndPagesNotTakenWholeAreCopied) {
   ManualClock clock;
   DeviceOptions o = Side::no_faults();
   o.clock = &clock;
-  o.splice = 1;
-  o.local_crc = 0;
+  o.backend_params = "splice=1,local_crc=0";
   QpConfig cfg;
   cfg.rc.timeout = 14;  // ~67 ms before any RTT sample
   cfg.rc.retry_cnt = 3;

@@ -8,7 +8,7 @@
 
 #include "transport/fault/fault_injector.h"
 #include "transport/nic.h"
-#include "transport/udp/mr_table.h"
+#include "transport/soft/mr_table.h"
 #ifdef UCCL_HAVE_VERBS
 #include "transport/verbs/verbs_util.h"
 #endif
@@ -16,7 +16,7 @@
 namespace uccl::transport {
 namespace {
 
-using udp::MrTable;
+using soft::MrTable;
 
 // Reading one counter back from counters_text(): every line of that name is
 // summed (a fault-wrapped device lists its inner device's), a name that is

@@ -13,11 +13,12 @@ namespace uccl::transport::nullnic {
 
 namespace {
 
-using udp::MrTable;
-using udp::RecvEntry;
-using udp::RecvRing;
-using udp::SoftPd;
-using udp::SoftSrq;
+using soft::MrTable;
+using soft::RecvEntry;
+using soft::RecvRing;
+using soft::RingCq;
+using soft::SoftPd;
+using soft::SoftSrq;
 
 // Process-wide table of open null devices (control path only).
 struct Registry {
@@ -146,7 +147,7 @@ Status NullQp::post_one(const SendWr& wr) {
     return InvalidArgument("post_send: READ needs an RC QP");
   }
   if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > cfg_.max_send_sge ||
-      wr.num_sge > udp::kMaxSge) {
+      wr.num_sge > soft::kMaxSge) {
     return InvalidArgument("post_send: " + std::to_string(wr.num_sge) +
                            " SGEs > max_send_sge " +
                            std::to_string(cfg_.max_send_sge));
@@ -305,7 +306,7 @@ Result<std::unique_ptr<SharedReceiveQueue>> NullDevice::create_srq(
 }
 
 Result<std::unique_ptr<QueuePair>> NullDevice::create_qp(const QpConfig& cfg) {
-  UCCL_RETURN_IF_ERROR(udp::check_qp_config(cfg, this));
+  UCCL_RETURN_IF_ERROR(soft::check_qp_config(cfg, this));
   const uint32_t qpn = next_qpn_;
   next_qpn_ = next_qpn_ >= 0xFFFFFF ? 0x100 : next_qpn_ + 1;
   auto qp = std::make_unique<NullQp>(this, cfg, qpn);

@@ -11,8 +11,7 @@
 #include <vector>
 
 #include "transport/nic.h"
-#include "transport/ring_cq.h"
-#include "transport/udp/soft_nic.h"
+#include "transport/soft/soft_pd.h"
 
 namespace uccl::transport::nullnic {
 
@@ -111,13 +110,13 @@ class NullQp final : public QueuePair {
  private:
   friend class NullDevice;
   Status post_one(const SendWr& wr);
-  udp::RecvRing& recvs();
+  soft::RecvRing& recvs();
 
   NullDevice* dev_;
   QpConfig cfg_;
   QpState state_ = QpState::kReset;
-  std::unique_ptr<udp::RecvRing> rq_;  // when no SRQ
-  std::shared_ptr<Port> peer_;         // UC / RC
+  std::unique_ptr<soft::RecvRing> rq_;  // when no SRQ
+  std::shared_ptr<Port> peer_;          // UC / RC
   uint16_t peer_port_id_ = 0;
   uint32_t peer_qpn_ = 0;
 };

@@ -107,6 +107,8 @@ uint32_t payload_mtu_for(uint32_t if_mtu) {
 
 Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
     const NetIf& nif, const std::string& name, const DeviceOptions& opts) {
+  UCCL_ASSIGN_OR_RETURN(SoftNicParams params,
+                        SoftNicParams::parse(opts.backend_params));
   std::unique_ptr<SoftDevice> d(new SoftDevice());
   d->clock_ = opts.clock ? opts.clock : SystemClock::get();
   FaultOptions faults = opts.faults;
@@ -117,9 +119,9 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
   }
   d->faults_ = std::make_unique<FaultInjector>(faults);
   UCCL_RETURN_IF_ERROR(d->open_socket(nif));
-  d->choose_mtu(nif, name, opts);
+  d->choose_mtu(nif, name, opts, params);
   d->fill_info(nif, name);
-  d->alloc_buffers(opts);
+  d->alloc_buffers(opts, params);
   VLOG(kVlogLifecycle) << "software NIC " << name << " on " << d->info_.ip
                        << ":" << d->udp_port() << " mtu " << d->mtu_
                        << " faults tx=" << faults.tx.to_string()
@@ -160,19 +162,20 @@ Status SoftDevice::open_socket(const NetIf& nif) {
 // The payload MTU: the interface's, at most UCCL_SOFTNIC_MTU and the
 // options', and one splice pipe's pages where payloads are spliced.
 void SoftDevice::choose_mtu(const NetIf& nif, const std::string& name,
-                            const DeviceOptions& opts) {
+                            const DeviceOptions& opts,
+                            const SoftNicParams& params) {
   mtu_cap_ = kMaxFragmentPayload & ~63u;
   if (knob_softnic_mtu().get() > 0) {
     mtu_cap_ = std::min<uint32_t>(mtu_cap_, knob_softnic_mtu().get());
   }
   if (opts.mtu_bytes > 0) mtu_cap_ = std::min(mtu_cap_, opts.mtu_bytes);
   mtu_ = std::min(payload_mtu_for(nif.mtu ? nif.mtu : 1500), mtu_cap_);
-  local_unsummed_ = opts.local_crc >= 0 ? opts.local_crc == 0
-                                        : !knob_softnic_local_crc().get();
+  local_unsummed_ = params.local_crc >= 0 ? params.local_crc == 0
+                                          : !knob_softnic_local_crc().get();
   // Splicing applies to unsummed payloads only (a summed one is read for
   // its CRC anyway). Its pipe holds one payload's pages at a time.
   const bool splice =
-      opts.splice >= 0 ? opts.splice == 1 : knob_softnic_splice().get();
+      params.splice >= 0 ? params.splice == 1 : knob_softnic_splice().get();
   if (splice && local_unsummed_) {
     int p[2];
     if (pipe2(p, O_NONBLOCK | O_CLOEXEC) == 0) {
@@ -218,7 +221,8 @@ void SoftDevice::fill_info(const NetIf& nif, const std::string& name) {
 // Receive batches, scratch buffers, the fault delay line (always there, so
 // faults can be switched on at run time without allocating), the rate
 // limiter and a random first QPN.
-void SoftDevice::alloc_buffers(const DeviceOptions& opts) {
+void SoftDevice::alloc_buffers(const DeviceOptions& opts,
+                               const SoftNicParams& params) {
   rx_bufs_.reset(new uint8_t[static_cast<size_t>(kRxBatch) * kRxBufBytes]);
   for (int i = 0; i < kRxBatch; ++i) {
     rx_iov_[i].iov_base = rx_bufs_.get() + static_cast<size_t>(i) * kRxBufBytes;
@@ -230,8 +234,8 @@ void SoftDevice::alloc_buffers(const DeviceOptions& opts) {
     rx_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
   }
   direct_rx_bytes_ = static_cast<uint32_t>(
-      opts.direct_rx_bytes >= 0
-          ? std::min<int64_t>(opts.direct_rx_bytes, kMaxFragmentPayload)
+      params.direct_rx_bytes >= 0
+          ? std::min<int64_t>(params.direct_rx_bytes, kMaxFragmentPayload)
           : knob_softnic_direct_rx_bytes().get());
   scratch_.reset(new uint8_t[kRxBufBytes]);
   tx_scratch_.reset(new uint8_t[kRxBufBytes]);
@@ -317,36 +321,10 @@ Result<std::unique_ptr<AddressHandle>> SoftDevice::create_ah(
   return std::unique_ptr<AddressHandle>(new SoftAh(dest, sa, mtu));
 }
 
-Status check_qp_config(const QpConfig& cfg, const Device* dev) {
-  if (dynamic_cast<SoftPd*>(cfg.pd) == nullptr) {
-    return InvalidArgument("create_qp: missing PD or PD of another device");
-  }
-  if (!RingCq::of(cfg.send_cq, dev) || !RingCq::of(cfg.recv_cq, dev)) {
-    return InvalidArgument(
-        "create_qp: send_cq and recv_cq of this device are required");
-  }
-  if (cfg.srq != nullptr && dynamic_cast<SoftSrq*>(cfg.srq) == nullptr) {
-    return InvalidArgument("create_qp: SRQ of another device");
-  }
-  if (cfg.max_send_wr == 0 || cfg.max_send_wr > (1u << 16) ||
-      cfg.max_recv_wr > (1u << 16)) {
-    return InvalidArgument(
-        "create_qp: max_send_wr in [1, 65536], "
-        "max_recv_wr <= 65536");
-  }
-  if (cfg.max_send_sge > kMaxSge || cfg.max_recv_sge > kMaxSge) {
-    return InvalidArgument("create_qp: at most 8 SGEs per WR");
-  }
-  if (cfg.max_inline_data > 4096) {
-    return InvalidArgument("create_qp: max_inline_data <= 4096");
-  }
-  return Status::OK();
-}
-
 Result<std::unique_ptr<QueuePair>> SoftDevice::create_qp(const QpConfig& cfg) {
   UCCL_RETURN_IF_ERROR(check_qp_config(cfg, this));
   int tx_fd = fd_;
-  if (cfg.own_source_port && cfg.type != QpType::kUD) {
+  if (cfg.own_flow_entropy && cfg.type != QpType::kUD) {
     tx_fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (tx_fd < 0) return ErrnoStatus("QP source-port socket", errno);
     set_sockbuf(tx_fd, sockbuf_bytes_);

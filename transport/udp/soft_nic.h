@@ -12,19 +12,47 @@
 #include <vector>
 
 #include "transport/nic.h"
-#include "transport/ring_cq.h"
-#include "transport/udp/mr_table.h"
+#include "transport/soft/soft_pd.h"
 #include "transport/udp/netif.h"
 #include "transport/udp/wire.h"
 
 namespace uccl::transport::udp {
 
-constexpr int kMaxSge = 8;
+// The host-memory objects shared with the null NIC (transport/soft/).
+using soft::check_qp_config;
+using soft::kMaxSge;
+using soft::MrTable;
+using soft::RecvEntry;
+using soft::RecvRing;
+using soft::RingCq;
+using soft::round_pow2;
+using soft::SoftCq;
+using soft::SoftMr;
+using soft::SoftMw;
+using soft::SoftPd;
+using soft::SoftSrq;
 
-// What every QP of the software NIC and of the null NIC (which shares its
-// PD, SRQ and CQ classes) is checked for: PD, CQs and SRQ of `dev`, and the
-// queue limits. OK or InvalidArgument.
-Status check_qp_config(const QpConfig& cfg, const Device* dev);
+// The backend registry's entries (transport/registry.cc): names "udp",
+// "udp:*" (every interface), "udp:<ifname>" and "udp:<ipv4>".
+bool is_soft_device_name(const std::string& name);
+std::vector<DeviceInfo> list_soft_devices();
+Result<std::unique_ptr<Device>> open_soft_device(const std::string& name,
+                                                 const DeviceOptions& opts);
+
+// The software NIC's own options, from DeviceOptions::backend_params
+// ("splice=0,local_crc=1"); -1: not given, its UCCL_SOFTNIC_* knob decides.
+struct SoftNicParams {
+  // Smallest WRITE payload (bytes) the kernel places straight into its
+  // destination (wire.h, "Direct placement"); 0 = never.
+  int64_t direct_rx_bytes = -1;
+  // 1 = sum every payload; 0 = leave the CRC out between QPs of this host
+  // that agree to (wire.h, "Unsummed payloads").
+  int local_crc = -1;
+  // 1 = splice large unsummed payloads marked SendWr::payload_stable (the
+  // kernel takes the pages, no copy; wire.h, "Spliced payloads"); 0 = copy.
+  int splice = -1;
+  static Result<SoftNicParams> parse(const std::string& text);
+};
 
 // Everything the software NIC counts. Receive-side drops are by reason.
 struct SoftCounters {
@@ -77,80 +105,6 @@ class SoftDevice;
 class SoftQp;
 class SoftNicTestAccess;  // tests/transport/nic_test_util.h
 
-class SoftPd final : public ProtectionDomain {
- public:
-  Result<std::unique_ptr<MemoryRegion>> reg_mr(void* addr, size_t len,
-                                               uint32_t access) override;
-  Result<std::unique_ptr<MemoryWindow>> alloc_mw() override;
-  MrTable& table() { return table_; }
-
- private:
-  MrTable table_;
-};
-
-class SoftMr final : public MemoryRegion {
- public:
-  SoftMr(SoftPd* pd, uint64_t addr, size_t len, uint32_t access, uint32_t key);
-  ~SoftMr() override;
-
- private:
-  SoftPd* pd_;
-};
-
-class SoftMw final : public MemoryWindow {
- public:
-  SoftMw(SoftPd* pd, uint32_t index) : pd_(pd), index_(index) {}
-  ~SoftMw() override;
-  Result<uint32_t> bind(const MemoryRegion& mr, uint64_t addr, uint64_t len,
-                        uint32_t access) override;
-  void invalidate() override;
-
- private:
-  SoftPd* pd_;
-  uint32_t index_;
-};
-
-using SoftCq = RingCq;  // transport/ring_cq.h
-
-// A posted receive.
-struct RecvEntry {
-  uint64_t wr_id = 0;
-  int num_sge = 0;
-  uint32_t total_len = 0;
-  Sge sge[kMaxSge];
-};
-
-// Ring of receives, shared by the RQ of a QP and by SRQs.
-class RecvRing {
- public:
-  RecvRing(uint32_t capacity, uint32_t max_sge);
-  Status post(const RecvWr* wr, const RecvWr** bad_wr, MrTable* mrs);
-  bool empty() const { return head_ == tail_; }
-  bool pop(RecvEntry* out);
-  uint32_t size() const { return tail_ - head_; }
-
- private:
-  std::vector<RecvEntry> ring_;
-  uint32_t mask_;
-  uint32_t max_sge_;
-  uint32_t head_ = 0, tail_ = 0;
-};
-
-class SoftSrq final : public SharedReceiveQueue {
- public:
-  SoftSrq(SoftPd* pd, uint32_t max_wr, uint32_t max_sge)
-      : pd_(pd), ring_(max_wr, max_sge) {}
-  Status post_recv(const RecvWr* wr, const RecvWr** bad_wr) override {
-    return ring_.post(wr, bad_wr, &pd_->table());
-  }
-  RecvRing& ring() { return ring_; }
-  SoftPd* pd() const { return pd_; }
-
- private:
-  SoftPd* pd_;
-  RecvRing ring_;
-};
-
 class SoftAh final : public AddressHandle {
  public:
   SoftAh(const PortAddress& a, const sockaddr_in& dest, uint32_t path_mtu)
@@ -172,7 +126,7 @@ struct SqEntry {
   bool signaled = false;
   bool is_inline = false;
   bool retransmit = false;    // SendWr::retransmit: kFlagRetransmit on the wire
-  bool by_reference = false;  // SendWr::by_reference: may be spliced
+  bool by_reference = false;  // SendWr::payload_stable: may be spliced
   uint32_t imm = 0;
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
@@ -428,9 +382,9 @@ class SoftDevice final : public Device {
   // open()'s steps.
   Status open_socket(const NetIf& nif);
   void choose_mtu(const NetIf& nif, const std::string& name,
-                  const DeviceOptions& opts);
+                  const DeviceOptions& opts, const SoftNicParams& params);
   void fill_info(const NetIf& nif, const std::string& name);
-  void alloc_buffers(const DeviceOptions& opts);
+  void alloc_buffers(const DeviceOptions& opts, const SoftNicParams& params);
   friend class SoftQp;
   friend class SoftNicTestAccess;
   SoftDevice() = default;
@@ -451,7 +405,7 @@ class SoftDevice final : public Device {
   // queues it in the current batch (flushed by flush_tx()). `unsummed`: the
   // peer takes it without a payload CRC (SoftQp::send_unsummed_), unless TX
   // faults are on (injected corruption must stay detectable).
-  // `by_reference`: the payload may be spliced (SendWr::by_reference) if
+  // `by_reference`: the payload may be spliced (SendWr::payload_stable) if
   // it also goes unsummed and is large enough.
   void send_datagram(WireHeader* hdr, const iovec* payload, int niov, int fd,
                      const sockaddr_in* dest, bool unsummed = false,

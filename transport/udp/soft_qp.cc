@@ -259,7 +259,7 @@ Status SoftQp::post_send(const SendWr* wr, const SendWr** bad_wr) {
     e.opcode = op;
     e.signaled = wr->signaled;
     e.retransmit = wr->retransmit;
-    e.by_reference = wr->by_reference && !wr->retransmit && !e.is_inline &&
+    e.by_reference = wr->payload_stable && !wr->retransmit && !e.is_inline &&
                      (op == WrOpcode::kWrite || op == WrOpcode::kWriteWithImm);
     e.imm = wr->imm_data;
     e.remote_addr = wr->remote_addr;

@@ -58,7 +58,7 @@ namespace uccl::transport::udp {
 // Spliced payloads (UCCL_SOFTNIC_SPLICE): where a payload goes unsummed, the
 // sender does not read it at all, so it need not copy it either. A WRITE
 // fragment of at least kSpliceMinPayload bytes whose WR is marked
-// SendWr::by_reference leaves as the header, sent corked (MSG_MORE, with a
+// SendWr::payload_stable leaves as the header, sent corked (MSG_MORE, with a
 // UDP_SEGMENT of the whole datagram so that the kernel leaves the checksum
 // to loopback), then the payload's pages, vmspliced into a pipe and spliced
 // into the socket. The datagram on the wire is the same; loopback queues it

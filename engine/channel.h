@@ -10,7 +10,7 @@
 #include <type_traits>
 
 #include "transport/nic.h"
-#include "uccl/endpoint.h"
+#include "uccl/types.h"
 
 namespace uccl::engine {
 

@@ -232,22 +232,6 @@ Result<EngineStats> Endpoint::engine_stats(int engine) const {
   return impl_->engines[engine]->stats();
 }
 
-Result<bool> Endpoint::engine_waiting(int engine) const {
-  UCCL_RETURN_IF_ERROR(impl_->check_engine("engine_waiting", engine, nullptr));
-  return impl_->engines[engine]->waiting();
-}
-
-Status Endpoint::inject_wire_fault(int engine, uint32_t fault) {
-  UCCL_RETURN_IF_ERROR(
-      impl_->check_engine("inject_wire_fault", engine, nullptr));
-  if (fault > static_cast<uint32_t>(UcclRDMAEngine::WireFault::kLast)) {
-    return InvalidArgument("no such wire fault");
-  }
-  impl_->engines[engine]->inject_wire_fault(
-      static_cast<UcclRDMAEngine::WireFault>(fault));
-  return Status::OK();
-}
-
 std::string Endpoint::stats_text() const {
   std::ostringstream os;
   auto all = engine_stats();

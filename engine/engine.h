@@ -17,7 +17,7 @@
 #include "engine/flow.h"
 #include "engine/wire.h"
 #include "transport/nic.h"
-#include "uccl/endpoint.h"
+#include "uccl/types.h"
 #include "util/clock.h"
 
 namespace uccl::engine {

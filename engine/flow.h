@@ -16,7 +16,7 @@
 #include "engine/stats.h"
 #include "engine/wire.h"
 #include "transport/nic.h"
-#include "uccl/endpoint.h"
+#include "uccl/types.h"
 
 namespace uccl::engine {
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "uccl/endpoint.h"
+#include "uccl/types.h"
 
 namespace uccl::engine {
 

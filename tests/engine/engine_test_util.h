@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/endpoint_impl.h"
 #include "uccl/endpoint.h"
 #include "util/knobs.h"
 #include "util/pattern.h"
@@ -82,13 +83,24 @@ class KnobOverride {
 // The Endpoint's test hooks (friend of Endpoint).
 class EndpointTestAccess {
  public:
-  // See UcclRDMAEngine::WireFault (engine/engine.h).
+  // Engine `engine` damages the next eager header or receive descriptor it
+  // writes as `fault` (a UcclRDMAEngine::WireFault) says.
   static Status inject_wire_fault(Endpoint* ep, int engine, uint32_t fault) {
-    return ep->inject_wire_fault(engine, fault);
+    using engine::UcclRDMAEngine;
+    UCCL_RETURN_IF_ERROR(
+        ep->impl_->check_engine("inject_wire_fault", engine, nullptr));
+    if (fault > static_cast<uint32_t>(UcclRDMAEngine::WireFault::kLast)) {
+      return InvalidArgument("no such wire fault");
+    }
+    ep->impl_->engines[engine]->inject_wire_fault(
+        static_cast<UcclRDMAEngine::WireFault>(fault));
+    return Status::OK();
   }
-  // True while the engine is blocked in its idle wait (engine/engine.h).
+  // True while the engine is blocked in its idle wait.
   static Result<bool> engine_waiting(const Endpoint* ep, int engine) {
-    return ep->engine_waiting(engine);
+    UCCL_RETURN_IF_ERROR(
+        ep->impl_->check_engine("engine_waiting", engine, nullptr));
+    return ep->impl_->engines[engine]->waiting();
   }
 };
 

@@ -210,111 +210,147 @@ Status Handshake::on_qps() {
   return Status::OK();
 }
 
+// The TCP connect finished (or failed).
+Status Handshake::step_connect() {
+  pollfd pfd{fd_, POLLOUT, 0};
+  if (::poll(&pfd, 1, 0) <= 0) return Unavailable("connecting");
+  int so_err = 0;
+  socklen_t l = sizeof(so_err);
+  getsockopt(fd_, SOL_SOCKET, SO_ERROR, &so_err, &l);
+  if (so_err != 0) return fail(ErrnoStatus("connect", so_err));
+  state_ = State::kHello;
+  return Status::OK();
+}
+
+// Hellos exchanged and checked; the engine asked to create the QPs.
+Status Handshake::step_hello() {
+  Status err;
+  bool sent = send_some(out_, &out_off_, &err);
+  // The first 8 bytes (magic, version, size) first: a peer of another
+  // version may send a hello of another size, and must get a clear
+  // error rather than a wait for bytes that never come.
+  bool got = err.ok() && recv_some(&in_, kHelloPrefix, &err);
+  if (got) UCCL_RETURN_IF_ERROR(fail_if(check_hello_prefix(in_.data())));
+  got = got && err.ok() && recv_some(&in_, sizeof(BootHello), &err);
+  if (!err.ok()) return fail(err);
+  if (!sent || !got) return Unavailable("hello");
+  UCCL_RETURN_IF_ERROR(fail_if(on_hello()));
+  state_ = State::kCreating;
+  return Status::OK();
+}
+
+// The engine created the QPs: our QP message is ready to send.
+Status Handshake::step_created() {
+  if (!setup_.done.load(std::memory_order_acquire)) {
+    return Unavailable("creating QPs");
+  }
+  if (!setup_.status.ok()) {
+    created_ = false;  // nothing to close: creation failed
+    return fail(setup_.status);
+  }
+  BootQps q{};
+  q.magic = kBootMagic;
+  q.flow_id = setup_.conn;
+  q.engine = static_cast<uint32_t>(engine_->index());
+  q.num_qps = static_cast<uint32_t>(setup_.qps.size());
+  q.ud_addr = setup_.ud_addr;
+  q.ud_qpn = setup_.ud_qpn;
+  q.ud_qkey = setup_.ud_qkey;
+  q.ctrl_qp = setup_.ctrl;
+  out_.assign(reinterpret_cast<uint8_t*>(&q),
+              reinterpret_cast<uint8_t*>(&q) + sizeof(q));
+  const auto* qi = reinterpret_cast<const uint8_t*>(setup_.qps.data());
+  out_.insert(out_.end(), qi,
+              qi + setup_.qps.size() * sizeof(transport::QpInfo));
+  out_off_ = 0;
+  in_.clear();
+  state_ = State::kQps;
+  return Status::OK();
+}
+
+// QP messages exchanged and checked; the engine asked to connect.
+Status Handshake::step_qps() {
+  Status err;
+  bool sent = send_some(out_, &out_off_, &err);
+  bool got = err.ok() && recv_some(&in_, sizeof(BootQps), &err);
+  if (got && err.ok()) {
+    BootQps q;
+    std::memcpy(&q, in_.data(), sizeof(q));
+    UCCL_RETURN_IF_ERROR(fail_if(check_qps(q, agreed_paths_)));
+    got = recv_some(
+        &in_, sizeof(BootQps) + q.num_qps * sizeof(transport::QpInfo), &err);
+  }
+  if (!err.ok()) return fail(err);
+  if (!sent || !got) return Unavailable("exchanging QPs");
+  UCCL_RETURN_IF_ERROR(fail_if(on_qps()));
+  state_ = State::kConnecting2;
+  return Status::OK();
+}
+
+// The engine connected the QPs: the ready byte is ready to send.
+Status Handshake::step_connected() {
+  if (!setup_.done.load(std::memory_order_acquire)) {
+    return Unavailable("connecting QPs");
+  }
+  if (!setup_.status.ok()) return fail(setup_.status);
+  fd_given_ = true;  // the engine closes it with the connection
+  out_.assign(1, kBootReady);
+  out_off_ = 0;
+  in_.clear();
+  state_ = State::kReady;
+  return Status::OK();
+}
+
+// Ready bytes exchanged: the connection is the engine's.
+Status Handshake::step_ready() {
+  Status err;
+  bool sent = send_some(out_, &out_off_, &err);
+  bool got = err.ok() && recv_some(&in_, 1, &err);
+  if (!err.ok()) return fail(err);
+  if (!sent || !got) return Unavailable("ready");
+  if (in_[0] != kBootReady) return fail(ProtocolError("bad ready byte"));
+  state_ = State::kDone;
+  VLOG(kVlogRequest) << "bootstrap with " << peer_ << " done: conn "
+                     << setup_.conn << " on engine " << engine_->index();
+  return Status::OK();
+}
+
+// Runs the steps that can finish now; each returns OK once its state moved
+// on, kUnavailable while it waits for the peer or the engine, or the
+// failure (which fail() recorded).
 Status Handshake::poll() {
   if (state_ == State::kDone) return Status::OK();
   if (state_ == State::kFailed) return failure_;
   if (monotonic_ns() > deadline_ns_) {
     return fail(TimedOut("handshake did not finish in time"));
   }
-  Status err;
   for (;;) {
+    Status st;
     switch (state_) {
-      case State::kConnecting: {
-        pollfd pfd{fd_, POLLOUT, 0};
-        if (::poll(&pfd, 1, 0) <= 0) return Unavailable("connecting");
-        int so_err = 0;
-        socklen_t l = sizeof(so_err);
-        getsockopt(fd_, SOL_SOCKET, SO_ERROR, &so_err, &l);
-        if (so_err != 0) return fail(ErrnoStatus("connect", so_err));
-        state_ = State::kHello;
+      case State::kConnecting:
+        st = step_connect();
         break;
-      }
-      case State::kHello: {
-        bool sent = send_some(out_, &out_off_, &err);
-        // The first 8 bytes (magic, version, size) first: a peer of another
-        // version may send a hello of another size, and must get a clear
-        // error rather than a wait for bytes that never come.
-        bool got = err.ok() && recv_some(&in_, kHelloPrefix, &err);
-        if (got) UCCL_RETURN_IF_ERROR(fail_if(check_hello_prefix(in_.data())));
-        got = got && err.ok() && recv_some(&in_, sizeof(BootHello), &err);
-        if (!err.ok()) return fail(err);
-        if (!sent || !got) return Unavailable("hello");
-        UCCL_RETURN_IF_ERROR(fail_if(on_hello()));
-        state_ = State::kCreating;
+      case State::kHello:
+        st = step_hello();
         break;
-      }
-      case State::kCreating: {
-        if (!setup_.done.load(std::memory_order_acquire)) {
-          return Unavailable("creating QPs");
-        }
-        if (!setup_.status.ok()) {
-          created_ = false;  // nothing to close: creation failed
-          return fail(setup_.status);
-        }
-        BootQps q{};
-        q.magic = kBootMagic;
-        q.flow_id = setup_.conn;
-        q.engine = static_cast<uint32_t>(engine_->index());
-        q.num_qps = static_cast<uint32_t>(setup_.qps.size());
-        q.ud_addr = setup_.ud_addr;
-        q.ud_qpn = setup_.ud_qpn;
-        q.ud_qkey = setup_.ud_qkey;
-        q.ctrl_qp = setup_.ctrl;
-        out_.assign(reinterpret_cast<uint8_t*>(&q),
-                    reinterpret_cast<uint8_t*>(&q) + sizeof(q));
-        const auto* qi = reinterpret_cast<const uint8_t*>(setup_.qps.data());
-        out_.insert(out_.end(), qi,
-                    qi + setup_.qps.size() * sizeof(transport::QpInfo));
-        out_off_ = 0;
-        in_.clear();
-        state_ = State::kQps;
+      case State::kCreating:
+        st = step_created();
         break;
-      }
-      case State::kQps: {
-        bool sent = send_some(out_, &out_off_, &err);
-        bool got = err.ok() && recv_some(&in_, sizeof(BootQps), &err);
-        if (got && err.ok()) {
-          BootQps q;
-          std::memcpy(&q, in_.data(), sizeof(q));
-          UCCL_RETURN_IF_ERROR(fail_if(check_qps(q, agreed_paths_)));
-          got = recv_some(
-              &in_, sizeof(BootQps) + q.num_qps * sizeof(transport::QpInfo),
-              &err);
-        }
-        if (!err.ok()) return fail(err);
-        if (!sent || !got) return Unavailable("exchanging QPs");
-        UCCL_RETURN_IF_ERROR(fail_if(on_qps()));
-        state_ = State::kConnecting2;
+      case State::kQps:
+        st = step_qps();
         break;
-      }
-      case State::kConnecting2: {
-        if (!setup_.done.load(std::memory_order_acquire)) {
-          return Unavailable("connecting QPs");
-        }
-        if (!setup_.status.ok()) return fail(setup_.status);
-        fd_given_ = true;  // the engine closes it with the connection
-        out_.assign(1, kBootReady);
-        out_off_ = 0;
-        in_.clear();
-        state_ = State::kReady;
+      case State::kConnecting2:
+        st = step_connected();
         break;
-      }
-      case State::kReady: {
-        bool sent = send_some(out_, &out_off_, &err);
-        bool got = err.ok() && recv_some(&in_, 1, &err);
-        if (!err.ok()) return fail(err);
-        if (!sent || !got) return Unavailable("ready");
-        if (in_[0] != kBootReady) return fail(ProtocolError("bad ready byte"));
-        state_ = State::kDone;
-        VLOG(kVlogRequest) << "bootstrap with " << peer_ << " done: conn "
-                           << setup_.conn << " on engine " << engine_->index();
-        return Status::OK();
-      }
+      case State::kReady:
+        st = step_ready();
+        break;
       case State::kDone:
         return Status::OK();
       case State::kFailed:
         return failure_;
     }
+    if (!st.ok()) return st;
   }
 }
 

@@ -71,6 +71,13 @@ class Handshake {
   bool send_some(const std::vector<uint8_t>& buf, size_t* off, Status* err);
   bool recv_some(std::vector<uint8_t>* buf, size_t want, Status* err);
   static constexpr size_t kHelloPrefix = 8;  // magic, version, size
+  // poll()'s steps, one per state.
+  Status step_connect();
+  Status step_hello();
+  Status step_created();
+  Status step_qps();
+  Status step_connected();
+  Status step_ready();
   Status on_hello();
   Status on_qps();
 

@@ -72,6 +72,69 @@ uint32_t whole_packet_chunk_bytes(uint32_t chunk_bytes, uint32_t mtu_bytes,
   return chunk_bytes - chunk_bytes % mtu_bytes;
 }
 
+// create()'s step: PD, CQs, the data SRQ full of zero-length receives
+// (WRITE_WITH_IMM needs one each; data goes by rkey) and the control SRQ
+// with its buffers.
+Status UcclRDMAEngine::open_queues() {
+  UCCL_ASSIGN_OR_RETURN(pd_, dev_->alloc_pd());
+  UCCL_ASSIGN_OR_RETURN(scq_, dev_->create_cq(kCqDepth));
+  UCCL_ASSIGN_OR_RETURN(rcq_, dev_->create_cq(kCqDepth));
+  UCCL_ASSIGN_OR_RETURN(data_srq_,
+                        dev_->create_srq(pd_.get(), kDataSrqDepth, 1));
+  UCCL_ASSIGN_OR_RETURN(ctrl_srq_, dev_->create_srq(pd_.get(), kCtrlBufs, 1));
+  // Zero-length receives: WRITE_WITH_IMM needs one each; data goes by rkey.
+  for (uint32_t i = 0; i < kDataSrqDepth; i += kRecvBatch) {
+    RecvWr wrs[kRecvBatch];
+    for (uint32_t k = 0; k < kRecvBatch; ++k) {
+      wrs[k].next = k + 1 < kRecvBatch ? &wrs[k + 1] : nullptr;
+    }
+    UCCL_RETURN_IF_ERROR(data_srq_->post_recv(wrs, nullptr));
+  }
+  ctrl_bufs_.assign(static_cast<size_t>(kCtrlBufs) * kCtrlBufBytes, 0);
+  UCCL_ASSIGN_OR_RETURN(ctrl_mr_,
+                        pd_->reg_mr(ctrl_bufs_.data(), ctrl_bufs_.size(),
+                                    transport::kAccessLocalWrite));
+  for (uint32_t i = 0; i < kCtrlBufs; ++i) {
+    Sge sge{reinterpret_cast<uint64_t>(ctrl_bufs_.data()) + i * kCtrlBufBytes,
+            kCtrlBufBytes, ctrl_mr_->lkey()};
+    RecvWr wr;
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    UCCL_RETURN_IF_ERROR(ctrl_srq_->post_recv(&wr, nullptr));
+  }
+  return Status::OK();
+}
+
+// create()'s step: the UD QP that carries ACKs, with its receive buffers.
+Status UcclRDMAEngine::open_ud_qp() {
+  QpConfig ud;
+  ud.type = QpType::kUD;
+  ud.pd = pd_.get();
+  ud.send_cq = scq_.get();
+  ud.recv_cq = rcq_.get();
+  ud.max_send_wr = kUdSendDepth;
+  ud.max_recv_wr = kUdBufs;
+  ud.max_inline_data = 256;
+  ud.qkey = kUdQkey;
+  ud.low_priority = cfg_.drive_nic;  // ACKs after the loop's data
+  UCCL_ASSIGN_OR_RETURN(ud_, dev_->create_qp(ud));
+  UCCL_RETURN_IF_ERROR(ud_->activate());
+  ud_bufs_.assign(static_cast<size_t>(kUdBufs) * kUdBufBytes, 0);
+  UCCL_ASSIGN_OR_RETURN(ud_mr_, pd_->reg_mr(ud_bufs_.data(), ud_bufs_.size(),
+                                            transport::kAccessLocalWrite));
+  for (uint32_t i = 0; i < kUdBufs; ++i) {
+    Sge sge{reinterpret_cast<uint64_t>(ud_bufs_.data()) + i * kUdBufBytes,
+            kUdBufBytes, ud_mr_->lkey()};
+    RecvWr wr;
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    UCCL_RETURN_IF_ERROR(ud_->post_recv(&wr, nullptr));
+  }
+  return Status::OK();
+}
+
 Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
     const EngineConfig& cfg, const std::string& device,
     const transport::DeviceOptions& dev_opts, ConnRecord* records,
@@ -96,60 +159,8 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
   } else {
     e->cfg_.eager_bytes = 0;
   }
-  UCCL_ASSIGN_OR_RETURN(e->pd_, e->dev_->alloc_pd());
-  UCCL_ASSIGN_OR_RETURN(e->scq_, e->dev_->create_cq(kCqDepth));
-  UCCL_ASSIGN_OR_RETURN(e->rcq_, e->dev_->create_cq(kCqDepth));
-  UCCL_ASSIGN_OR_RETURN(e->data_srq_,
-                        e->dev_->create_srq(e->pd_.get(), kDataSrqDepth, 1));
-  UCCL_ASSIGN_OR_RETURN(e->ctrl_srq_,
-                        e->dev_->create_srq(e->pd_.get(), kCtrlBufs, 1));
-  // Zero-length receives: WRITE_WITH_IMM needs one each; data goes by rkey.
-  for (uint32_t i = 0; i < kDataSrqDepth; i += kRecvBatch) {
-    RecvWr wrs[kRecvBatch];
-    for (uint32_t k = 0; k < kRecvBatch; ++k) {
-      wrs[k].next = k + 1 < kRecvBatch ? &wrs[k + 1] : nullptr;
-    }
-    UCCL_RETURN_IF_ERROR(e->data_srq_->post_recv(wrs, nullptr));
-  }
-  e->ctrl_bufs_.assign(static_cast<size_t>(kCtrlBufs) * kCtrlBufBytes, 0);
-  UCCL_ASSIGN_OR_RETURN(
-      e->ctrl_mr_, e->pd_->reg_mr(e->ctrl_bufs_.data(), e->ctrl_bufs_.size(),
-                                  transport::kAccessLocalWrite));
-  for (uint32_t i = 0; i < kCtrlBufs; ++i) {
-    Sge sge{
-        reinterpret_cast<uint64_t>(e->ctrl_bufs_.data()) + i * kCtrlBufBytes,
-        kCtrlBufBytes, e->ctrl_mr_->lkey()};
-    RecvWr wr;
-    wr.wr_id = i;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    UCCL_RETURN_IF_ERROR(e->ctrl_srq_->post_recv(&wr, nullptr));
-  }
-  QpConfig ud;
-  ud.type = QpType::kUD;
-  ud.pd = e->pd_.get();
-  ud.send_cq = e->scq_.get();
-  ud.recv_cq = e->rcq_.get();
-  ud.max_send_wr = kUdSendDepth;
-  ud.max_recv_wr = kUdBufs;
-  ud.max_inline_data = 256;
-  ud.qkey = kUdQkey;
-  ud.low_priority = cfg.drive_nic;  // ACKs after the loop's data
-  UCCL_ASSIGN_OR_RETURN(e->ud_, e->dev_->create_qp(ud));
-  UCCL_RETURN_IF_ERROR(e->ud_->activate());
-  e->ud_bufs_.assign(static_cast<size_t>(kUdBufs) * kUdBufBytes, 0);
-  UCCL_ASSIGN_OR_RETURN(e->ud_mr_,
-                        e->pd_->reg_mr(e->ud_bufs_.data(), e->ud_bufs_.size(),
-                                       transport::kAccessLocalWrite));
-  for (uint32_t i = 0; i < kUdBufs; ++i) {
-    Sge sge{reinterpret_cast<uint64_t>(e->ud_bufs_.data()) + i * kUdBufBytes,
-            kUdBufBytes, e->ud_mr_->lkey()};
-    RecvWr wr;
-    wr.wr_id = i;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    UCCL_RETURN_IF_ERROR(e->ud_->post_recv(&wr, nullptr));
-  }
+  UCCL_RETURN_IF_ERROR(e->open_queues());
+  UCCL_RETURN_IF_ERROR(e->open_ud_qp());
   // Receive windows (per-receive rkeys) where the backend has them.
   e->windows_ = e->pd_->alloc_mw().ok();
   if (cfg.cc_name == "credit") {  // validated here, built in start()

@@ -206,6 +206,9 @@ class UcclRDMAEngine {
  private:
   struct Conn;
   UcclRDMAEngine() = default;
+  // create()'s steps (engine.cc).
+  Status open_queues();
+  Status open_ud_qp();
   void run();
   // An idle engine's sleep: blocks until its device has a datagram, a
   // command arrives (submit() or stop() writes wake_fd_), a connection's

@@ -211,6 +211,72 @@ uint32_t num_hosts(const SimConfig& c) {
                                    : c.senders + c.receivers;
 }
 
+// Poisson arrivals of flows whose sizes follow the workload's CDF, between
+// the given host ranges, until poisson_ms or max_flows.
+Status generate_poisson(SimConfig* c, const Workload& w, uint32_t hosts,
+                        uint64_t* seed) {
+  UCCL_ASSIGN_OR_RETURN(auto cdf, load_cdf(w.cdf));
+  std::pair<uint32_t, uint32_t> src{0, hosts - 1}, dst{0, hosts - 1};
+  if (!w.poisson_src.empty()) {
+    UCCL_ASSIGN_OR_RETURN(src, to_range("poisson_src", w.poisson_src));
+  }
+  if (!w.poisson_dst.empty()) {
+    UCCL_ASSIGN_OR_RETURN(dst, to_range("poisson_dst", w.poisson_dst));
+  }
+  if (src.second >= hosts || dst.second >= hosts ||
+      (src.first == src.second && dst.first == dst.second &&
+       src.first == dst.first) ||
+      w.load <= 0) {
+    return InvalidArgument(
+        "poisson: host ranges outside the topology, or "
+        "load <= 0");
+  }
+  // Arrival rate so that each source offers `load` of its line rate.
+  const uint32_t nsrc = src.second - src.first + 1;
+  const double mean = cdf_mean(cdf);
+  const double per_s = w.load * c->host_gbps * 1e9 / 8 / mean * nsrc;
+  const uint64_t end = static_cast<uint64_t>(w.poisson_ms * 1e6);
+  double t = 0;
+  while (c->flows.size() < w.max_flows) {
+    t += -std::log(1 - uniform01(seed)) / per_s * 1e9;
+    if (t >= end) break;
+    FlowSpec f;
+    f.src = src.first + splitmix64(seed) % nsrc;
+    do {
+      f.dst = dst.first + splitmix64(seed) % (dst.second - dst.first + 1);
+    } while (f.dst == f.src);
+    f.bytes = std::max<uint64_t>(
+        1, static_cast<uint64_t>(sample_cdf(cdf, uniform01(seed))));
+    f.start_ns = static_cast<uint64_t>(t);
+    c->flows.push_back(f);
+  }
+  return Status::OK();
+}
+
+Status generate_permutation(SimConfig* c, uint32_t hosts, uint64_t fb,
+                            uint64_t* seed) {
+  // Every host sends flow_bytes to a distinct host; on a leaf-spine, never
+  // one under its own leaf (the traffic must cross the spines).
+  std::vector<uint32_t> p(hosts);
+  const uint32_t per_leaf = c->topology == "leafspine" ? c->hosts_per_leaf : 1;
+  bool ok = false;
+  for (int tries = 0; tries < 10000 && !ok; ++tries) {
+    std::iota(p.begin(), p.end(), 0);
+    for (uint32_t i = hosts - 1; i > 0; --i) {
+      std::swap(p[i], p[splitmix64(seed) % (i + 1)]);
+    }
+    ok = true;
+    for (uint32_t i = 0; i < hosts && ok; ++i) {
+      ok = p[i] / per_leaf != i / per_leaf;
+    }
+  }
+  if (!ok) return InvalidArgument("permutation: no valid assignment");
+  for (uint32_t i = 0; i < hosts; ++i) {
+    c->flows.push_back(FlowSpec{i, p[i], fb, 0, 0});
+  }
+  return Status::OK();
+}
+
 Status generate(SimConfig* c, const Workload& w) {
   const uint64_t fb = static_cast<uint64_t>(w.flow_bytes);
   const uint64_t dur_ns = static_cast<uint64_t>(c->duration_ms * 1e6);
@@ -259,62 +325,9 @@ Status generate(SimConfig* c, const Workload& w) {
       }
     }
   } else if (w.pattern == "poisson") {
-    UCCL_ASSIGN_OR_RETURN(auto cdf, load_cdf(w.cdf));
-    std::pair<uint32_t, uint32_t> src{0, hosts - 1}, dst{0, hosts - 1};
-    if (!w.poisson_src.empty()) {
-      UCCL_ASSIGN_OR_RETURN(src, to_range("poisson_src", w.poisson_src));
-    }
-    if (!w.poisson_dst.empty()) {
-      UCCL_ASSIGN_OR_RETURN(dst, to_range("poisson_dst", w.poisson_dst));
-    }
-    if (src.second >= hosts || dst.second >= hosts ||
-        (src.first == src.second && dst.first == dst.second &&
-         src.first == dst.first) ||
-        w.load <= 0) {
-      return InvalidArgument(
-          "poisson: host ranges outside the topology, or "
-          "load <= 0");
-    }
-    // Arrival rate so that each source offers `load` of its line rate.
-    const uint32_t nsrc = src.second - src.first + 1;
-    const double mean = cdf_mean(cdf);
-    const double per_s = w.load * c->host_gbps * 1e9 / 8 / mean * nsrc;
-    const uint64_t end = static_cast<uint64_t>(w.poisson_ms * 1e6);
-    double t = 0;
-    while (c->flows.size() < w.max_flows) {
-      t += -std::log(1 - uniform01(&seed)) / per_s * 1e9;
-      if (t >= end) break;
-      FlowSpec f;
-      f.src = src.first + splitmix64(&seed) % nsrc;
-      do {
-        f.dst = dst.first + splitmix64(&seed) % (dst.second - dst.first + 1);
-      } while (f.dst == f.src);
-      f.bytes = std::max<uint64_t>(
-          1, static_cast<uint64_t>(sample_cdf(cdf, uniform01(&seed))));
-      f.start_ns = static_cast<uint64_t>(t);
-      c->flows.push_back(f);
-    }
+    UCCL_RETURN_IF_ERROR(generate_poisson(c, w, hosts, &seed));
   } else if (w.pattern == "permutation") {
-    // Every host sends flow_bytes to a distinct host; on a leaf-spine, never
-    // one under its own leaf (the traffic must cross the spines).
-    std::vector<uint32_t> p(hosts);
-    const uint32_t per_leaf =
-        c->topology == "leafspine" ? c->hosts_per_leaf : 1;
-    bool ok = false;
-    for (int tries = 0; tries < 10000 && !ok; ++tries) {
-      std::iota(p.begin(), p.end(), 0);
-      for (uint32_t i = hosts - 1; i > 0; --i) {
-        std::swap(p[i], p[splitmix64(&seed) % (i + 1)]);
-      }
-      ok = true;
-      for (uint32_t i = 0; i < hosts && ok; ++i) {
-        ok = p[i] / per_leaf != i / per_leaf;
-      }
-    }
-    if (!ok) return InvalidArgument("permutation: no valid assignment");
-    for (uint32_t i = 0; i < hosts; ++i) {
-      c->flows.push_back(FlowSpec{i, p[i], fb, 0, 0});
-    }
+    UCCL_RETURN_IF_ERROR(generate_permutation(c, hosts, fb, &seed));
   } else {
     return InvalidArgument("unknown pattern '" + w.pattern +
                            "' (none, incast, staircase, long_short, poisson, "

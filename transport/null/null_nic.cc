@@ -133,13 +133,13 @@ Status NullQp::post_send(const SendWr* wr, const SendWr** bad_wr) {
   return Status::OK();
 }
 
-Status NullQp::post_one(const SendWr& wr) {
+// post_one()'s checks: QP state, opcode for the QP type, SGEs inside
+// their regions, size limits. The payload's length, or why it is refused.
+Result<uint64_t> NullQp::check_send(const SendWr& wr, bool is_send) const {
   if (state_ != QpState::kRts) {
     return InvalidArgument(std::string("post_send: QP is ") +
                            qp_state_name(state_));
   }
-  const bool is_send =
-      wr.opcode == WrOpcode::kSend || wr.opcode == WrOpcode::kSendWithImm;
   if (type_ == QpType::kUD && !is_send) {
     return InvalidArgument("post_send: UD QPs only SEND");
   }
@@ -178,6 +178,56 @@ Status NullQp::post_one(const SendWr& wr) {
   if (len > 0x80000000ull) {
     return InvalidArgument("post_send: message larger than 2 GiB");
   }
+  return len;
+}
+
+// Queues a SEND or an immediate on `dest`'s inbound queue (payload copied
+// for SENDs). A peer that is gone fails an RC QP (*status), like a silent
+// peer on real RC; a full queue refuses the post.
+Status NullQp::deliver(const SendWr& wr, Port* dest, uint64_t len, bool is_send,
+                       WcStatus* status) {
+  Packet p;
+  p.dst_qpn = type_ == QpType::kUD ? wr.remote_qpn : peer_qpn_;
+  p.src_qpn = qpn_;
+  p.src_port = dev_->port_->id;
+  p.op = wr.opcode == WrOpcode::kWriteWithImm  ? PktOp::kWriteImm
+         : wr.opcode == WrOpcode::kSendWithImm ? PktOp::kSendImm
+                                               : PktOp::kSend;
+  p.src_type = type_;
+  p.imm = wr.imm_data;
+  p.len = static_cast<uint32_t>(len);
+  p.rkey = wr.rkey;
+  p.qkey = wr.remote_qkey;
+  p.remote_addr = wr.remote_addr;
+  if (is_send) {
+    uint32_t off = 0;
+    for (int i = 0; i < wr.num_sge; ++i) {
+      const Sge& s = wr.sg_list[i];
+      if (s.length == 0) continue;
+      std::memcpy(p.payload + off, reinterpret_cast<const void*>(s.addr),
+                  s.length);
+      off += s.length;
+    }
+  }
+  if (!dest->open.load(std::memory_order_acquire)) {
+    bump(dev_->c_.tx_peer_gone);
+    if (type_ == QpType::kRC) {
+      *status = WcStatus::kRetryExceeded;
+      state_ = QpState::kError;
+    }
+  } else if (!dest->queue.bounded_push(p)) {
+    bump(dev_->c_.tx_queue_full);
+    return ResourceExhausted("post_send: peer's inbound queue full");
+  } else {
+    bump(dev_->c_.tx_packets);
+  }
+  return Status::OK();
+}
+
+Status NullQp::post_one(const SendWr& wr) {
+  const bool is_send =
+      wr.opcode == WrOpcode::kSend || wr.opcode == WrOpcode::kSendWithImm;
+  UCCL_ASSIGN_OR_RETURN(const uint64_t len, check_send(wr, is_send));
   RingCq* scq = static_cast<RingCq*>(cfg_.send_cq);
   if (wr.signaled && !scq->has_space()) {
     return ResourceExhausted("post_send: send CQ full");
@@ -189,41 +239,7 @@ Status NullQp::post_one(const SendWr& wr) {
   }
   WcStatus status = WcStatus::kSuccess;
   if (wr.opcode != WrOpcode::kRead && wr.opcode != WrOpcode::kWrite) {
-    Packet p;
-    p.dst_qpn = type_ == QpType::kUD ? wr.remote_qpn : peer_qpn_;
-    p.src_qpn = qpn_;
-    p.src_port = dev_->port_->id;
-    p.op = wr.opcode == WrOpcode::kWriteWithImm  ? PktOp::kWriteImm
-           : wr.opcode == WrOpcode::kSendWithImm ? PktOp::kSendImm
-                                                 : PktOp::kSend;
-    p.src_type = type_;
-    p.imm = wr.imm_data;
-    p.len = static_cast<uint32_t>(len);
-    p.rkey = wr.rkey;
-    p.qkey = wr.remote_qkey;
-    p.remote_addr = wr.remote_addr;
-    if (is_send) {
-      uint32_t off = 0;
-      for (int i = 0; i < wr.num_sge; ++i) {
-        const Sge& s = wr.sg_list[i];
-        if (s.length == 0) continue;
-        std::memcpy(p.payload + off, reinterpret_cast<const void*>(s.addr),
-                    s.length);
-        off += s.length;
-      }
-    }
-    if (!dest->open.load(std::memory_order_acquire)) {
-      bump(dev_->c_.tx_peer_gone);
-      if (type_ == QpType::kRC) {
-        status = WcStatus::kRetryExceeded;
-        state_ = QpState::kError;
-      }
-    } else if (!dest->queue.bounded_push(p)) {
-      bump(dev_->c_.tx_queue_full);
-      return ResourceExhausted("post_send: peer's inbound queue full");
-    } else {
-      bump(dev_->c_.tx_packets);
-    }
+    UCCL_RETURN_IF_ERROR(deliver(wr, dest, len, is_send, &status));
   }
   if (wr.signaled || status != WcStatus::kSuccess) {
     WorkCompletion wc;

@@ -110,6 +110,9 @@ class NullQp final : public QueuePair {
  private:
   friend class NullDevice;
   Status post_one(const SendWr& wr);
+  Result<uint64_t> check_send(const SendWr& wr, bool is_send) const;
+  Status deliver(const SendWr& wr, Port* dest, uint64_t len, bool is_send,
+                 WcStatus* status);
   soft::RecvRing& recvs();
 
   NullDevice* dev_;

@@ -72,6 +72,70 @@ bool write_csvs(const std::string& dir, const Experiment& e,
 
 }  // namespace
 
+// One simulation (one controller, one variant): runs it, prints its
+// metrics and writes its CSVs; false after printing why it could not.
+bool run_one(const Experiment& e, const std::string& cc, const std::string& v,
+             const uccl::sim::KeyValues& overrides, RunOutcome* out) {
+  auto cfg = uccl::sim::make_config(e, cc, v, overrides);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "ccsim: %s\n", cfg.status().to_string().c_str());
+    return false;
+  }
+  cfg->progress = !FLAGS_quiet;
+  auto res = uccl::sim::run(*cfg);
+  if (!res.ok()) {
+    std::fprintf(stderr, "ccsim: %s\n", res.status().to_string().c_str());
+    return false;
+  }
+  *out = RunOutcome{cc, v, std::move(*res)};
+  RunOutcome& r = *out;
+  std::printf(
+      "== %s%s%s: %zu flows, %.3f ms simulated, %llu events in "
+      "%.2f s (%.2fM events/s)\n",
+      cc.c_str(), v.empty() ? "" : "/", v.c_str(), r.result.flows.size(),
+      r.result.end_ns / 1e6, static_cast<unsigned long long>(r.result.events),
+      r.result.wall_s, r.result.events / 1e6 / r.result.wall_s);
+  int col = 0;
+  for (const auto& [k, val] : r.result.metrics) {
+    std::printf("  %-26s %12.4g%s", k.c_str(), val, ++col % 3 == 0 ? "\n" : "");
+  }
+  if (col % 3) std::printf("\n");
+  if (!FLAGS_out.empty() && !write_csvs(FLAGS_out, e, r)) {
+    std::fprintf(stderr, "ccsim: writing CSVs to %s failed\n",
+                 FLAGS_out.c_str());
+    return false;
+  }
+  return true;
+}
+
+// Evaluates the experiment's checks over all runs, prints each verdict
+// (and writes them to --out): 0 if all passed, kExitFail otherwise.
+int report_checks(const Experiment& e, const std::vector<RunOutcome>& runs) {
+  const std::vector<CheckResult> checks = uccl::sim::evaluate(e, runs);
+  std::vector<std::string> failed;
+  std::ofstream cf;
+  if (!FLAGS_out.empty()) {
+    cf.open(FLAGS_out + "/" + e.name + "__checks.csv");
+    cf << "check,actual,result\n";
+  }
+  for (const CheckResult& c : checks) {
+    const char* verdict = c.missing ? "MISSING" : c.pass ? "PASS" : "FAIL";
+    std::printf("%-60s actual %-10.4g %s\n", c.label.c_str(), c.actual,
+                verdict);
+    if (cf.is_open()) {
+      cf << '"' << c.label << "\"," << c.actual << ',' << verdict << '\n';
+    }
+    if (!c.pass) failed.push_back(c.label);
+  }
+  if (!failed.empty()) {
+    std::printf("FAIL %s: %zu of %zu checks failed: %s\n", e.name.c_str(),
+                failed.size(), checks.size(), failed[0].c_str());
+    return kExitFail;
+  }
+  std::printf("PASS %s: %zu checks\n", e.name.c_str(), checks.size());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "congestion-control simulator.\n"
@@ -120,36 +184,8 @@ int main(int argc, char** argv) {
   std::vector<RunOutcome> runs;
   for (const std::string& cc : e.ccs) {
     for (const std::string& v : variants) {
-      auto cfg = uccl::sim::make_config(e, cc, v, *overrides);
-      if (!cfg.ok()) {
-        std::fprintf(stderr, "ccsim: %s\n", cfg.status().to_string().c_str());
-        return kExitUsage;
-      }
-      cfg->progress = !FLAGS_quiet;
-      auto res = uccl::sim::run(*cfg);
-      if (!res.ok()) {
-        std::fprintf(stderr, "ccsim: %s\n", res.status().to_string().c_str());
-        return kExitUsage;
-      }
-      RunOutcome r{cc, v, std::move(*res)};
-      std::printf(
-          "== %s%s%s: %zu flows, %.3f ms simulated, %llu events in "
-          "%.2f s (%.2fM events/s)\n",
-          cc.c_str(), v.empty() ? "" : "/", v.c_str(), r.result.flows.size(),
-          r.result.end_ns / 1e6,
-          static_cast<unsigned long long>(r.result.events), r.result.wall_s,
-          r.result.events / 1e6 / r.result.wall_s);
-      int col = 0;
-      for (const auto& [k, val] : r.result.metrics) {
-        std::printf("  %-26s %12.4g%s", k.c_str(), val,
-                    ++col % 3 == 0 ? "\n" : "");
-      }
-      if (col % 3) std::printf("\n");
-      if (!FLAGS_out.empty() && !write_csvs(FLAGS_out, e, r)) {
-        std::fprintf(stderr, "ccsim: writing CSVs to %s failed\n",
-                     FLAGS_out.c_str());
-        return kExitUsage;
-      }
+      RunOutcome r;
+      if (!run_one(e, cc, v, *overrides, &r)) return kExitUsage;
       runs.push_back(std::move(r));
     }
   }
@@ -162,27 +198,5 @@ int main(int argc, char** argv) {
       }
     }
   }
-  const std::vector<CheckResult> checks = uccl::sim::evaluate(e, runs);
-  std::vector<std::string> failed;
-  std::ofstream cf;
-  if (!FLAGS_out.empty()) {
-    cf.open(FLAGS_out + "/" + e.name + "__checks.csv");
-    cf << "check,actual,result\n";
-  }
-  for (const CheckResult& c : checks) {
-    const char* verdict = c.missing ? "MISSING" : c.pass ? "PASS" : "FAIL";
-    std::printf("%-60s actual %-10.4g %s\n", c.label.c_str(), c.actual,
-                verdict);
-    if (cf.is_open()) {
-      cf << '"' << c.label << "\"," << c.actual << ',' << verdict << '\n';
-    }
-    if (!c.pass) failed.push_back(c.label);
-  }
-  if (!failed.empty()) {
-    std::printf("FAIL %s: %zu of %zu checks failed: %s\n", e.name.c_str(),
-                failed.size(), checks.size(), failed[0].c_str());
-    return kExitFail;
-  }
-  std::printf("PASS %s: %zu checks\n", e.name.c_str(), checks.size());
-  return 0;
+  return report_checks(e, runs);
 }

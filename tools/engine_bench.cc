@@ -57,15 +57,15 @@ double busy(const std::vector<EngineStats>& a,
   return loops > 0 ? 1.0 - idle / loops : 0;
 }
 
-Run measure(const std::string& device, const std::vector<int>& cores) {
-  Run r;
-  r.device = device;
-  // Requests and buffers outlive the endpoints (declared first, destroyed
-  // last): an endpoint that closes completes what is still pending.
-  const size_t n = FLAGS_msize;
-  std::vector<uint8_t> sbuf(std::max<size_t>(n, 1)), rbuf(sbuf.size());
-  const uint32_t w = std::max(FLAGS_window, 1u);
-  std::vector<Request> sr(w), rr(w);
+struct BenchPair {
+  std::unique_ptr<Endpoint> server, client;
+  ConnId conn = 0, acc = 0;
+};
+
+// Two endpoints of one engine each (client on cores[0], server on
+// cores[1]) and one connection between them; false after printing why.
+bool open_pair(const std::string& device, const std::vector<int>& cores,
+               BenchPair* p) {
   EndpointConfig cfg;
   cfg.device = device;
   cfg.num_engines = 1;
@@ -83,13 +83,13 @@ Run measure(const std::string& device, const std::vector<int>& cores) {
     std::fprintf(
         stderr, "engine_bench: %s: %s\n", device.c_str(),
         (!server.ok() ? server.status() : client.status()).to_string().c_str());
-    return r;
+    return false;
   }
   auto port = (*server)->listen(0);
   if (!port.ok()) {
     std::fprintf(stderr, "engine_bench: listen: %s\n",
                  port.status().to_string().c_str());
-    return r;
+    return false;
   }
   Result<ConnId> acc = Status(StatusCode::kUnavailable, "");
   std::thread t([&] { acc = (*server)->accept(20000); });
@@ -99,10 +99,31 @@ Run measure(const std::string& device, const std::vector<int>& cores) {
     std::fprintf(
         stderr, "engine_bench: connect: %s\n",
         (!conn.ok() ? conn.status() : acc.status()).to_string().c_str());
-    return r;
+    return false;
   }
-  auto smh = (*client)->reg_mr(sbuf.data(), sbuf.size());
-  auto rmh = (*server)->reg_mr(rbuf.data(), rbuf.size());
+  p->server = std::move(*server);
+  p->client = std::move(*client);
+  p->conn = *conn;
+  p->acc = *acc;
+  return true;
+}
+
+Run measure(const std::string& device, const std::vector<int>& cores) {
+  Run r;
+  r.device = device;
+  // Requests and buffers outlive the endpoints (declared first, destroyed
+  // last): an endpoint that closes completes what is still pending.
+  const size_t n = FLAGS_msize;
+  std::vector<uint8_t> sbuf(std::max<size_t>(n, 1)), rbuf(sbuf.size());
+  const uint32_t w = std::max(FLAGS_window, 1u);
+  std::vector<Request> sr(w), rr(w);
+  BenchPair pair;
+  if (!open_pair(device, cores, &pair)) return r;
+  Endpoint* server = pair.server.get();
+  Endpoint* client = pair.client.get();
+  const ConnId conn = pair.conn, acc = pair.acc;
+  auto smh = client->reg_mr(sbuf.data(), sbuf.size());
+  auto rmh = server->reg_mr(rbuf.data(), rbuf.size());
   if (!smh.ok() || !rmh.ok()) {
     std::fprintf(stderr, "engine_bench: reg_mr failed\n");
     return r;
@@ -116,9 +137,9 @@ Run measure(const std::string& device, const std::vector<int>& cores) {
 
   auto post = [&](uint64_t i) {
     const uint32_t k = static_cast<uint32_t>(i % w);
-    Status a = (*server)->recv_async(*acc, rbuf.data(), n, *rmh, &rr[k]);
+    Status a = server->recv_async(acc, rbuf.data(), n, *rmh, &rr[k]);
     Status b =
-        a.ok() ? (*client)->send_async(*conn, sbuf.data(), n, *smh, &sr[k]) : a;
+        a.ok() ? client->send_async(conn, sbuf.data(), n, *smh, &sr[k]) : a;
     return b;
   };
   uint64_t posted = 0, done = 0;
@@ -126,16 +147,16 @@ Run measure(const std::string& device, const std::vector<int>& cores) {
   for (uint32_t i = 0; i < w; ++i) {
     if (!post(posted++).ok()) return r;
   }
-  auto s0 = (*client)->engine_stats();
-  auto r0 = (*server)->engine_stats();
-  auto f0 = (*client)->conn_stats(*conn);
+  auto s0 = client->engine_stats();
+  auto r0 = server->engine_stats();
+  auto f0 = client->conn_stats(conn);
   const uint64_t t0 = monotonic_ns();
   const uint64_t end = t0 + static_cast<uint64_t>(FLAGS_duration_s * 1e9);
   uint64_t next_progress = t0 + 1000000000ull;
   while (true) {
     const uint32_t k = static_cast<uint32_t>(done % w);
-    Status a = (*client)->wait(&sr[k], 20000);
-    Status b = (*server)->wait(&rr[k], 20000);
+    Status a = client->wait(&sr[k], 20000);
+    Status b = server->wait(&rr[k], 20000);
     if (!a.ok() || !b.ok()) {
       std::fprintf(stderr, "engine_bench: %s: %s\n", device.c_str(),
                    (!a.ok() ? a : b).to_string().c_str());
@@ -152,9 +173,9 @@ Run measure(const std::string& device, const std::vector<int>& cores) {
     if (!post(posted++).ok()) return r;
   }
   r.seconds = (monotonic_ns() - t0) / 1e9;
-  auto s1 = (*client)->engine_stats();
-  auto r1 = (*server)->engine_stats();
-  auto f1 = (*client)->conn_stats(*conn);
+  auto s1 = client->engine_stats();
+  auto r1 = server->engine_stats();
+  auto f1 = client->conn_stats(conn);
   if (!f0.ok() || !f1.ok()) {
     std::fprintf(stderr, "engine_bench: conn_stats failed\n");
     return r;
@@ -167,20 +188,19 @@ Run measure(const std::string& device, const std::vector<int>& cores) {
   };
   r.retransmits = retx(*f1) - retx(*f0);
   if (FLAGS_counters) {
-    std::fprintf(
-        stderr, "client:\n%s%s\nserver:\n%s%s\n",
-        (*client)->stats_text().c_str(), (*client)->nic_counters().c_str(),
-        (*server)->stats_text().c_str(), (*server)->nic_counters().c_str());
+    std::fprintf(stderr, "client:\n%s%s\nserver:\n%s%s\n",
+                 client->stats_text().c_str(), client->nic_counters().c_str(),
+                 server->stats_text().c_str(), server->nic_counters().c_str());
   }
   r.busy_tx = busy(s0, s1);
   r.busy_rx = busy(r0, r1);
   // Drain what is still in flight so the endpoints close cleanly.
   for (; done < posted; ++done) {
-    (*client)->wait(&sr[done % w], 20000);
-    (*server)->wait(&rr[done % w], 20000);
+    client->wait(&sr[done % w], 20000);
+    server->wait(&rr[done % w], 20000);
   }
-  (*client)->dereg_mr(*smh);
-  (*server)->dereg_mr(*rmh);
+  client->dereg_mr(*smh);
+  server->dereg_mr(*rmh);
   r.ok = true;
   return r;
 }

@@ -451,6 +451,102 @@ std::string default_plugin(const char* argv0) {
 
 }  // namespace
 
+// --nets entries, each with its own environment (a variable set both there
+// and in the environment is refused); false after printing why.
+bool parse_specs(const std::vector<std::string>& nets,
+                 std::vector<uccl::tools::NetSpec>* specs, bool* has_uccl) {
+  for (const std::string& net : nets) {
+    auto spec = uccl::tools::parse_net_spec(net);
+    if (!spec.ok()) {
+      std::fprintf(stderr, "nccl_perf: --nets: %s\n",
+                   spec.status().to_string().c_str());
+      return false;
+    }
+    for (const auto& kv : spec->env) {
+      if (std::getenv(kv.first.c_str()) != nullptr) {
+        std::fprintf(stderr,
+                     "nccl_perf: %s is set in the environment and in --nets "
+                     "entry '%s'; unset it\n",
+                     kv.first.c_str(), net.c_str());
+        return false;
+      }
+      g_variant_vars.push_back(kv.first);
+    }
+    *has_uccl = *has_uccl || spec->base == "UCCL";
+    specs->push_back(std::move(*spec));
+  }
+  return true;
+}
+
+// Every round runs every net once, in order; results[net][round] = rows
+// (empty for a failed run, so rounds stay aligned). True if any failed.
+bool run_rounds(const std::vector<std::string>& nets,
+                const std::vector<uccl::tools::NetSpec>& specs,
+                const std::string& plugin, const std::vector<uint64_t>& sizes,
+                uccl::tools::PerfColl coll,
+                std::vector<std::vector<std::vector<PerfRow>>>* results) {
+  bool failed = false;
+  for (uint32_t round = 0; round < FLAGS_rounds; ++round) {
+    for (size_t k = 0; k < nets.size(); ++k) {
+      auto t0 = std::chrono::steady_clock::now();
+      std::vector<PerfRow> rows;
+      std::string err = run_net(specs[k], plugin, sizes, coll, &rows);
+      double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count();
+      if (!err.empty()) {
+        std::fprintf(stderr, "round %u/%u %s: FAILED: %s\n", round + 1,
+                     FLAGS_rounds, nets[k].c_str(), err.c_str());
+        failed = true;
+        (*results)[k].emplace_back();  // keeps rounds aligned across nets
+        continue;
+      }
+      uint64_t errors = 0;
+      for (const PerfRow& r : rows) errors += r.errors;
+      std::fprintf(stderr, "round %u/%u %s: %zu sizes in %.1f s, %s\n",
+                   round + 1, FLAGS_rounds, nets[k].c_str(), rows.size(), s,
+                   errors ? "WRONG RESULTS" : "results checked");
+      if (errors) failed = true;
+      (*results)[k].push_back(std::move(rows));
+    }
+  }
+  return failed;
+}
+
+// The tables (time per call, latency, every round) and the JSON file;
+// false if the JSON could not be written.
+bool print_results(
+    const std::vector<std::string>& nets,
+    const std::vector<std::vector<std::vector<PerfRow>>>& results,
+    uccl::tools::PerfColl coll) {
+  bool ok = true;
+  std::string table = uccl::tools::perf_table(nets, results, FLAGS_gpus, coll);
+  std::fputs(table.c_str(), stdout);
+  std::string lat = uccl::tools::perf_latency_table(nets, results);
+  if (!lat.empty()) {
+    std::printf(
+        "\n# latency: one call at a time, issue to cudaStreamSynchronize, "
+        "median of up to %u per size and run, then the median of the "
+        "runs\n",
+        FLAGS_lat_calls);
+    std::fputs(lat.c_str(), stdout);
+  }
+  if (FLAGS_per_round && FLAGS_rounds > 1) {
+    std::printf("\n# every round, time per call\n");
+    std::fputs(uccl::tools::perf_rounds_table(nets, results).c_str(), stdout);
+  }
+  if (!FLAGS_json.empty()) {
+    std::string js = uccl::tools::perf_json(nets, results);
+    FILE* f = std::fopen(FLAGS_json.c_str(), "w");
+    if (f == nullptr || std::fputs(js.c_str(), f) < 0) {
+      std::fprintf(stderr, "nccl_perf: cannot write %s\n", FLAGS_json.c_str());
+      ok = false;
+    }
+    if (f) std::fclose(f);
+  }
+  return ok;
+}
+
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
       "nccl-tests-style all_reduce / sendrecv timing, UCCL vs NCCL's Socket "
@@ -481,26 +577,7 @@ int main(int argc, char** argv) {
       FLAGS_plugin.empty() ? default_plugin(argv[0]) : FLAGS_plugin;
   std::vector<uccl::tools::NetSpec> specs;
   bool has_uccl = false;
-  for (const std::string& net : nets) {
-    auto spec = uccl::tools::parse_net_spec(net);
-    if (!spec.ok()) {
-      std::fprintf(stderr, "nccl_perf: --nets: %s\n",
-                   spec.status().to_string().c_str());
-      return 1;
-    }
-    for (const auto& kv : spec->env) {
-      if (std::getenv(kv.first.c_str()) != nullptr) {
-        std::fprintf(stderr,
-                     "nccl_perf: %s is set in the environment and in --nets "
-                     "entry '%s'; unset it\n",
-                     kv.first.c_str(), net.c_str());
-        return 1;
-      }
-      g_variant_vars.push_back(kv.first);
-    }
-    has_uccl = has_uccl || spec->base == "UCCL";
-    specs.push_back(std::move(*spec));
-  }
+  if (!parse_specs(nets, &specs, &has_uccl)) return 1;
   if (has_uccl && (plugin.empty() || plugin[0] != '/')) {
     std::fprintf(stderr,
                  "nccl_perf: UCCL needs --plugin=<absolute path of "
@@ -515,33 +592,8 @@ int main(int argc, char** argv) {
           ? "sendrecv ring, float32, each rank to the next"
           : "all_reduce, float32 sum, out-of-place",
       FLAGS_gpus);
-  // results[net][round] = rows
   std::vector<std::vector<std::vector<PerfRow>>> results(nets.size());
-  bool failed = false;
-  for (uint32_t round = 0; round < FLAGS_rounds; ++round) {
-    for (size_t k = 0; k < nets.size(); ++k) {
-      auto t0 = std::chrono::steady_clock::now();
-      std::vector<PerfRow> rows;
-      std::string err = run_net(specs[k], plugin, *sizes, *coll, &rows);
-      double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-              .count();
-      if (!err.empty()) {
-        std::fprintf(stderr, "round %u/%u %s: FAILED: %s\n", round + 1,
-                     FLAGS_rounds, nets[k].c_str(), err.c_str());
-        failed = true;
-        results[k].emplace_back();  // keeps rounds aligned across nets
-        continue;
-      }
-      uint64_t errors = 0;
-      for (const PerfRow& r : rows) errors += r.errors;
-      std::fprintf(stderr, "round %u/%u %s: %zu sizes in %.1f s, %s\n",
-                   round + 1, FLAGS_rounds, nets[k].c_str(), rows.size(), s,
-                   errors ? "WRONG RESULTS" : "results checked");
-      if (errors) failed = true;
-      results[k].push_back(std::move(rows));
-    }
-  }
+  bool failed = run_rounds(nets, specs, plugin, *sizes, *coll, &results);
   bool any = false;
   for (const auto& net : results) {
     for (const auto& run : net) any = any || !run.empty();
@@ -550,29 +602,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nccl_perf: every run failed, no table\n");
     return 1;
   }
-  std::string table = uccl::tools::perf_table(nets, results, FLAGS_gpus, *coll);
-  std::fputs(table.c_str(), stdout);
-  std::string lat = uccl::tools::perf_latency_table(nets, results);
-  if (!lat.empty()) {
-    std::printf(
-        "\n# latency: one call at a time, issue to cudaStreamSynchronize, "
-        "median of up to %u per size and run, then the median of the "
-        "runs\n",
-        FLAGS_lat_calls);
-    std::fputs(lat.c_str(), stdout);
-  }
-  if (FLAGS_per_round && FLAGS_rounds > 1) {
-    std::printf("\n# every round, time per call\n");
-    std::fputs(uccl::tools::perf_rounds_table(nets, results).c_str(), stdout);
-  }
-  if (!FLAGS_json.empty()) {
-    std::string js = uccl::tools::perf_json(nets, results);
-    FILE* f = std::fopen(FLAGS_json.c_str(), "w");
-    if (f == nullptr || std::fputs(js.c_str(), f) < 0) {
-      std::fprintf(stderr, "nccl_perf: cannot write %s\n", FLAGS_json.c_str());
-      failed = true;
-    }
-    if (f) std::fclose(f);
-  }
+  if (!print_results(nets, results, *coll)) failed = true;
   return failed ? 1 : 0;
 }

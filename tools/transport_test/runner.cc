@@ -261,22 +261,50 @@ void Runner::progress(double t, bool last) {
 // Each side sends its Done once it will send no more; it leaves after it
 // has the peer's Done and has drained its receives (the peer's data was all
 // acknowledged before the peer's Done, so it is complete).
+// Fills every send buffer once with the pattern of request 0 (tpt and bi
+// without --verify: the payload is not checked per iteration).
+void Runner::fill_once() {
+  for (uint32_t f = 0; f < fl_.size(); ++f) {
+    for (uint32_t r = 0; r < p_.nreq; ++r) {
+      for (uint32_t m = 0; m < p_.nmsg; ++m) {
+        fill_pattern(fl_[f].tx[r].bufs[m], p_.msize,
+                     msg_seed(p_.seed, 0, f, m));
+      }
+    }
+  }
+}
+
+// basic: a line per iteration that every flow has received.
+void Runner::report_basic_iteration(uint64_t basic_done) {
+  if (basic_done / fl_.size() <= last_basic_) return;
+  last_basic_ = basic_done / fl_.size();
+  std::printf(
+      "[%s] iteration %llu: %s (%zu flows x %u messages x %llu bytes)\n",
+      role(), static_cast<unsigned long long>(last_basic_ - 1),
+      errors_ ? "ERRORS" : "OK", fl_.size(), p_.nmsg,
+      static_cast<unsigned long long>(p_.msize));
+  std::fflush(stdout);
+}
+
+// True once the peer's Done message arrived on the control connection (its
+// totals are then in peer_); a failed or forged one ends the run.
+bool Runner::take_peer_done() {
+  if (!ctl_rreq_.done()) return false;
+  if (!ctl_rreq_.status().ok()) fail(ctl_rreq_.status(), "control connection");
+  std::memcpy(&peer_, ctlmem_.data() + sizeof(Done), sizeof(Done));
+  if (peer_.magic != kDoneMagic) {
+    throw RunError{kExitTransport, "bad control message from the peer"};
+  }
+  return true;
+}
+
 int Runner::run_stream() {
   const bool basic = p_.perftype == kBasic;
   const bool fill_each = basic || p_.verify;
   uint64_t per_flow = p_.iterations;  // 0: until time is up (tpt/bi)
   if (basic && per_flow == 0) per_flow = 8;
   const bool client = !opts_.server;
-  if (sends() && !fill_each) {  // fill once: the pattern of request 0
-    for (uint32_t f = 0; f < fl_.size(); ++f) {
-      for (uint32_t r = 0; r < p_.nreq; ++r) {
-        for (uint32_t m = 0; m < p_.nmsg; ++m) {
-          fill_pattern(fl_[f].tx[r].bufs[m], p_.msize,
-                       msg_seed(p_.seed, 0, f, m));
-        }
-      }
-    }
-  }
+  if (sends() && !fill_each) fill_once();
   ctl_post_recv();
   start_ = monotonic_ns() / 1e9;
   last_t_ = 0;
@@ -323,22 +351,8 @@ int Runner::run_stream() {
         }
       }
     }
-    if (basic && receives() && basic_done / fl_.size() > last_basic_) {
-      last_basic_ = basic_done / fl_.size();
-      std::printf(
-          "[%s] iteration %llu: %s (%zu flows x %u messages x %llu bytes)\n",
-          role(), static_cast<unsigned long long>(last_basic_ - 1),
-          errors_ ? "ERRORS" : "OK", fl_.size(), p_.nmsg,
-          static_cast<unsigned long long>(p_.msize));
-      std::fflush(stdout);
-    }
-    if (!peer_done && ctl_rreq_.done()) {
-      if (!ctl_rreq_.status().ok())
-        fail(ctl_rreq_.status(), "control connection");
-      std::memcpy(&peer_, ctlmem_.data() + sizeof(Done), sizeof(Done));
-      if (peer_.magic != kDoneMagic) {
-        throw RunError{kExitTransport, "bad control message from the peer"};
-      }
+    if (basic && receives()) report_basic_iteration(basic_done);
+    if (!peer_done && take_peer_done()) {
       peer_done = true;
       stop_sending = true;  // the server sends (bi) until the client is done
       busy = true;

@@ -80,6 +80,9 @@ class Runner {
   void complete_recv(uint32_t f, Slot& s);
   void complete_send(uint32_t f, Slot& s);
   int run_stream();
+  void fill_once();
+  void report_basic_iteration(uint64_t basic_done);
+  bool take_peer_done();
   int run_lat();
   void progress(double t, bool last);
   // Closing handshake and summary; returns the exit code.

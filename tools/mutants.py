@@ -140,12 +140,26 @@ def run(cmd, cwd, timeout=None, quiet=True):
                           stderr=subprocess.STDOUT if quiet else None)
 
 
+def tree_files():
+    """The tree's source files where git cannot list them: everything but
+    build outputs, hidden folders and carried binaries."""
+    out = []
+    for d, dirs, names in os.walk(ROOT):
+        dirs[:] = [x for x in dirs if not (x.startswith((".", "build", "gpu_"))
+                                           or x in ("__pycache__", "results"))]
+        out += [os.path.relpath(os.path.join(d, n), ROOT) for n in names]
+    return out
+
+
 def sync_tree(scratch):
     """Copies the tracked and untracked (not ignored) files to scratch/src."""
     src = os.path.join(scratch, "src")
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
-        capture_output=True, text=True, check=True).stdout.split("\n")
+    try:
+        files = subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
+            capture_output=True, text=True, check=True).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        files = tree_files()  # a copy of the tree without git
     for f in files:
         if not f or not os.path.isfile(os.path.join(ROOT, f)):
             continue

@@ -1,5 +1,5 @@
 // The NIC layer's interface, shaped like rdma-core verbs: Device, PD, MR, CQ,
-// QP (RC/UC/UD), SRQ, AH. Backends: verbs/ (real RDMA NICs), udp/ (software).
+// QP (RC/UC/UD), SRQ, AH. Every backend implements it; registry.h opens one.
 #pragma once
 
 #include <cstddef>
@@ -135,20 +135,21 @@ struct WorkCompletion {
   uint32_t qp_num = 0;    // local QP
   uint32_t src_qp = 0;    // UD: sender's QPN
   // UD: the receive buffer starts with a valid GRH whose source GID (bytes
-  // 8-23) is the sender's (verbs' IBV_WC_GRH; the software NIC always sets
-  // it, with the sender's UDP port as the low 16 bits of the flow label,
-  // bytes 2-3, network order).
+  // 8-23) is the sender's (verbs' IBV_WC_GRH). Backends over UDP always set
+  // it, with the sender's UDP port as the low 16 bits of the flow label
+  // (bytes 2-3, network order).
   bool with_grh = false;
   uint64_t timestamp_ns = 0;  // when the completion was generated/received
 };
 
 // Where a port lives: a GID (IPv6, or IPv4-mapped ::ffff:a.b.c.d as RoCEv2
-// uses) plus, for the software NIC, the UDP port of the device context.
+// uses), plus the UDP port of the device context where the backend has one
+// per context (RoCE NICs share the well-known 4791 and leave it 0).
 struct PortAddress {
   uint8_t gid[16] = {};
-  uint16_t lid = 0;       // InfiniBand LID (0 on RoCE and the software NIC)
-  uint16_t udp_port = 0;  // software NIC receive port; 0 on verbs
-  uint8_t port_num = 1;   // verbs port number
+  uint16_t lid = 0;       // InfiniBand LID (0 over Ethernet)
+  uint16_t udp_port = 0;  // the context's receive port; 0: none of its own
+  uint8_t port_num = 1;   // device port number
   uint8_t pad[3] = {};
 
   bool gid_is_zero() const;
@@ -164,14 +165,15 @@ struct QpInfo {
   uint32_t mtu_bytes = 0;  // path MTU we support
   QpType type = QpType::kUC;
   uint8_t flags = 0;  // QpInfoFlags
-  // Software NIC: the UDP port this QP sends from. The peer takes only
-  // datagrams from this port and the address it connected to (0: from any
-  // port of that address). 0 on verbs.
+  // The UDP source port this QP sends from, where the backend lets the
+  // peer check it: the peer takes only datagrams from this port and the
+  // address it connected to. 0: from any port of that address.
   uint16_t src_port = 0;
 };
 enum QpInfoFlags : uint8_t {
-  // Software NIC: takes payloads without a CRC from a peer on its host
-  // (transport/udp/wire.h, "Unsummed payloads"). Peers that predate it send 0.
+  // Takes payloads without an end-to-end checksum from a peer on its host,
+  // where the backend sums payloads itself (docs/nic.md). Peers that
+  // predate the flag send 0.
   kQpInfoTakesUnsummed = 1u << 0,
 };
 static_assert(sizeof(PortAddress) == 24,
@@ -181,11 +183,10 @@ static_assert(offsetof(QpInfo, src_port) == 38, "QpInfo layout");
 
 // RC timers, in verbs' encodings (timeout: 4.096 us * 2^timeout).
 struct RcAttrs {
-  // 4.096 us << timeout: ~67 ms. The software NIC starts from the measured
-  // RTT where that is shorter, doubles per retry and waits at most 64x
-  // this (udp/soft_qp.cc, UCCL_SOFTNIC_RC_MIN_TIMEOUT_US); it gives up no
-  // sooner than verbs would: after retry_cnt retries and (retry_cnt + 1)
-  // timeouts of silence.
+  // 4.096 us << timeout: ~67 ms. A backend that runs its own RC timer may
+  // start from the measured RTT where that is shorter (doubling per retry,
+  // at most 64x this), but gives up no sooner than verbs would: after
+  // retry_cnt retries and (retry_cnt + 1) timeouts of silence.
   uint8_t timeout = 14;
   uint8_t retry_cnt = 7;       // retransmissions before kRetryExceeded
   uint8_t rnr_retry = 7;       // 7 = retry forever
@@ -264,8 +265,9 @@ class ProtectionDomain {
 class CompletionQueue {
  public:
   virtual ~CompletionQueue() = default;
-  // Up to `max` completions, oldest first; 0 when none. Drives progress of
-  // the device (software NIC: receive, transmit, timers).
+  // Up to `max` completions, oldest first; 0 when none. On a backend that
+  // progresses in software, this also drives the device (receive, transmit,
+  // timers) unless its owner does (Device::set_owner_driven).
   virtual int poll(int max, WorkCompletion* wc) = 0;
   virtual uint32_t capacity() const = 0;
 };
@@ -317,31 +319,29 @@ struct DeviceInfo {
   std::string name;     // "udp:lo", "mlx5_0"
   std::string backend;  // "udp" or "verbs"
   std::string netdev;   // kernel interface, if any
-  std::string ip;       // software NIC: address it binds
+  std::string ip;       // IPv4 address it binds, where it binds one
   uint64_t link_speed_mbps = 0;
   // False when link_speed_mbps is a stand-in: a virtual interface (lo, most
   // VM NICs) whose kernel reports no speed, or a verbs port not queried.
   bool link_speed_known = false;
   uint32_t mtu_bytes = 0;  // largest message payload per packet
-  // Largest payload per packet to a peer on this host, where that differs:
-  // the software NIC reaches those through loopback, whose MTU is often far
-  // larger than the interface's (lo 64 KiB, a VM's eth0 1500). 0: mtu_bytes.
+  // Largest payload per packet to a peer on this host, where that differs
+  // (a backend that reaches those through loopback, whose MTU is often far
+  // larger than the interface's: lo 64 KiB, a VM's eth0 1500). 0: mtu_bytes.
   uint32_t local_mtu_bytes = 0;
   // Header bytes each packet adds on the wire around mtu_bytes of payload
   // (link, network, transport); pacing to a line rate in payload bytes uses
   // mtu / (mtu + this).
   uint32_t wire_overhead_bytes = 0;
-  // Bytes of received datagrams the device can hold before the host drops
-  // them (the software NIC: its socket's receive buffer, as the kernel
-  // counts it, headers and bookkeeping included); 0: no such limit (verbs).
+  // Bytes of received packets the device can hold before the host drops
+  // them (a kernel socket's receive buffer, as the kernel counts it, headers
+  // and bookkeeping included); 0: no such limit (hardware queues).
   uint64_t rx_buffer_bytes = 0;
   int numa_node = -1;
   std::string pci_path;  // "" when unknown/virtual
   uint64_t guid = 0;
   bool active = false;  // link up
 };
-
-struct DeviceCounters;  // backend-specific; software NIC: udp/soft_nic.h
 
 // Options given when opening a device. Defaults come from UCCL_* knobs.
 struct DeviceOptions {
@@ -373,11 +373,12 @@ class Device {
   virtual Result<std::unique_ptr<AddressHandle>> create_ah(
       ProtectionDomain* pd, const PortAddress& dest) = 0;
 
-  // Drives the device without polling a particular CQ (software NIC).
+  // Drives a device that progresses in software without polling a
+  // particular CQ.
   // Returns the packets it moved (received, or sent where it transmits):
   // its owner counts a loop that moved any as busy. Hardware: 0.
   virtual uint32_t progress() { return 0; }
-  // Owner-driven progress (software NICs; hardware ignores it). Off, the
+  // Owner-driven progress (software backends; hardware ignores it). Off, the
   // default: every CQ poll drives the device (receive, timers, transmit).
   // On: CQ polls only take completions, and the owner calls progress()
   // (receive, timers) and flush() (transmit what was posted: the doorbell)
@@ -393,7 +394,7 @@ class Device {
   virtual int wait_fd() const { return -1; }
   // Research tracing (UCCL_TRACE_FILE): the device reports each batch of
   // datagrams it hands to / takes from the kernel as (name, count, monotonic
-  // ns). The software NIC does; hardware has nothing to report. nullptr: off.
+  // ns), where it has batches to report (hardware does not). nullptr: off.
   using TraceFn = void (*)(void* ctx, const char* name, uint32_t count,
                            uint64_t ts_ns);
   virtual void set_trace(TraceFn fn, void* ctx) {

@@ -124,6 +124,9 @@ int Endpoint::numa_node() const {
 std::string Endpoint::pci_path() const {
   return impl_->engines[0]->device_info().pci_path;
 }
+std::string Endpoint::local_ip() const {
+  return impl_->engines[0]->device_info().ip;
+}
 
 // -------------------------------------------------------------- memory
 

@@ -167,6 +167,8 @@ class Endpoint {
   uint64_t link_speed_mbps() const;
   int numa_node() const;
   std::string pci_path() const;
+  // The IPv4 address the device binds ("0.0.0.0" for a wildcard device).
+  std::string local_ip() const;
 
  private:
   friend class testing::EndpointTestAccess;

@@ -1,0 +1,116 @@
+// The point-to-point transfer engine's C++ API (the Python module uccl.p2p
+// wraps it): connections striped over every engine, registered memory,
+// two-sided send/recv and one-sided write/read with handles to poll.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "uccl/endpoint.h"
+#include "uccl/status.h"
+#include "uccl/types.h"
+
+namespace uccl::p2p {
+
+struct Config {
+  int local_gpu_idx = -1;  // GPU whose memory is moved; -1: host memory only
+  int num_cpus = 4;        // engine threads, one per core, near the NIC
+  // How transfers spread over the engines. Two-sided: a message is cut
+  // into parts of this size, part j on engine j and the last engine taking
+  // the rest (both sides must agree; the connecting side's value is used).
+  // One-sided: cut evenly over the engines, no part under a quarter of it.
+  size_t stripe_bytes = size_t{1} << 20;
+  // Everything else of the engines (device, cores, congestion control,
+  // faults); its num_engines is num_cpus.
+  EndpointConfig engine;
+};
+
+using ConnHandle = uint64_t;  // a connection of this endpoint
+using MrId = uint64_t;        // registered memory
+using XferHandle = uint64_t;  // one outstanding transfer
+
+// Where a peer may write or read: advertise()'s output, sent to the peer
+// out of band as kRegionDescBytes bytes (to_bytes / from_bytes).
+struct RegionDesc {
+  static constexpr uint32_t kMagic = 0x55503252;  // "UP2R"
+  static constexpr uint16_t kVersion = 1;
+  uint32_t magic = kMagic;
+  uint16_t version = kVersion;
+  uint16_t reserved = 0;
+  RemoteRegion region;
+
+  std::string to_bytes() const;
+  // InvalidArgument for a buffer of another size, magic or version, or a
+  // region no endpoint could have advertised.
+  static Result<RegionDesc> from_bytes(const std::string& bytes);
+};
+constexpr size_t kRegionDescBytes = sizeof(RegionDesc);
+static_assert(kRegionDescBytes == 96, "RegionDesc travels as bytes");
+
+// Thread-safe: calls from several threads are serialized by one lock (the
+// engines run on their own cores; this lock guards only the tables).
+// Progress: a receiver posts the later parts of a striped message while it
+// polls or waits on any transfer of that connection, so a side expecting
+// messages keeps polling one of them (a blocking wait does).
+class Endpoint {
+ public:
+  static Result<std::unique_ptr<Endpoint>> create(const Config& cfg);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  // --- connections ---
+  // Starts listening (port 0 picks one); returns the port.
+  Result<uint16_t> listen(uint16_t port = 0);
+  Result<ConnHandle> accept(int timeout_ms);
+  Result<ConnHandle> connect(const std::string& ip, uint16_t port,
+                             int timeout_ms);
+  // "ip:port" a peer can connect to (listen() first), and its inverse.
+  Result<std::string> metadata() const;
+  Result<ConnHandle> connect_by_metadata(const std::string& metadata,
+                                         int timeout_ms);
+  // Fails the connection's outstanding transfers (kCancelled here,
+  // kRemoteError at the peer).
+  Status close(ConnHandle c);
+
+  // --- memory ---
+  Result<MrId> reg(void* addr, size_t len);
+  Status dereg(MrId mr);
+  // Lets the peer of any connection write and read [offset, offset + len)
+  // of a registered region.
+  Result<RegionDesc> advertise(MrId mr, size_t offset, size_t len);
+
+  // --- transfers (buffers inside `mr`; the handle is polled to done) ---
+  Result<XferHandle> send_async(ConnHandle c, MrId mr, const void* data,
+                                size_t len);
+  // Takes the peer's next message (at most `capacity` bytes).
+  Result<XferHandle> recv_async(ConnHandle c, MrId mr, void* data,
+                                size_t capacity);
+  Result<XferHandle> write_async(ConnHandle c, MrId mr, const void* src,
+                                 size_t len, const RegionDesc& dst,
+                                 uint64_t dst_offset);
+  Result<XferHandle> read_async(ConnHandle c, MrId mr, void* dst, size_t len,
+                                const RegionDesc& src, uint64_t src_offset);
+  // Moves transfers along; true once `h` is done (bytes moved in *bytes),
+  // after which the handle is spent. A failed transfer returns its error
+  // (and is spent too); an unknown handle is InvalidArgument.
+  Result<bool> poll(XferHandle h, size_t* bytes = nullptr);
+  // poll() until done or timeout_ms (kTimedOut: the handle stays valid).
+  Status wait(XferHandle h, int timeout_ms, size_t* bytes = nullptr);
+
+  int num_engines() const;
+  // Engine connections dropped at accept for a missing or malformed hello
+  // (not a p2p peer, or one that contradicts its group).
+  uint64_t rejected_connections() const;
+  // The engine endpoint underneath (statistics, NIC counters).
+  uccl::Endpoint* engine_endpoint();
+
+ private:
+  struct Impl;
+  explicit Endpoint(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace uccl::p2p

@@ -1,0 +1,130 @@
+// p2p::Endpoint::Impl: the engine endpoint, connections (one engine
+// connection per stripe, grouped at accept), registrations and the pool of
+// transfer slots, shared by the p2p/*.cc files.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "uccl/p2p.h"
+#include "uccl/striped.h"
+
+namespace uccl::p2p {
+
+// The first message on each engine connection of a p2p connection: which
+// group it belongs to, its place in the group, and the sender's stripe.
+struct ConnHello {
+  static constexpr uint32_t kMagic = 0x55503243;  // "UP2C"
+  uint32_t magic = kMagic;
+  uint32_t group = 0;  // random per p2p connection at the connecting side
+  uint16_t k = 0;      // engine connections in the group
+  uint16_t index = 0;  // this one's place, 0..k-1
+  uint32_t reserved = 0;
+  uint64_t stripe_bytes = 0;
+};
+static_assert(sizeof(ConnHello) == 24, "ConnHello is exchanged on the wire");
+
+struct P2pConn {
+  std::vector<ConnId> conns;  // part j of every transfer goes on conns[j]
+  std::unique_ptr<StripedConn> striped;
+  size_t stripe_bytes = 0;
+  bool closed = false;
+  // Two-sided transfers the group has not taken yet, in call order (the
+  // group pairs messages FIFO, so later ones wait behind them).
+  std::deque<uint32_t> unposted;
+};
+
+struct Registration {
+  MrHandle* mh = nullptr;
+  uintptr_t addr = 0;
+  size_t len = 0;
+};
+
+enum class XferKind : uint8_t { kSend, kRecv, kWrite, kRead };
+
+// One transfer. Lives in the pool until polled done; its requests belong
+// to the engines while pending.
+struct Xfer {
+  bool in_use = false;
+  bool posted = false;  // two-sided: taken by the group (or refused)
+  bool owned = false;   // its requests were handed to the engines
+  Status error;         // why it failed, reported once it is done
+  XferKind kind = XferKind::kSend;
+  uint32_t gen = 0;  // handle = gen << 32 | slot
+  ConnHandle conn = 0;
+  uint8_t* data = nullptr;
+  size_t len = 0;
+  MrHandle* mh = nullptr;
+  StripedRequest sreq;        // two-sided
+  Request reqs[kMaxStripes];  // one-sided: one per part
+  int nreqs = 0;
+};
+
+// A connection accepted at the engine level whose hello has not arrived
+// (into hello slot `slot` of the registered hello buffer).
+struct PendingAccept {
+  ConnId conn = 0;
+  uint32_t slot = 0;
+  Request req;
+};
+
+// Engine connections of one connecting peer's group, as their hellos come.
+struct AcceptGroup {
+  uint16_t k = 0;
+  uint64_t stripe_bytes = 0;
+  std::vector<ConnId> conns;  // by index; 0 = not yet
+  int have = 0;
+};
+
+struct Endpoint::Impl {
+  Config cfg;
+  // Declared before `ep` so they outlive it: the engines may write into the
+  // requests until they stop.
+  std::unique_ptr<Xfer[]> slots;
+  uint32_t num_slots = 0;
+  std::vector<uint32_t> free_slots;
+  std::vector<std::unique_ptr<PendingAccept>> pending_accepts;
+  std::vector<uint8_t> hello_bufs;  // registered: hellos being received
+  MrHandle* hello_mh = nullptr;
+  std::vector<uint32_t> free_hellos;
+  // By (peer address, group id).
+  std::map<std::pair<std::string, uint32_t>, AcceptGroup> groups;
+  uint64_t rejected_hellos = 0;
+  std::unique_ptr<uccl::Endpoint> ep;
+  std::mutex mu;
+  uint16_t port = 0;
+  std::map<ConnHandle, P2pConn> conns;
+  ConnHandle next_conn = 1;
+  std::map<MrId, Registration> mrs;
+  MrId next_mr = 1;
+  uint32_t next_group = 0;
+
+  // Validates that [p, p + len) lies inside registration `mr`.
+  Result<MrHandle*> region_of(MrId mr, const void* p, size_t len) const;
+  Result<P2pConn*> conn_of(ConnHandle c);
+  Result<uint32_t> take_slot();
+  void free_slot(uint32_t slot);
+  Result<Xfer*> xfer_of(XferHandle h, uint32_t* slot);
+  // Posts the connection's unposted two-sided transfers, in order, until
+  // the group takes no more.
+  Status post_unposted(P2pConn* pc);
+  Result<XferHandle> post_two_sided(XferKind kind, ConnHandle c, MrId mr,
+                                    const void* data, size_t len);
+  Result<XferHandle> post_one_sided(XferKind kind, ConnHandle c, MrId mr,
+                                    void* local, size_t len,
+                                    const RegionDesc& remote,
+                                    uint64_t remote_offset);
+  // Advances the group of `pc` and reports whether slot's transfer is done.
+  Result<bool> poll_locked(uint32_t slot, size_t* bytes);
+  Result<ConnHandle> add_conn(std::vector<ConnId> conns, size_t stripe);
+  // accept(): takes engine connections, reads their hellos, and returns a
+  // group once all its connections arrived (kUnavailable before).
+  Result<ConnHandle> accept_step();
+};
+
+}  // namespace uccl::p2p

@@ -1,0 +1,228 @@
+// p2p transfers: two-sided ones go through the connection's striped group
+// (parts of stripe_bytes, part j on engine connection j); one-sided ones are
+// cut evenly over the engine connections. Handles index a fixed pool.
+#include <chrono>
+#include <thread>
+
+#include "p2p/p2p_impl.h"
+#include "util/clock.h"
+
+namespace uccl::p2p {
+namespace {
+
+constexpr size_t kOneSidedAlign = 4096;
+
+XferHandle handle_of(const Xfer& x, uint32_t slot) {
+  return static_cast<uint64_t>(x.gen) << 32 | slot;
+}
+
+// One-sided parts: the transfer split evenly (4 KiB-aligned cuts) over k
+// connections, but no part under `min_part` unless the transfer is.
+size_t one_sided_stripe(size_t len, int k, size_t min_part) {
+  size_t s = (len + k - 1) / k;
+  s = (s + kOneSidedAlign - 1) / kOneSidedAlign * kOneSidedAlign;
+  return std::max(s, min_part);
+}
+
+}  // namespace
+
+Result<uint32_t> Endpoint::Impl::take_slot() {
+  if (free_slots.empty()) {
+    return ResourceExhausted("too many transfers outstanding (" +
+                             std::to_string(num_slots) + ")");
+  }
+  const uint32_t s = free_slots.back();
+  free_slots.pop_back();
+  Xfer& x = slots[s];
+  x.in_use = true;
+  x.posted = false;
+  x.owned = false;
+  x.error = Status::OK();
+  x.nreqs = 0;
+  if (++x.gen == 0) x.gen = 1;
+  return s;
+}
+
+void Endpoint::Impl::free_slot(uint32_t s) {
+  slots[s].in_use = false;
+  free_slots.push_back(s);
+}
+
+Result<Xfer*> Endpoint::Impl::xfer_of(XferHandle h, uint32_t* slot) {
+  *slot = static_cast<uint32_t>(h);
+  if (*slot >= num_slots || !slots[*slot].in_use ||
+      slots[*slot].gen != static_cast<uint32_t>(h >> 32)) {
+    return InvalidArgument("unknown or spent transfer handle");
+  }
+  return &slots[*slot];
+}
+
+Status Endpoint::Impl::post_unposted(P2pConn* pc) {
+  while (!pc->unposted.empty()) {
+    Xfer& x = slots[pc->unposted.front()];
+    bool taken = false;
+    Status st =
+        x.kind == XferKind::kSend
+            ? pc->striped->send(&x.sreq, x.data, x.len, x.mh, 0, &taken)
+            : pc->striped->recv(&x.sreq, x.data, x.len, x.mh, 0, &taken);
+    if (st.ok() && !taken) break;  // the group takes it later
+    x.posted = true;
+    x.owned = st.ok();
+    x.error = st;
+    pc->unposted.pop_front();
+  }
+  return Status::OK();
+}
+
+Result<XferHandle> Endpoint::Impl::post_two_sided(XferKind kind, ConnHandle c,
+                                                  MrId mr, const void* data,
+                                                  size_t len) {
+  Impl* impl = this;
+  std::lock_guard<std::mutex> lock(impl->mu);
+  UCCL_ASSIGN_OR_RETURN(P2pConn * pc, impl->conn_of(c));
+  if (pc->closed) return InvalidArgument("connection closed");
+  UCCL_ASSIGN_OR_RETURN(MrHandle * mh, impl->region_of(mr, data, len));
+  UCCL_ASSIGN_OR_RETURN(uint32_t s, impl->take_slot());
+  Xfer& x = impl->slots[s];
+  x.kind = kind;
+  x.conn = c;
+  x.data = static_cast<uint8_t*>(const_cast<void*>(data));
+  x.len = len;
+  x.mh = mh;
+  pc->unposted.push_back(s);
+  UCCL_RETURN_IF_ERROR(impl->post_unposted(pc));
+  return handle_of(x, s);
+}
+
+Result<XferHandle> Endpoint::Impl::post_one_sided(XferKind kind, ConnHandle c,
+                                                  MrId mr, void* local,
+                                                  size_t len,
+                                                  const RegionDesc& remote,
+                                                  uint64_t remote_offset) {
+  Impl* impl = this;
+  std::lock_guard<std::mutex> lock(impl->mu);
+  UCCL_ASSIGN_OR_RETURN(P2pConn * pc, impl->conn_of(c));
+  if (pc->closed) return InvalidArgument("connection closed");
+  UCCL_ASSIGN_OR_RETURN(MrHandle * mh, impl->region_of(mr, local, len));
+  if (remote.magic != RegionDesc::kMagic) {
+    return InvalidArgument("not a region descriptor");
+  }
+  if (remote_offset > remote.region.len ||
+      len > remote.region.len - remote_offset) {
+    return OutOfRange("range outside the peer's advertised region");
+  }
+  UCCL_ASSIGN_OR_RETURN(uint32_t s, impl->take_slot());
+  Xfer& x = impl->slots[s];
+  x.kind = kind;
+  x.conn = c;
+  x.data = static_cast<uint8_t*>(local);
+  x.len = len;
+  x.mh = mh;
+  x.posted = true;
+  const int k = static_cast<int>(pc->conns.size());
+  const size_t stripe = one_sided_stripe(len, k, pc->stripe_bytes / 4);
+  for (int j = 0; j < k; ++j) {
+    size_t off = 0, n = 0;
+    stripe_part(len, j, k, stripe, &off, &n);
+    if (n == 0) continue;
+    Request* r = &x.reqs[x.nreqs];
+    Status st =
+        kind == XferKind::kWrite
+            ? impl->ep->write_async(pc->conns[j], x.data + off, n, mh,
+                                    remote.region, remote_offset + off, r)
+            : impl->ep->read_async(pc->conns[j], x.data + off, n, mh,
+                                   remote.region, remote_offset + off, r);
+    if (!st.ok()) {
+      if (x.nreqs == 0) {
+        impl->free_slot(s);
+        return st;
+      }
+      x.error = st;  // the parts posted finish first, then this is reported
+      break;
+    }
+    ++x.nreqs;
+    x.owned = true;
+  }
+  return handle_of(x, s);
+}
+
+Result<XferHandle> Endpoint::send_async(ConnHandle c, MrId mr, const void* data,
+                                        size_t len) {
+  return impl_->post_two_sided(XferKind::kSend, c, mr, data, len);
+}
+
+Result<XferHandle> Endpoint::recv_async(ConnHandle c, MrId mr, void* data,
+                                        size_t capacity) {
+  return impl_->post_two_sided(XferKind::kRecv, c, mr, data, capacity);
+}
+
+Result<XferHandle> Endpoint::write_async(ConnHandle c, MrId mr, const void* src,
+                                         size_t len, const RegionDesc& dst,
+                                         uint64_t dst_offset) {
+  return impl_->post_one_sided(XferKind::kWrite, c, mr, const_cast<void*>(src),
+                               len, dst, dst_offset);
+}
+
+Result<XferHandle> Endpoint::read_async(ConnHandle c, MrId mr, void* dst,
+                                        size_t len, const RegionDesc& src,
+                                        uint64_t src_offset) {
+  return impl_->post_one_sided(XferKind::kRead, c, mr, dst, len, src,
+                               src_offset);
+}
+
+Result<bool> Endpoint::Impl::poll_locked(uint32_t slot, size_t* bytes) {
+  Xfer& x = slots[slot];
+  size_t moved = 0;
+  if (x.kind == XferKind::kSend || x.kind == XferKind::kRecv) {
+    P2pConn& pc = conns[x.conn];
+    UCCL_RETURN_IF_ERROR(post_unposted(&pc));
+    if (!x.posted) return false;
+    if (x.owned) {
+      bool done = false;
+      Status st = pc.striped->test(&x.sreq, &done, &moved);
+      if (!done) return false;
+      x.error = st;
+    }
+  } else {
+    for (int j = 0; j < x.nreqs; ++j) {
+      if (!x.reqs[j].done()) return false;
+    }
+    for (int j = 0; j < x.nreqs; ++j) {
+      if (x.error.ok() && !x.reqs[j].status().ok())
+        x.error = x.reqs[j].status();
+      moved += x.reqs[j].size(0);
+    }
+  }
+  Status st = x.error;
+  free_slot(slot);
+  if (!st.ok()) return st;
+  if (bytes != nullptr) *bytes = moved;
+  return true;
+}
+
+Result<bool> Endpoint::poll(XferHandle h, size_t* bytes) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  uint32_t slot;
+  UCCL_RETURN_IF_ERROR(impl_->xfer_of(h, &slot).status());
+  return impl_->poll_locked(slot, bytes);
+}
+
+Status Endpoint::wait(XferHandle h, int timeout_ms, size_t* bytes) {
+  const uint64_t deadline =
+      monotonic_ns() + static_cast<uint64_t>(std::max(timeout_ms, 0)) * 1000000;
+  for (uint32_t spins = 0;; ++spins) {
+    UCCL_ASSIGN_OR_RETURN(bool done, poll(h, bytes));
+    if (done) return Status::OK();
+    if (monotonic_ns() > deadline) {
+      return TimedOut("transfer not done in " + std::to_string(timeout_ms) +
+                      " ms");
+    }
+    if (spins > 1000) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+}  // namespace uccl::p2p

@@ -1,0 +1,296 @@
+// The p2p engine end to end: two endpoints on loopback, connections over
+// every engine, two-sided and one-sided transfers byte for byte, and each
+// kind of misuse answered with its own error.
+#include "uccl/p2p.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "util/clock.h"
+#include "util/pattern.h"
+
+namespace uccl::p2p {
+namespace {
+
+Config test_config(int cpus = 2) {
+  Config c;
+  c.num_cpus = cpus;
+  c.stripe_bytes = 256 << 10;
+  c.engine.device = "udp:lo";
+  c.engine.chunk_bytes = 64 << 10;
+  return c;
+}
+
+struct Pair {
+  std::unique_ptr<Endpoint> server, client;
+  ConnHandle s_conn = 0, c_conn = 0;
+
+  static std::unique_ptr<Pair> make(const Config& cfg = test_config()) {
+    auto p = std::make_unique<Pair>();
+    auto s = Endpoint::create(cfg);
+    auto c = Endpoint::create(cfg);
+    EXPECT_TRUE(s.ok() && c.ok()) << s.status() << c.status();
+    if (!s.ok() || !c.ok()) return nullptr;
+    p->server = std::move(*s);
+    p->client = std::move(*c);
+    auto port = p->server->listen(0);
+    EXPECT_TRUE(port.ok()) << port.status();
+    if (!port.ok()) return nullptr;
+    Result<ConnHandle> acc = Unavailable("");
+    std::thread t([&] { acc = p->server->accept(20000); });
+    auto conn = p->client->connect("127.0.0.1", *port, 20000);
+    t.join();
+    EXPECT_TRUE(conn.ok() && acc.ok()) << conn.status() << acc.status();
+    if (!conn.ok() || !acc.ok()) return nullptr;
+    p->c_conn = *conn;
+    p->s_conn = *acc;
+    return p;
+  }
+};
+
+struct Mem {
+  std::vector<uint8_t> data;
+  MrId id = 0;
+  Mem(Endpoint* ep, size_t n) : data(std::max<size_t>(n, 1)) {
+    auto r = ep->reg(data.data(), data.size());
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (r.ok()) id = *r;
+  }
+  uint8_t* ptr(size_t off = 0) { return data.data() + off; }
+};
+
+// A receiver posts a striped message's later parts while it polls, so in
+// one thread both sides are polled (bounded) until both are done.
+void wait_both(Pair* p, XferHandle s, XferHandle r, size_t* sent = nullptr,
+               size_t* got = nullptr) {
+  bool s_done = false, r_done = false;
+  const uint64_t deadline = monotonic_ns() + 30000000000ull;
+  while (!(s_done && r_done)) {
+    ASSERT_LT(monotonic_ns(), deadline) << "transfers not done";
+    if (!s_done) {
+      auto d = p->client->poll(s, sent);
+      ASSERT_TRUE(d.ok()) << d.status();
+      s_done = *d;
+    }
+    if (!r_done) {
+      auto d = p->server->poll(r, got);
+      ASSERT_TRUE(d.ok()) << d.status();
+      r_done = *d;
+    }
+  }
+}
+
+// Sends each size client->server and checks every byte and both counts.
+void send_recv(Pair* p, const std::vector<size_t>& sizes, uint64_t seed) {
+  size_t max = 1;
+  for (size_t s : sizes) max = std::max(max, s);
+  Mem sb(p->client.get(), max), rb(p->server.get(), max);
+  for (size_t len : sizes) {
+    ++seed;
+    fill_pattern(sb.ptr(), len, seed);
+    auto r = p->server->recv_async(p->s_conn, rb.id, rb.ptr(), max);
+    auto s = p->client->send_async(p->c_conn, sb.id, sb.ptr(), len);
+    ASSERT_TRUE(r.ok() && s.ok()) << r.status() << s.status();
+    size_t sent = 0, got = 0;
+    wait_both(p, *s, *r, &sent, &got);
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_EQ(sent, len);
+    EXPECT_EQ(got, len);
+    ASSERT_EQ(find_pattern_mismatch(rb.ptr(), len, seed), -1) << "len " << len;
+  }
+}
+
+TEST(P2p, SendRecvEverySizeByteForByte) {
+  auto p = Pair::make();
+  ASSERT_TRUE(p);
+  // 0 and 1 byte, a page, striped over both engines, and past K stripes.
+  send_recv(p.get(), {0, 1, 4096, 1 << 20, 3 << 20, 5000}, 10);
+}
+
+TEST(P2p, ManyTransfersOutstandingCompleteInOrder) {
+  auto p = Pair::make();
+  ASSERT_TRUE(p);
+  constexpr int kDepth = 16;
+  constexpr size_t kLen = 300000;
+  Mem sb(p->client.get(), kLen * kDepth), rb(p->server.get(), kLen * kDepth);
+  std::vector<XferHandle> sends, recvs;
+  for (int i = 0; i < kDepth; ++i) {
+    fill_pattern(sb.ptr(i * kLen), kLen, 100 + i);
+    auto r = p->server->recv_async(p->s_conn, rb.id, rb.ptr(i * kLen), kLen);
+    auto s = p->client->send_async(p->c_conn, sb.id, sb.ptr(i * kLen), kLen);
+    ASSERT_TRUE(r.ok() && s.ok()) << r.status() << s.status();
+    recvs.push_back(*r);
+    sends.push_back(*s);
+  }
+  for (int i = 0; i < kDepth; ++i) {
+    wait_both(p.get(), sends[i], recvs[i]);
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(find_pattern_mismatch(rb.ptr(i * kLen), kLen, 100 + i), -1) << i;
+  }
+}
+
+TEST(P2p, WriteAndReadAnAdvertisedRegion) {
+  auto p = Pair::make();
+  ASSERT_TRUE(p);
+  constexpr size_t kLen = 3 << 20;
+  Mem region(p->server.get(), kLen + 8192), local(p->client.get(), kLen);
+  auto adv = p->server->advertise(region.id, 4096, kLen);
+  ASSERT_TRUE(adv.ok()) << adv.status();
+  // The descriptor travels as bytes.
+  auto desc = RegionDesc::from_bytes(adv->to_bytes());
+  ASSERT_TRUE(desc.ok()) << desc.status();
+  fill_pattern(local.ptr(), kLen - 100, 7);
+  auto w = p->client->write_async(p->c_conn, local.id, local.ptr(), kLen - 100,
+                                  *desc, 100);
+  ASSERT_TRUE(w.ok()) << w.status();
+  size_t n = 0;
+  ASSERT_TRUE(p->client->wait(*w, 30000, &n).ok());
+  EXPECT_EQ(n, kLen - 100);
+  // The target learns of the write from a message sent after it.
+  send_recv(p.get(), {8}, 50);
+  EXPECT_EQ(find_pattern_mismatch(region.ptr(4096 + 100), kLen - 100, 7), -1);
+  // Read it back into a cleared buffer.
+  std::memset(local.ptr(), 0, kLen);
+  auto r = p->client->read_async(p->c_conn, local.id, local.ptr(), kLen - 100,
+                                 *desc, 100);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(p->client->wait(*r, 30000, &n).ok());
+  EXPECT_EQ(n, kLen - 100);
+  EXPECT_EQ(find_pattern_mismatch(local.ptr(), kLen - 100, 7), -1);
+}
+
+TEST(P2p, MisuseGetsItsOwnError) {
+  auto p = Pair::make();
+  ASSERT_TRUE(p);
+  Mem sb(p->client.get(), 4096);
+  std::vector<uint8_t> unregistered(4096);
+  EXPECT_EQ(p->client->send_async(p->c_conn, sb.id, unregistered.data(), 10)
+                .status()
+                .code(),
+            StatusCode::kOutOfRange);
+  EXPECT_EQ(
+      p->client->send_async(p->c_conn, sb.id, sb.ptr(), 5000).status().code(),
+      StatusCode::kOutOfRange);
+  EXPECT_EQ(p->client->send_async(p->c_conn, 999, sb.ptr(), 10).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(p->client->send_async(999, sb.id, sb.ptr(), 10).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(p->client->poll(12345).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_FALSE(RegionDesc::from_bytes("short").ok());
+  EXPECT_FALSE(RegionDesc::from_bytes(std::string(kRegionDescBytes, 'x')).ok());
+  Mem region(p->server.get(), 8192);
+  auto adv = p->server->advertise(region.id, 0, 8192);
+  ASSERT_TRUE(adv.ok());
+  EXPECT_EQ(p->server->advertise(region.id, 4096, 8192).status().code(),
+            StatusCode::kOutOfRange);
+  EXPECT_EQ(p->client->write_async(p->c_conn, sb.id, sb.ptr(), 4096, *adv, 8000)
+                .status()
+                .code(),
+            StatusCode::kOutOfRange);
+  // A spent handle is refused; a receive that is too small fails both sides.
+  send_recv(p.get(), {100}, 60);
+  Mem big(p->client.get(), 10000), small(p->server.get(), 100);
+  auto r = p->server->recv_async(p->s_conn, small.id, small.ptr(), 100);
+  auto s = p->client->send_async(p->c_conn, big.id, big.ptr(), 10000);
+  ASSERT_TRUE(r.ok() && s.ok());
+  EXPECT_EQ(p->server->wait(*r, 10000).code(), StatusCode::kTruncated);
+  EXPECT_EQ(p->client->wait(*s, 10000).code(), StatusCode::kTruncated);
+  EXPECT_EQ(p->client->poll(*s).status().code(), StatusCode::kInvalidArgument);
+  // Memory with a transfer outstanding stays registered.
+  auto pending = p->server->recv_async(p->s_conn, small.id, small.ptr(), 100);
+  ASSERT_TRUE(pending.ok());
+  EXPECT_EQ(p->server->dereg(small.id).code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(p->client->dereg(big.id).ok());
+  EXPECT_EQ(p->client->dereg(big.id).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(P2p, MetadataConnectsAndBadMetadataIsRefused) {
+  auto s = Endpoint::create(test_config(1));
+  auto c = Endpoint::create(test_config(1));
+  ASSERT_TRUE(s.ok() && c.ok());
+  EXPECT_EQ((*s)->metadata().status().code(), StatusCode::kUnavailable);
+  ASSERT_TRUE((*s)->listen(0).ok());
+  auto md = (*s)->metadata();
+  ASSERT_TRUE(md.ok());
+  EXPECT_EQ(md->rfind("127.0.0.1:", 0), 0u) << *md;
+  for (const char* bad :
+       {"", "127.0.0.1", ":5", "127.0.0.1:0", "h:99999", "127.0.0.1:12x"}) {
+    EXPECT_EQ((*c)->connect_by_metadata(bad, 1000).status().code(),
+              StatusCode::kInvalidArgument)
+        << bad;
+  }
+  Result<ConnHandle> acc = Unavailable("");
+  std::thread t([&] { acc = (*s)->accept(20000); });
+  auto conn = (*c)->connect_by_metadata(*md, 20000);
+  t.join();
+  ASSERT_TRUE(conn.ok() && acc.ok()) << conn.status() << acc.status();
+}
+
+TEST(P2p, ClosedConnectionFailsItsTransfersOnBothSides) {
+  auto p = Pair::make();
+  ASSERT_TRUE(p);
+  Mem rb(p->server.get(), 1 << 20), cb(p->client.get(), 1 << 20);
+  auto r = p->server->recv_async(p->s_conn, rb.id, rb.ptr(), 1 << 20);
+  auto peer = p->client->recv_async(p->c_conn, cb.id, cb.ptr(), 1 << 20);
+  ASSERT_TRUE(r.ok() && peer.ok());
+  ASSERT_TRUE(p->server->close(p->s_conn).ok());
+  EXPECT_EQ(p->server->close(p->s_conn).code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(p->server->wait(*r, 10000).ok());
+  EXPECT_FALSE(p->client->wait(*peer, 10000).ok());
+  EXPECT_EQ(
+      p->server->recv_async(p->s_conn, rb.id, rb.ptr(), 10).status().code(),
+      StatusCode::kInvalidArgument);
+}
+
+// Something that is not a p2p peer (an engine connection with a bad hello)
+// is dropped and counted; the server goes on accepting real peers.
+TEST(P2p, ABadHelloIsDroppedAndAcceptGoesOn) {
+  auto s = Endpoint::create(test_config(1));
+  ASSERT_TRUE(s.ok());
+  auto port = (*s)->listen(0);
+  ASSERT_TRUE(port.ok());
+  EndpointConfig ec = test_config(1).engine;
+  ec.num_engines = 1;
+  auto raw = uccl::Endpoint::create(ec);
+  ASSERT_TRUE(raw.ok());
+  Result<ConnHandle> first = Unavailable("");
+  std::thread t([&] { first = (*s)->accept(3000); });
+  auto rc = (*raw)->connect("127.0.0.1", *port, 10000);
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  std::vector<uint8_t> junk(24, 0xAB);
+  auto mh = (*raw)->reg_mr(junk.data(), junk.size());
+  ASSERT_TRUE(mh.ok());
+  Request req;
+  ASSERT_TRUE(
+      (*raw)->send_async(*rc, junk.data(), junk.size(), *mh, &req).ok());
+  EXPECT_TRUE((*raw)->wait(&req, 10000).ok());
+  t.join();
+  EXPECT_EQ(first.status().code(), StatusCode::kTimedOut) << first.status();
+  EXPECT_EQ((*s)->rejected_connections(), 1u);
+  auto c = Endpoint::create(test_config(1));
+  ASSERT_TRUE(c.ok());
+  Result<ConnHandle> acc = Unavailable("");
+  std::thread t2([&] { acc = (*s)->accept(20000); });
+  auto conn = (*c)->connect("127.0.0.1", *port, 20000);
+  t2.join();
+  EXPECT_TRUE(conn.ok() && acc.ok()) << conn.status() << acc.status();
+}
+
+TEST(P2p, BadConfigIsRefused) {
+  Config c = test_config();
+  c.num_cpus = 0;
+  EXPECT_EQ(Endpoint::create(c).status().code(), StatusCode::kInvalidArgument);
+  c = test_config();
+  c.stripe_bytes = 100;
+  EXPECT_EQ(Endpoint::create(c).status().code(), StatusCode::kInvalidArgument);
+  c = test_config();
+  c.local_gpu_idx = 0;
+  EXPECT_EQ(Endpoint::create(c).status().code(), StatusCode::kNotSupported);
+}
+
+}  // namespace
+}  // namespace uccl::p2p

@@ -93,4 +93,12 @@ if(NOT UCCL_CUDA STREQUAL "OFF")
   endif()
 endif()
 
+# Debian's interpreter where there is one: Debian's pybind11, numpy and
+# pytest are installed for it (another python3 may come first on PATH).
+if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
+  set(Python3_EXECUTABLE /usr/bin/python3)
+endif()
 find_package(Python3 COMPONENTS Interpreter)
+if(NOT DEFINED Python_EXECUTABLE AND Python3_EXECUTABLE)
+  set(Python_EXECUTABLE ${Python3_EXECUTABLE})  # for pybind11's FindPython
+endif()

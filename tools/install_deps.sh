@@ -8,7 +8,7 @@ PACKAGES=(
   libgoogle-glog-dev libgflags-dev libboost-dev
   libgtest-dev libgmock-dev
   libibverbs-dev rdma-core ibverbs-utils
-  pybind11-dev python3-dev python3-matplotlib
+  pybind11-dev python3-dev python3-matplotlib python3-pytest python3-numpy
   iproute2 procps clang-format
   clang libclang-rt-14-dev
 )

@@ -1,5 +1,6 @@
-// The plugin links glog without gflags (libgflags.a is not position
-// independent); glog's flag definitions only need FlagRegisterer, made a no-op.
+// glog without gflags for shared objects (the NCCL plugin, the Python
+// module): libgflags.a is not position independent, and glog's flag
+// definitions only need FlagRegisterer, made a no-op here.
 #include <gflags/gflags.h>
 
 #include <string>

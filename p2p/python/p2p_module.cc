@@ -1,0 +1,216 @@
+// The Python module uccl.p2p (built as uccl/_p2p): p2p::Endpoint with its
+// errors as exceptions, memory from the buffer protocol, torch tensors or
+// (ptr, nbytes), and the GIL released in every call that may block.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+
+#include "uccl/p2p.h"
+
+namespace py = pybind11;
+using uccl::Result;
+using uccl::Status;
+using uccl::StatusCode;
+namespace p2p = uccl::p2p;
+
+namespace {
+
+py::object g_error;  // uccl.p2p.Error, set at import
+
+[[noreturn]] void raise(const Status& st) {
+  py::object e = g_error(st.to_string());
+  e.attr("code") = uccl::status_code_name(st.code());
+  PyErr_SetObject(g_error.ptr(), e.ptr());
+  throw py::error_already_set();
+}
+
+void check(const Status& st) {
+  if (!st.ok()) raise(st);
+}
+
+template <typename T>
+T value(Result<T> r) {
+  if (!r.ok()) raise(r.status());
+  return std::move(*r);
+}
+
+// Address and size of anything that holds memory: (ptr, nbytes), a torch
+// tensor (data_ptr, numel * element_size; CPU only for now), or an object
+// with the buffer protocol (bytes-like, numpy). Read-only buffers are
+// accepted only where `writable` is false.
+std::pair<uintptr_t, size_t> memory_of(py::handle obj, bool writable) {
+  if (py::isinstance<py::tuple>(obj) && py::len(obj) == 2) {
+    auto t = obj.cast<py::tuple>();
+    return {t[0].cast<uintptr_t>(), t[1].cast<size_t>()};
+  }
+  if (py::hasattr(obj, "data_ptr") && py::hasattr(obj, "element_size")) {
+    if (py::hasattr(obj, "is_cuda") && obj.attr("is_cuda").cast<bool>()) {
+      raise(uccl::NotSupported("CUDA tensors are not supported yet"));
+    }
+    if (!obj.attr("is_contiguous")().cast<bool>()) {
+      raise(uccl::InvalidArgument("tensor is not contiguous"));
+    }
+    return {obj.attr("data_ptr")().cast<uintptr_t>(),
+            obj.attr("numel")().cast<size_t>() *
+                obj.attr("element_size")().cast<size_t>()};
+  }
+  if (!PyObject_CheckBuffer(obj.ptr())) {
+    raise(uccl::InvalidArgument("not a buffer, tensor or (ptr, nbytes)"));
+  }
+  py::buffer_info b;
+  try {
+    b = py::reinterpret_borrow<py::buffer>(obj).request(writable);
+  } catch (const std::exception&) {
+    PyErr_Clear();
+    raise(uccl::InvalidArgument("a read-only buffer where data is written"));
+  }
+  // C-contiguous: each stride is the product of the later dimensions.
+  py::ssize_t expect = b.itemsize;
+  for (py::ssize_t d = b.ndim - 1; d >= 0; --d) {
+    if (b.shape[d] > 1 && b.strides[d] != expect) {
+      raise(uccl::InvalidArgument("buffer is not contiguous"));
+    }
+    expect *= b.shape[d];
+  }
+  return {reinterpret_cast<uintptr_t>(b.ptr),
+          static_cast<size_t>(b.size * b.itemsize)};
+}
+
+void* ptr(uintptr_t a) { return reinterpret_cast<void*>(a); }
+
+class PyEndpoint {
+ public:
+  PyEndpoint(int local_gpu_idx, int num_cpus, const std::string& device,
+             size_t stripe_bytes) {
+    p2p::Config c;
+    c.local_gpu_idx = local_gpu_idx;
+    c.num_cpus = num_cpus;
+    c.stripe_bytes = stripe_bytes;
+    c.engine.device = device;
+    Result<std::unique_ptr<p2p::Endpoint>> r = uccl::InvalidArgument("");
+    {
+      py::gil_scoped_release nogil;
+      r = p2p::Endpoint::create(c);
+    }
+    ep_ = value(std::move(r));
+  }
+
+  uint16_t listen(uint16_t port) { return value(ep_->listen(port)); }
+  uint64_t accept(int timeout_ms) {
+    Result<uint64_t> r = uccl::InvalidArgument("");
+    {
+      py::gil_scoped_release nogil;
+      r = ep_->accept(timeout_ms);
+    }
+    return value(std::move(r));
+  }
+  uint64_t connect(const std::string& ip, uint16_t port, int timeout_ms) {
+    Result<uint64_t> r = uccl::InvalidArgument("");
+    {
+      py::gil_scoped_release nogil;
+      r = ep_->connect(ip, port, timeout_ms);
+    }
+    return value(std::move(r));
+  }
+  py::bytes metadata() { return py::bytes(value(ep_->metadata())); }
+  uint64_t connect_by_metadata(const std::string& md, int timeout_ms) {
+    Result<uint64_t> r = uccl::InvalidArgument("");
+    {
+      py::gil_scoped_release nogil;
+      r = ep_->connect_by_metadata(md, timeout_ms);
+    }
+    return value(std::move(r));
+  }
+  void close(uint64_t c) { check(ep_->close(c)); }
+
+  // reg(obj) -> memory id; the object must stay alive while registered.
+  uint64_t reg(py::handle obj) {
+    auto [a, n] = memory_of(obj, false);
+    return value(ep_->reg(ptr(a), n));
+  }
+  void dereg(uint64_t mr) { check(ep_->dereg(mr)); }
+  py::bytes advertise(uint64_t mr, size_t offset, size_t len) {
+    return py::bytes(value(ep_->advertise(mr, offset, len)).to_bytes());
+  }
+
+  uint64_t send_async(uint64_t c, uint64_t mr, py::handle obj) {
+    auto [a, n] = memory_of(obj, false);
+    return value(ep_->send_async(c, mr, ptr(a), n));
+  }
+  uint64_t recv_async(uint64_t c, uint64_t mr, py::handle obj) {
+    auto [a, n] = memory_of(obj, true);
+    return value(ep_->recv_async(c, mr, ptr(a), n));
+  }
+  uint64_t write_async(uint64_t c, uint64_t mr, py::handle obj,
+                       const std::string& desc, uint64_t offset) {
+    auto [a, n] = memory_of(obj, false);
+    p2p::RegionDesc d = value(p2p::RegionDesc::from_bytes(desc));
+    return value(ep_->write_async(c, mr, ptr(a), n, d, offset));
+  }
+  uint64_t read_async(uint64_t c, uint64_t mr, py::handle obj,
+                      const std::string& desc, uint64_t offset) {
+    auto [a, n] = memory_of(obj, true);
+    p2p::RegionDesc d = value(p2p::RegionDesc::from_bytes(desc));
+    return value(ep_->read_async(c, mr, ptr(a), n, d, offset));
+  }
+  // (done, bytes)
+  py::tuple poll(uint64_t h) {
+    size_t n = 0;
+    bool done = value(ep_->poll(h, &n));
+    return py::make_tuple(done, n);
+  }
+  // Bytes moved; raises on error or timeout (the handle then stays valid).
+  size_t wait(uint64_t h, int timeout_ms) {
+    size_t n = 0;
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = ep_->wait(h, timeout_ms, &n);
+    }
+    check(st);
+    return n;
+  }
+  int num_engines() const { return ep_->num_engines(); }
+
+ private:
+  std::unique_ptr<p2p::Endpoint> ep_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_p2p, m) {
+  m.doc() = "UCCL point-to-point transfers (C++ engine: include/uccl/p2p.h)";
+  g_error = py::reinterpret_borrow<py::object>(
+      PyErr_NewException("uccl.p2p.Error", PyExc_RuntimeError, nullptr));
+  m.attr("Error") = g_error;
+  m.attr("REGION_DESC_BYTES") = p2p::kRegionDescBytes;
+  py::class_<PyEndpoint>(m, "Endpoint")
+      .def(py::init<int, int, const std::string&, size_t>(),
+           py::arg("local_gpu_idx") = -1, py::arg("num_cpus") = 4,
+           py::arg("device") = "", py::arg("stripe_bytes") = 1 << 20)
+      .def("listen", &PyEndpoint::listen, py::arg("port") = 0)
+      .def("accept", &PyEndpoint::accept, py::arg("timeout_ms") = 30000)
+      .def("connect", &PyEndpoint::connect, py::arg("ip"), py::arg("port"),
+           py::arg("timeout_ms") = 30000)
+      .def("get_metadata", &PyEndpoint::metadata)
+      .def("connect_by_metadata", &PyEndpoint::connect_by_metadata,
+           py::arg("metadata"), py::arg("timeout_ms") = 30000)
+      .def("close", &PyEndpoint::close)
+      .def("reg", &PyEndpoint::reg)
+      .def("dereg", &PyEndpoint::dereg)
+      .def("advertise", &PyEndpoint::advertise, py::arg("mr"),
+           py::arg("offset") = 0, py::arg("len"))
+      .def("send_async", &PyEndpoint::send_async)
+      .def("recv_async", &PyEndpoint::recv_async)
+      .def("write_async", &PyEndpoint::write_async, py::arg("conn"),
+           py::arg("mr"), py::arg("src"), py::arg("desc"),
+           py::arg("offset") = 0)
+      .def("read_async", &PyEndpoint::read_async, py::arg("conn"),
+           py::arg("mr"), py::arg("dst"), py::arg("desc"),
+           py::arg("offset") = 0)
+      .def("poll", &PyEndpoint::poll)
+      .def("wait", &PyEndpoint::wait, py::arg("handle"),
+           py::arg("timeout_ms") = 30000)
+      .def_property_readonly("num_engines", &PyEndpoint::num_engines);
+}

@@ -1,0 +1,1 @@
+"""UCCL: GPU-networking transports. `uccl.p2p` is the point-to-point engine."""

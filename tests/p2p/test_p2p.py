@@ -1,0 +1,108 @@
+"""uccl.p2p from Python: a server process and this one on loopback, every
+kind of transfer byte for byte, and each misuse raising uccl.p2p.Error."""
+
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+
+from uccl import p2p
+
+SIZES = [0, 1, 4096, 1 << 20, 3 << 20]
+
+
+def _server(q_port, q_desc, sizes):
+    ep = p2p.Endpoint(num_cpus=2, device="udp:lo", stripe_bytes=256 << 10)
+    q_port.put(ep.listen())
+    conn = ep.accept(timeout_ms=20000)
+    buf = np.zeros(max(sizes) + 1, dtype=np.uint8)
+    mr = ep.reg(buf)
+    # Echo: each message comes back as it arrived.
+    for _ in sizes:
+        n = ep.recv(conn, mr, buf)
+        ep.send(conn, mr, buf[:n])
+    # One-sided: advertise a region, then wait for the client's "done".
+    region = np.zeros(1 << 20, dtype=np.uint8)
+    rmr = ep.reg(region)
+    q_desc.put(ep.advertise(rmr, 0, region.nbytes))
+    n = ep.recv(conn, mr, buf)
+    assert n == 4
+    # Send back what the client wrote, for it to check.
+    ep.send(conn, rmr, region)
+    ep.recv(conn, mr, buf)  # the client's last word: it is done
+
+
+@pytest.fixture()
+def pair():
+    ctx = mp.get_context("spawn")
+    q_port, q_desc = ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=_server, args=(q_port, q_desc, SIZES))
+    proc.start()
+    ep = p2p.Endpoint(num_cpus=2, device="udp:lo", stripe_bytes=256 << 10)
+    conn = ep.connect("127.0.0.1", q_port.get(timeout=30), timeout_ms=20000)
+    yield ep, conn, q_desc
+    proc.join(timeout=30)
+    assert proc.exitcode == 0
+
+
+def test_send_recv_write_read_byte_for_byte(pair):
+    ep, conn, q_desc = pair
+    rng = np.random.default_rng(7)
+    out = np.zeros(max(SIZES) + 1, dtype=np.uint8)
+    back = np.zeros_like(out)
+    smr, bmr = ep.reg(out), ep.reg(back)
+    for n in SIZES:
+        out[:n] = rng.integers(0, 256, n, dtype=np.uint8)
+        assert ep.send(conn, smr, out[:n]) == n
+        assert ep.recv(conn, bmr, back) == n
+        assert np.array_equal(back[:n], out[:n])
+    desc = q_desc.get(timeout=30)
+    assert isinstance(desc, bytes) and len(desc) == p2p.REGION_DESC_BYTES
+    data = rng.integers(0, 256, 1 << 20, dtype=np.uint8)
+    dmr = ep.reg(data)
+    assert ep.write(conn, dmr, data[100:], desc, offset=100) == (1 << 20) - 100
+    readback = np.zeros(1 << 20, dtype=np.uint8)
+    rmr = ep.reg(readback)
+    assert ep.read(conn, rmr, readback, desc) == 1 << 20
+    assert np.array_equal(readback[100:], data[100:])
+    ep.send(conn, smr, out[:4])  # "done" with the region
+    assert ep.recv(conn, bmr, back) == 1 << 20
+    assert np.array_equal(back[100:1 << 20], data[100:])
+    ep.send(conn, smr, out[:1])
+
+
+def test_misuse_raises_errors_with_codes():
+    ep = p2p.Endpoint(num_cpus=1, device="udp:lo")
+    buf = bytearray(4096)
+    mr = ep.reg(buf)
+    with pytest.raises(p2p.Error) as e:
+        ep.send_async(12345, mr, buf)
+    assert e.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(p2p.Error) as e:
+        ep.reg(42)
+    assert e.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(p2p.Error):
+        ep.recv_async(1, mr, b"read-only bytes")
+    with pytest.raises(p2p.Error) as e:
+        ep.advertise(mr, 1000, 4096)
+    assert e.value.code == "OUT_OF_RANGE"
+    with pytest.raises(p2p.Error) as e:
+        ep.get_metadata()
+    assert e.value.code == "UNAVAILABLE"
+    ep.listen()
+    assert ep.get_metadata().startswith(b"127.0.0.1:")
+    with pytest.raises(p2p.Error) as e:
+        ep.connect_by_metadata("no-port", 1000)
+    assert e.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(p2p.Error) as e:
+        ep.accept(timeout_ms=50)
+    assert e.value.code == "TIMED_OUT"
+    strided = np.zeros((4, 4), dtype=np.uint8)[:, ::2]
+    with pytest.raises(p2p.Error):
+        ep.reg(strided)
+    with pytest.raises(p2p.Error) as e:
+        p2p.Endpoint(num_cpus=0)
+    assert e.value.code == "INVALID_ARGUMENT"
+    ep.dereg(mr)
+    with pytest.raises(p2p.Error):
+        ep.dereg(mr)

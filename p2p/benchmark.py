@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""UCCL p2p benchmark: throughput and latency of uccl.p2p transfers between
+two processes (run one --role server and one --role client with the same
+flags).
+
+  python3 p2p/benchmark.py --role server [--port 0] [--num-cpus 4]
+  python3 p2p/benchmark.py --role client --remote-ip 10.0.0.2 --port P
+
+Per size: --iters transfers with --async-depth outstanding (throughput),
+then up to 100 at depth 1 (latency). --mode send (two-sided), write or read
+(one-sided, on a region the server advertises). --verify checks every
+transfer's bytes. Exit status: 0 ok, 1 error or wrong data, 2 bad usage.
+"""
+
+import argparse
+import json
+import sys
+import time
+
+try:
+    import numpy as np
+    from uccl import p2p
+except ImportError as e:  # pragma: no cover - reported to the user
+    print(f"benchmark: {e} (set PYTHONPATH=build/python after make)",
+          file=sys.stderr)
+    sys.exit(2)
+
+DEFAULT_SIZES = "256,1K,4K,16K,64K,256K,1M,10M,100M"
+LAT_ITERS = 100
+
+
+def parse_size(text):
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().rstrip("B")
+    unit = t[-1] if t and t[-1] in "KMG" else ""
+    num = t[:-1] if unit else t
+    if not num.isdigit():
+        raise ValueError(f"bad size '{text}'")
+    return int(num) * units[unit]
+
+
+def human(n):
+    for unit, div in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n} B"
+
+
+def pattern(n, size_idx, i):
+    """The bytes of transfer i of size index size_idx (cheap to make)."""
+    return ((np.arange(n, dtype=np.uint32) * 131 + size_idx * 7 + i) %
+            251).astype(np.uint8)
+
+
+class Bench:
+    def __init__(self, args):
+        self.a = args
+        self.ep = p2p.Endpoint(num_cpus=args.num_cpus, device=args.device_name,
+                               local_gpu_idx=args.local_gpu_idx)
+        self.max = max(args.sizes)
+        # One buffer slot per outstanding transfer, so none is reused early.
+        self.depth = args.async_depth
+        self.buf = np.zeros(self.max * self.depth + 1, dtype=np.uint8)
+        self.mr = self.ep.reg(self.buf)
+        self.ctl = np.zeros(256, dtype=np.uint8)  # descriptors, sync bytes
+        self.ctl_mr = self.ep.reg(self.ctl)
+
+    def slot(self, k, n):
+        return self.buf[k * self.max:k * self.max + n]
+
+    def connect(self):
+        if self.a.role == "server":
+            port = self.ep.listen(self.a.port)
+            print(f"listening on port {port}", flush=True)
+            self.conn = self.ep.accept(timeout_ms=self.a.timeout_ms)
+        else:
+            self.conn = self.ep.connect(self.a.remote_ip, self.a.port,
+                                        timeout_ms=self.a.timeout_ms)
+        if self.a.mode != "send":
+            if self.a.role == "server":
+                desc = self.ep.advertise(self.mr, 0, self.buf.nbytes)
+                self.ctl[:len(desc)] = np.frombuffer(desc, dtype=np.uint8)
+                self.ep.send(self.conn, self.ctl_mr, self.ctl[:len(desc)])
+            else:
+                n = self.ep.recv(self.conn, self.ctl_mr, self.ctl)
+                self.desc = self.ctl[:n].tobytes()
+
+    def sync(self):
+        """Both sides meet: the client speaks, the server answers."""
+        if self.a.role == "client":
+            self.ep.send(self.conn, self.ctl_mr, self.ctl[:1])
+            self.ep.recv(self.conn, self.ctl_mr, self.ctl)
+        else:
+            self.ep.recv(self.conn, self.ctl_mr, self.ctl)
+            self.ep.send(self.conn, self.ctl_mr, self.ctl[:1])
+
+    def post(self, k, n):
+        """One transfer from this side into/out of slot k (None: nothing)."""
+        ep, c, buf = self.ep, self.conn, self.slot(k, n)
+        if self.a.mode == "send":
+            if self.a.role == "client":
+                return ep.send_async(c, self.mr, buf)
+            return ep.recv_async(c, self.mr, buf)
+        if self.a.role == "server":
+            return None  # one-sided: the server's memory just sits there
+        if self.a.mode == "write":
+            return ep.write_async(c, self.mr, buf, self.desc, k * self.max)
+        return ep.read_async(c, self.mr, buf, self.desc, k * self.max)
+
+    def fill(self, size_idx, i, k, n):
+        sender = ("client" if self.a.mode in ("send", "write") else "server")
+        if self.a.verify and self.a.role == sender and n:
+            self.slot(k, n)[:] = pattern(n, size_idx, i)
+
+    def check(self, size_idx, i, k, n):
+        receiver = "server" if self.a.mode in ("send", "write") else "client"
+        if self.a.verify and self.a.role == receiver and n:
+            if not np.array_equal(self.slot(k, n), pattern(n, size_idx, i)):
+                raise RuntimeError(f"data mismatch: {human(n)} transfer {i}")
+
+    def run_size(self, size_idx, n, iters, depth):
+        """iters transfers of n bytes, depth outstanding; seconds taken."""
+        one_sided = self.a.mode != "send"
+        handles = {}
+        t0 = time.perf_counter()
+        for i in range(iters + depth):
+            if i >= depth:  # retire the oldest
+                j = i - depth
+                h = handles.pop(j)
+                if h is not None:
+                    self.ep.wait(h, self.a.timeout_ms)
+                if not one_sided:
+                    self.check(size_idx, j, j % depth, n)
+            if i < iters:
+                if one_sided and self.a.role == "server":
+                    handles[i] = None
+                    continue
+                self.fill(size_idx, i, i % depth, n)
+                handles[i] = self.post(i % depth, n)
+        if not one_sided:
+            return time.perf_counter() - t0
+        # One-sided: the time includes one round trip that tells the server
+        # the transfers are done (its own loop does nothing).
+        self.sync()
+        secs = time.perf_counter() - t0
+        last = range(max(iters - depth, 0), iters)
+        if (self.a.mode, self.a.role) in (("read", "client"),
+                                          ("write", "server")):
+            for j in last:  # the last transfer into each slot
+                self.check(size_idx, j, j % depth, n)
+        return secs
+
+    def prepare_reads(self, size_idx, n, iters, depth):
+        """read mode: the server writes what the client will read."""
+        if self.a.mode == "read" and self.a.role == "server" and self.a.verify:
+            for j in range(max(iters - depth, 0), iters):
+                self.slot(j % depth, n)[:] = pattern(n, size_idx, j)
+        self.sync()
+
+    def run(self):
+        a = self.a
+        role = a.role.capitalize()
+        print(f"UCCL P2P Benchmark — role: {a.role}")
+        print("Message sizes: " + ", ".join(human(s) for s in a.sizes))
+        print(f"Device: {a.device} | Local GPU idx: {a.local_gpu_idx} | "
+              f"Engines: {self.ep.num_engines} | Mode: {a.mode} | "
+              f"Iterations: {a.iters} | Async depth: {a.async_depth}",
+              flush=True)
+        self.connect()
+        results = []
+        for idx, n in enumerate(a.sizes):
+            iters = max(1, min(a.iters, (8 << 30) // max(n, 1)))
+            self.prepare_reads(idx, n, iters, self.depth)
+            secs = self.run_size(idx, n, iters, self.depth)
+            lat_n = min(iters, LAT_ITERS)
+            self.prepare_reads(idx, n, lat_n, 1)
+            lat_s = self.run_size(idx, n, lat_n, 1)
+            gbps = n * iters * 8 / secs / 1e9 if secs > 0 else 0.0
+            lat_us = lat_s / lat_n * 1e6
+            results.append({"bytes": n, "iters": iters, "gbps": gbps,
+                            "gBps": gbps / 8, "lat_us": lat_us})
+            print(f"[{role}] {human(n):>9} : {gbps:7.2f} Gbps | "
+                  f"{gbps / 8:6.2f} GB/s | {lat_us:9.1f} us", flush=True)
+        best = max(results, key=lambda r: r["gbps"])
+        print(f"[{role}] done: {len(results)} sizes, best "
+              f"{best['gbps']:.2f} Gbps at {human(best['bytes'])}"
+              f"{', data verified' if a.verify else ''}")
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"role": a.role, "mode": a.mode,
+                           "engines": self.ep.num_engines,
+                           "results": results}, f, indent=1)
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--role", choices=["server", "client"], required=True)
+    ap.add_argument("--remote-ip", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=19999)
+    ap.add_argument("--local-gpu-idx", type=int, default=-1)
+    ap.add_argument("--num-cpus", type=int, default=4)
+    ap.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    ap.add_argument("--nic", dest="device_name", default="",
+                    help="NIC device (default: UCCL_DEVICE or 'udp')")
+    ap.add_argument("--sizes", default=DEFAULT_SIZES)
+    ap.add_argument("--iters", type=int, default=1000)
+    ap.add_argument("--mode", choices=["send", "write", "read"],
+                    default="send")
+    ap.add_argument("--async-depth", type=int, default=1)
+    ap.add_argument("--verify", action="store_true")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--timeout-ms", type=int, default=30000)
+    a = ap.parse_args(argv)
+    try:
+        a.sizes = [parse_size(s) for s in a.sizes.split(",") if s.strip()]
+    except ValueError as e:
+        ap.error(str(e))
+    if not a.sizes or a.iters < 1 or not 1 <= a.async_depth <= 64:
+        ap.error("need sizes, --iters >= 1 and --async-depth in [1, 64]")
+    if a.device == "gpu":
+        ap.error("--device gpu is not supported yet (host memory only)")
+    if a.role == "client" and a.port == 0:
+        ap.error("the client needs the server's --port")
+    return a
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    try:
+        Bench(a).run()
+    except (p2p.Error, RuntimeError) as e:
+        print(f"benchmark ({a.role}): error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a bug here: still one line and a failure
+        print(f"benchmark ({a.role}): error: {type(e).__name__}: {e}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

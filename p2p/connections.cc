@@ -1,6 +1,7 @@
-// p2p connections: a connection is one engine connection per engine, each
-// opened with a hello naming its group and place, so the accepting side
-// groups them (in any arrival order) before handing the connection out.
+// p2p connections: a connection is one engine connection per engine plus
+// one for notifications, each opened with a hello naming its group and
+// place, so the accepting side groups them (in any arrival order) before
+// handing the connection out.
 #include <unistd.h>
 
 #include <chrono>
@@ -58,7 +59,10 @@ Result<ConnHandle> Endpoint::connect_by_metadata(const std::string& metadata,
 
 Result<ConnHandle> Endpoint::connect(const std::string& ip, uint16_t port,
                                      int timeout_ms) {
-  const int k = impl_->cfg.num_cpus;
+  // One engine connection per engine for data, and one more (on engine 0)
+  // for notifications: their long-posted receives must not hold up the
+  // data connections' in-order receive slots.
+  const int k = impl_->cfg.num_cpus + 1;
   const uint64_t deadline = deadline_after(timeout_ms);
   std::vector<uint64_t> pending(k);
   std::vector<ConnId> conns(k, 0);
@@ -68,7 +72,8 @@ Result<ConnHandle> Endpoint::connect(const std::string& ip, uint16_t port,
     }
   };
   for (int j = 0; j < k; ++j) {
-    auto s = impl_->ep->connect_start(ip, port, /*tag=*/0, /*engine=*/j);
+    auto s = impl_->ep->connect_start(ip, port, /*tag=*/0,
+                                      /*engine=*/j < k - 1 ? j : 0);
     if (!s.ok()) {
       close_all();
       return s.status();
@@ -111,7 +116,7 @@ Result<ConnHandle> Endpoint::connect(const std::string& ip, uint16_t port,
   Status st;
   for (int j = 0; j < k && st.ok(); ++j) {
     hellos[j].group = group;
-    hellos[j].k = static_cast<uint16_t>(k);
+    hellos[j].k = static_cast<uint16_t>(k - 1);  // data connections
     hellos[j].index = static_cast<uint16_t>(j);
     hellos[j].stripe_bytes = impl_->cfg.stripe_bytes;
     st = impl_->ep->send_async(conns[j], &hellos[j], sizeof(ConnHello), *mh,
@@ -192,7 +197,7 @@ Result<ConnHandle> Endpoint::Impl::accept_step() {
     const bool ok =
         pa->req.status().ok() && pa->req.size(0) == sizeof(ConnHello) &&
         h.magic == ConnHello::kMagic && h.k >= 1 && h.k <= kMaxStripes &&
-        h.index < h.k && h.stripe_bytes >= 4096;
+        h.index <= h.k && h.stripe_bytes >= 4096;
     pending_accepts.erase(pending_accepts.begin() + i);
     AcceptGroup* g = nullptr;
     if (ok) {
@@ -200,7 +205,7 @@ Result<ConnHandle> Endpoint::Impl::accept_step() {
       if (g->k == 0) {
         g->k = h.k;
         g->stripe_bytes = h.stripe_bytes;
-        g->conns.assign(h.k, 0);
+        g->conns.assign(h.k + 1, 0);  // data, then notifications
       }
     }
     if (g == nullptr || g->k != h.k || g->stripe_bytes != h.stripe_bytes ||
@@ -210,7 +215,7 @@ Result<ConnHandle> Endpoint::Impl::accept_step() {
       continue;
     }
     g->conns[h.index] = conn;
-    if (++g->have == g->k) {
+    if (++g->have == g->k + 1) {
       auto key = std::make_pair(ep->peer_ip(conn), h.group);
       AcceptGroup done = std::move(groups[key]);
       groups.erase(key);
@@ -222,6 +227,8 @@ Result<ConnHandle> Endpoint::Impl::accept_step() {
 
 Result<ConnHandle> Endpoint::Impl::add_conn(std::vector<ConnId> engine_conns,
                                             size_t stripe) {
+  const ConnId notif = engine_conns.back();  // the last: notifications
+  engine_conns.pop_back();
   UCCL_ASSIGN_OR_RETURN(auto striped,
                         StripedConn::create(ep.get(), engine_conns, stripe,
                                             PartsMode::kFirst, kPartsHistory));
@@ -230,6 +237,14 @@ Result<ConnHandle> Endpoint::Impl::add_conn(std::vector<ConnId> engine_conns,
   pc.conns = std::move(engine_conns);
   pc.striped = std::move(striped);
   pc.stripe_bytes = stripe;
+  pc.notif_conn = notif;
+  Status st = start_notifs(&pc);
+  if (!st.ok()) {
+    for (ConnId e : pc.conns) (void)ep->close(e);
+    (void)ep->close(pc.notif_conn);
+    pc.closed = true;
+    return st;
+  }
   return id;
 }
 
@@ -247,6 +262,7 @@ Status Endpoint::close(ConnHandle c) {
   // Outstanding transfers now fail; their slots are freed as they are
   // polled. The entry stays so that they can still find their group.
   for (ConnId e : pc->conns) (void)impl_->ep->close(e);
+  (void)impl_->ep->close(pc->notif_conn);
   return Status::OK();
 }
 

@@ -22,8 +22,8 @@ struct ConnHello {
   static constexpr uint32_t kMagic = 0x55503243;  // "UP2C"
   uint32_t magic = kMagic;
   uint32_t group = 0;  // random per p2p connection at the connecting side
-  uint16_t k = 0;      // engine connections in the group
-  uint16_t index = 0;  // this one's place, 0..k-1
+  uint16_t k = 0;      // data connections in the group (plus one for notifs)
+  uint16_t index = 0;  // this one's place: 0..k-1 data, k notifications
   uint32_t reserved = 0;
   uint64_t stripe_bytes = 0;
 };
@@ -37,7 +37,18 @@ struct P2pConn {
   // Two-sided transfers the group has not taken yet, in call order (the
   // group pairs messages FIFO, so later ones wait behind them).
   std::deque<uint32_t> unposted;
+  // Notifications: messages on their own engine connection (its receives
+  // stay posted, which would hold up a data connection's receive slots).
+  // kNotifSlots receives stay posted (harvested in order, then posted
+  // again) and as many sends may be in flight; one registered buffer.
+  ConnId notif_conn = 0;
+  std::unique_ptr<uint8_t[]> notif_buf;  // receive slots, then send slots
+  MrHandle* notif_mh = nullptr;
+  std::unique_ptr<Request[]> notif_reqs;  // receives, then sends
+  int notif_rx_head = 0, notif_tx_next = 0;
+  bool notif_rx_dead = false;
 };
+constexpr int kNotifTag = 0x4e4f5446;  // "NOTF"; the group uses tag 0
 
 struct Registration {
   MrHandle* mh = nullptr;
@@ -95,10 +106,11 @@ struct Endpoint::Impl {
   // By (peer address, group id).
   std::map<std::pair<std::string, uint32_t>, AcceptGroup> groups;
   uint64_t rejected_hellos = 0;
+  // Connections hold notification requests: they too outlive `ep`.
+  std::map<ConnHandle, P2pConn> conns;
   std::unique_ptr<uccl::Endpoint> ep;
   std::mutex mu;
   uint16_t port = 0;
-  std::map<ConnHandle, P2pConn> conns;
   ConnHandle next_conn = 1;
   std::map<MrId, Registration> mrs;
   MrId next_mr = 1;
@@ -122,6 +134,9 @@ struct Endpoint::Impl {
   // Advances the group of `pc` and reports whether slot's transfer is done.
   Result<bool> poll_locked(uint32_t slot, size_t* bytes);
   Result<ConnHandle> add_conn(std::vector<ConnId> conns, size_t stripe);
+  // Registers a connection's notification buffer and posts its receives.
+  Status start_notifs(P2pConn* pc);
+  Status post_notif_recv(P2pConn* pc, int slot);
   // accept(): takes engine connections, reads their hellos, and returns a
   // group once all its connections arrived (kUnavailable before).
   Result<ConnHandle> accept_step();

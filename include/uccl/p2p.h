@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "uccl/endpoint.h"
 #include "uccl/status.h"
@@ -47,6 +48,15 @@ struct RegionDesc {
   static Result<RegionDesc> from_bytes(const std::string& bytes);
 };
 constexpr size_t kRegionDescBytes = sizeof(RegionDesc);
+
+// A small message beside the transfers, e.g. to tell a reader that a
+// one-sided write landed (it is sent after the write completed).
+constexpr size_t kMaxNotifBytes = 256;
+constexpr int kNotifSlots = 8;  // in flight per connection and direction
+struct Notif {
+  ConnHandle conn = 0;
+  std::string data;
+};
 static_assert(kRegionDescBytes == 96, "RegionDesc travels as bytes");
 
 // Thread-safe: calls from several threads are serialized by one lock (the
@@ -99,6 +109,14 @@ class Endpoint {
   Result<bool> poll(XferHandle h, size_t* bytes = nullptr);
   // poll() until done or timeout_ms (kTimedOut: the handle stays valid).
   Status wait(XferHandle h, int timeout_ms, size_t* bytes = nullptr);
+
+  // --- notifications ---
+  // Queues `data` (at most kMaxNotifBytes) to the peer; ResourceExhausted
+  // while kNotifSlots are still in flight (the peer takes them with
+  // get_notifs()).
+  Status send_notif(ConnHandle c, const std::string& data);
+  // Notifications that arrived, oldest first per connection.
+  std::vector<Notif> get_notifs();
 
   int num_engines() const;
   // Engine connections dropped at accept for a missing or malformed hello

@@ -171,6 +171,17 @@ class PyEndpoint {
     check(st);
     return n;
   }
+  void send_notif(uint64_t c, const std::string& data) {
+    check(ep_->send_notif(c, data));
+  }
+  // [(conn, bytes), ...]
+  py::list get_notifs() {
+    py::list out;
+    for (const p2p::Notif& n : ep_->get_notifs()) {
+      out.append(py::make_tuple(n.conn, py::bytes(n.data)));
+    }
+    return out;
+  }
   int num_engines() const { return ep_->num_engines(); }
 
  private:
@@ -185,6 +196,7 @@ PYBIND11_MODULE(_p2p, m) {
       PyErr_NewException("uccl.p2p.Error", PyExc_RuntimeError, nullptr));
   m.attr("Error") = g_error;
   m.attr("REGION_DESC_BYTES") = p2p::kRegionDescBytes;
+  m.attr("MAX_NOTIF_BYTES") = p2p::kMaxNotifBytes;
   py::class_<PyEndpoint>(m, "Endpoint")
       .def(py::init<int, int, const std::string&, size_t>(),
            py::arg("local_gpu_idx") = -1, py::arg("num_cpus") = 4,
@@ -212,5 +224,7 @@ PYBIND11_MODULE(_p2p, m) {
       .def("poll", &PyEndpoint::poll)
       .def("wait", &PyEndpoint::wait, py::arg("handle"),
            py::arg("timeout_ms") = 30000)
+      .def("send_notif", &PyEndpoint::send_notif)
+      .def("get_notifs", &PyEndpoint::get_notifs)
       .def_property_readonly("num_engines", &PyEndpoint::num_engines);
 }

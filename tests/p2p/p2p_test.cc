@@ -280,6 +280,40 @@ TEST(P2p, ABadHelloIsDroppedAndAcceptGoesOn) {
   EXPECT_TRUE(conn.ok() && acc.ok()) << conn.status() << acc.status();
 }
 
+TEST(P2p, NotificationsArriveInOrderBesideTransfers) {
+  auto p = Pair::make();
+  ASSERT_TRUE(p);
+  constexpr int kCount = 20;  // more than the slots: the sender waits its turn
+  std::vector<std::string> got;
+  const uint64_t deadline = monotonic_ns() + 30000000000ull;
+  for (int i = 0; i < kCount; ++i) {
+    for (;;) {
+      Status st = p->client->send_notif(p->c_conn, "n" + std::to_string(i));
+      if (st.ok()) break;
+      ASSERT_EQ(st.code(), StatusCode::kResourceExhausted) << st;
+      ASSERT_LT(monotonic_ns(), deadline);
+      for (const Notif& n : p->server->get_notifs()) {
+        EXPECT_EQ(n.conn, p->s_conn);
+        got.push_back(n.data);
+      }
+    }
+  }
+  while (got.size() < kCount && monotonic_ns() < deadline) {
+    for (const Notif& n : p->server->get_notifs()) got.push_back(n.data);
+  }
+  ASSERT_EQ(got.size(), static_cast<size_t>(kCount));
+  for (int i = 0; i < kCount; ++i) EXPECT_EQ(got[i], "n" + std::to_string(i));
+  // Transfers go on beside them; misuse is refused.
+  send_recv(p.get(), {1 << 20}, 70);
+  EXPECT_EQ(
+      p->client->send_notif(p->c_conn, std::string(kMaxNotifBytes + 1, 'x'))
+          .code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(p->client->send_notif(777, "x").code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(p->client->get_notifs().empty());
+}
+
 TEST(P2p, BadConfigIsRefused) {
   Config c = test_config();
   c.num_cpus = 0;

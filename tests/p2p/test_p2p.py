@@ -2,6 +2,7 @@
 kind of transfer byte for byte, and each misuse raising uccl.p2p.Error."""
 
 import multiprocessing as mp
+import time
 
 import numpy as np
 import pytest
@@ -29,6 +30,12 @@ def _server(q_port, q_desc, sizes):
     assert n == 4
     # Send back what the client wrote, for it to check.
     ep.send(conn, rmr, region)
+    # A notification comes back as it arrived.
+    notifs = []
+    while not notifs:
+        notifs = ep.get_notifs()
+    assert notifs == [(conn, b"landed")]
+    ep.send_notif(conn, notifs[0][1] + b" back")
     ep.recv(conn, mr, buf)  # the client's last word: it is done
 
 
@@ -68,6 +75,15 @@ def test_send_recv_write_read_byte_for_byte(pair):
     ep.send(conn, smr, out[:4])  # "done" with the region
     assert ep.recv(conn, bmr, back) == 1 << 20
     assert np.array_equal(back[100:1 << 20], data[100:])
+    ep.send_notif(conn, b"landed")
+    notifs = []
+    deadline = time.monotonic() + 20
+    while not notifs and time.monotonic() < deadline:
+        notifs = ep.get_notifs()
+    assert notifs == [(conn, b"landed back")]
+    with pytest.raises(p2p.Error) as e:
+        ep.send_notif(conn, b"x" * (p2p.MAX_NOTIF_BYTES + 1))
+    assert e.value.code == "INVALID_ARGUMENT"
     ep.send(conn, smr, out[:1])
 
 

@@ -8,15 +8,16 @@
     ep.send(conn, mr, buf); ep.recv(conn, mr, out)
     desc = ep.advertise(mr, 0, len)              # bytes, sent out of band
     ep.write(conn, mr, buf, desc, offset)        # one-sided
+    ep.send_notif(conn, b"landed"); ep.get_notifs()   # [(conn, bytes)]
 
 Every error raises uccl.p2p.Error (its .code names the Status code); calls
 that may block release the GIL.
 """
 
-from uccl._p2p import REGION_DESC_BYTES, Error  # noqa: F401
+from uccl._p2p import MAX_NOTIF_BYTES, REGION_DESC_BYTES, Error  # noqa: F401
 from uccl._p2p import Endpoint as _Endpoint
 
-__all__ = ["Endpoint", "Error", "REGION_DESC_BYTES"]
+__all__ = ["Endpoint", "Error", "MAX_NOTIF_BYTES", "REGION_DESC_BYTES"]
 
 
 class Endpoint(_Endpoint):

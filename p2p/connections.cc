@@ -160,8 +160,9 @@ Result<ConnHandle> Endpoint::accept(int timeout_ms) {
   }
 }
 
-Result<ConnHandle> Endpoint::Impl::accept_step() {
-  // New engine connections: each gets a hello receive.
+// accept()'s first step: new engine connections each get a hello receive
+// and a deadline for it.
+Status Endpoint::Impl::take_new_accepts(uint64_t now) {
   while (!free_hellos.empty()) {
     auto c = ep->accept_poll();
     if (!c.ok()) {
@@ -171,6 +172,7 @@ Result<ConnHandle> Endpoint::Impl::accept_step() {
     auto pa = std::make_unique<PendingAccept>();
     pa->conn = *c;
     pa->slot = free_hellos.back();
+    pa->deadline_ns = now + hello_timeout_ns;
     free_hellos.pop_back();
     Status st = ep->recv_async(pa->conn,
                                hello_bufs.data() + pa->slot * sizeof(ConnHello),
@@ -182,7 +184,69 @@ Result<ConnHandle> Endpoint::Impl::accept_step() {
     }
     pending_accepts.push_back(std::move(pa));
   }
-  // Hellos that arrived: checked, then filed under their group.
+  return Status::OK();
+}
+
+// Files a connection whose hello arrived under its group; the group once
+// complete (else 0). A hello that is malformed or contradicts its group
+// closes the connection and is counted.
+Result<ConnHandle> Endpoint::Impl::file_hello(ConnId conn, const ConnHello& h,
+                                              bool ok, uint64_t now) {
+  AcceptGroup* g = nullptr;
+  const auto key = std::make_pair(ep->peer_ip(conn), h.group);
+  if (ok) {
+    g = &groups[key];
+    if (g->k == 0) {
+      g->k = h.k;
+      g->stripe_bytes = h.stripe_bytes;
+      g->conns.assign(h.k + 1, 0);  // data, then notifications
+      g->deadline_ns = now + hello_timeout_ns;
+    }
+  }
+  if (g == nullptr || g->k != h.k || g->stripe_bytes != h.stripe_bytes ||
+      g->conns[h.index] != 0) {
+    ++rejected_hellos;  // not a p2p peer, or a hello that contradicts
+    (void)ep->close(conn);
+    return ConnHandle{0};
+  }
+  g->conns[h.index] = conn;
+  if (++g->have < g->k + 1) return ConnHandle{0};
+  AcceptGroup done = std::move(*g);
+  groups.erase(key);
+  return add_conn(std::move(done.conns), done.stripe_bytes);
+}
+
+// Connections that sent no hello in time, and groups that did not
+// complete in time, are closed (counted as rejected): a peer that opens
+// connections and goes silent holds nothing for long.
+void Endpoint::Impl::expire_stale(uint64_t now) {
+  for (auto& pa : pending_accepts) {
+    if (!pa->closing && now > pa->deadline_ns) {
+      pa->closing = true;
+      ++rejected_hellos;
+      (void)ep->close(pa->conn);
+    }
+  }
+  for (auto it = groups.begin(); it != groups.end();) {
+    if (now <= it->second.deadline_ns) {
+      ++it;
+      continue;
+    }
+    for (ConnId c : it->second.conns) {
+      if (c != 0) {
+        ++rejected_hellos;
+        (void)ep->close(c);
+      }
+    }
+    it = groups.erase(it);
+  }
+}
+
+Result<ConnHandle> Endpoint::Impl::accept_step() {
+  const uint64_t now = monotonic_ns();
+  UCCL_RETURN_IF_ERROR(take_new_accepts(now));
+  expire_stale(now);
+  // Hellos that arrived (or receives that ended with their connection).
   for (size_t i = 0; i < pending_accepts.size();) {
     PendingAccept* pa = pending_accepts[i].get();
     if (!pa->req.done()) {
@@ -194,33 +258,15 @@ Result<ConnHandle> Endpoint::Impl::accept_step() {
                 sizeof(h));
     free_hellos.push_back(pa->slot);
     const ConnId conn = pa->conn;
+    const bool closing = pa->closing;
     const bool ok =
         pa->req.status().ok() && pa->req.size(0) == sizeof(ConnHello) &&
         h.magic == ConnHello::kMagic && h.k >= 1 && h.k <= kMaxStripes &&
         h.index <= h.k && h.stripe_bytes >= 4096;
     pending_accepts.erase(pending_accepts.begin() + i);
-    AcceptGroup* g = nullptr;
-    if (ok) {
-      g = &groups[{ep->peer_ip(conn), h.group}];
-      if (g->k == 0) {
-        g->k = h.k;
-        g->stripe_bytes = h.stripe_bytes;
-        g->conns.assign(h.k + 1, 0);  // data, then notifications
-      }
-    }
-    if (g == nullptr || g->k != h.k || g->stripe_bytes != h.stripe_bytes ||
-        g->conns[h.index] != 0) {
-      ++rejected_hellos;  // not a p2p peer, or a hello that contradicts
-      (void)ep->close(conn);
-      continue;
-    }
-    g->conns[h.index] = conn;
-    if (++g->have == g->k + 1) {
-      auto key = std::make_pair(ep->peer_ip(conn), h.group);
-      AcceptGroup done = std::move(groups[key]);
-      groups.erase(key);
-      return add_conn(std::move(done.conns), done.stripe_bytes);
-    }
+    if (closing) continue;  // expired: already closed and counted
+    UCCL_ASSIGN_OR_RETURN(ConnHandle done, file_hello(conn, h, ok, now));
+    if (done != 0) return done;
   }
   return Unavailable("accept: no connection yet");
 }

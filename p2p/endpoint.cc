@@ -47,11 +47,16 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const Config& cfg) {
   if (cfg.stripe_bytes < 4096) {
     return InvalidArgument("stripe_bytes must be at least 4096");
   }
+  if (cfg.hello_timeout_ms < 1) {
+    return InvalidArgument("hello_timeout_ms must be positive");
+  }
   if (cfg.local_gpu_idx >= 0) {
     return NotSupported("GPU memory is not supported by this build yet");
   }
   auto impl = std::make_unique<Impl>();
   impl->cfg = cfg;
+  impl->hello_timeout_ns =
+      static_cast<uint64_t>(cfg.hello_timeout_ms) * 1000000;
   impl->num_slots = kSlots;
   impl->slots.reset(new Xfer[kSlots]);
   impl->free_slots.reserve(kSlots);

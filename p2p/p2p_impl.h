@@ -81,6 +81,8 @@ struct Xfer {
 struct PendingAccept {
   ConnId conn = 0;
   uint32_t slot = 0;
+  uint64_t deadline_ns = 0;  // for the hello (monotonic)
+  bool closing = false;      // expired: closed, its receive still ending
   Request req;
 };
 
@@ -90,6 +92,7 @@ struct AcceptGroup {
   uint64_t stripe_bytes = 0;
   std::vector<ConnId> conns;  // by index; 0 = not yet
   int have = 0;
+  uint64_t deadline_ns = 0;  // for the rest of the group (monotonic)
 };
 
 struct Endpoint::Impl {
@@ -106,6 +109,7 @@ struct Endpoint::Impl {
   // By (peer address, group id).
   std::map<std::pair<std::string, uint32_t>, AcceptGroup> groups;
   uint64_t rejected_hellos = 0;
+  uint64_t hello_timeout_ns = 0;
   // Connections hold notification requests: they too outlive `ep`.
   std::map<ConnHandle, P2pConn> conns;
   std::unique_ptr<uccl::Endpoint> ep;
@@ -140,6 +144,10 @@ struct Endpoint::Impl {
   // accept(): takes engine connections, reads their hellos, and returns a
   // group once all its connections arrived (kUnavailable before).
   Result<ConnHandle> accept_step();
+  Status take_new_accepts(uint64_t now);
+  Result<ConnHandle> file_hello(ConnId conn, const ConnHello& h, bool ok,
+                                uint64_t now);
+  void expire_stale(uint64_t now);
 };
 
 }  // namespace uccl::p2p

@@ -23,6 +23,9 @@ struct Config {
   // the rest (both sides must agree; the connecting side's value is used).
   // One-sided: cut evenly over the engines, no part under a quarter of it.
   size_t stripe_bytes = size_t{1} << 20;
+  // An accepted engine connection that sends no hello in this time, or a
+  // connection whose engine connections do not all arrive in it, is closed.
+  int hello_timeout_ms = 10000;
   // Everything else of the engines (device, cores, congestion control,
   // faults); its num_engines is num_cpus.
   EndpointConfig engine;
@@ -119,8 +122,8 @@ class Endpoint {
   std::vector<Notif> get_notifs();
 
   int num_engines() const;
-  // Engine connections dropped at accept for a missing or malformed hello
-  // (not a p2p peer, or one that contradicts its group).
+  // Engine connections dropped at accept: a malformed or contradicting
+  // hello, none in hello_timeout_ms, or a group that never completed.
   uint64_t rejected_connections() const;
   // The engine endpoint underneath (statistics, NIC counters).
   uccl::Endpoint* engine_endpoint();

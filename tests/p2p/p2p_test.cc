@@ -314,6 +314,36 @@ TEST(P2p, NotificationsArriveInOrderBesideTransfers) {
   EXPECT_TRUE(p->client->get_notifs().empty());
 }
 
+// A peer that opens an engine connection and says nothing holds it only
+// for hello_timeout_ms.
+TEST(P2p, ASilentConnectionIsClosedAfterTheHelloTimeout) {
+  Config cfg = test_config(1);
+  cfg.hello_timeout_ms = 200;
+  auto s = Endpoint::create(cfg);
+  ASSERT_TRUE(s.ok());
+  auto port = (*s)->listen(0);
+  ASSERT_TRUE(port.ok());
+  EndpointConfig ec = test_config(1).engine;
+  ec.num_engines = 1;
+  auto raw = uccl::Endpoint::create(ec);
+  ASSERT_TRUE(raw.ok());
+  Result<ConnHandle> first = Unavailable("");
+  std::thread t([&] { first = (*s)->accept(1500); });
+  auto rc = (*raw)->connect("127.0.0.1", *port, 10000);
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  t.join();
+  EXPECT_EQ(first.status().code(), StatusCode::kTimedOut);
+  EXPECT_EQ((*s)->rejected_connections(), 1u);
+  // Its engine connection was closed: a receive there fails.
+  std::vector<uint8_t> b(64);
+  auto mh = (*raw)->reg_mr(b.data(), b.size());
+  ASSERT_TRUE(mh.ok());
+  Request r;
+  Status st = (*raw)->recv_async(*rc, b.data(), b.size(), *mh, &r);
+  if (st.ok()) st = (*raw)->wait(&r, 10000);
+  EXPECT_FALSE(st.ok());
+}
+
 TEST(P2p, BadConfigIsRefused) {
   Config c = test_config();
   c.num_cpus = 0;

@@ -119,6 +119,11 @@ def test_misuse_raises_errors_with_codes():
     with pytest.raises(p2p.Error) as e:
         p2p.Endpoint(num_cpus=0)
     assert e.value.code == "INVALID_ARGUMENT"
+    # The endpoint holds what it registered until dereg.
+    tmp = ep.reg(bytearray(100))
+    assert tmp in ep._registered
+    ep.dereg(tmp)
+    assert tmp not in ep._registered
     ep.dereg(mr)
     with pytest.raises(p2p.Error):
         ep.dereg(mr)

@@ -21,7 +21,66 @@ __all__ = ["Endpoint", "Error", "MAX_NOTIF_BYTES", "REGION_DESC_BYTES"]
 
 
 class Endpoint(_Endpoint):
-    """A p2p endpoint; the *_async calls return handles for poll/wait."""
+    """A p2p endpoint; the *_async calls return handles for poll/wait.
+
+    It keeps a reference to every registered object until dereg, and to
+    every transfer's buffer until the transfer is done, so neither is freed
+    while the engines may still touch its memory."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._registered = {}  # memory id -> object
+        self._in_flight = {}  # transfer handle -> buffer
+
+    def reg(self, obj):
+        mr = super().reg(obj)
+        self._registered[mr] = obj
+        return mr
+
+    def dereg(self, mr):
+        super().dereg(mr)
+        self._registered.pop(mr, None)
+
+    def _track(self, handle, buf):
+        self._in_flight[handle] = buf
+        return handle
+
+    def send_async(self, conn, mr, buf):
+        return self._track(super().send_async(conn, mr, buf), buf)
+
+    def recv_async(self, conn, mr, buf):
+        return self._track(super().recv_async(conn, mr, buf), buf)
+
+    def write_async(self, conn, mr, src, desc, offset=0):
+        return self._track(super().write_async(conn, mr, src, desc, offset),
+                           src)
+
+    def read_async(self, conn, mr, dst, desc, offset=0):
+        return self._track(super().read_async(conn, mr, dst, desc, offset),
+                           dst)
+
+    def poll(self, handle):
+        """(done, bytes); the handle is spent once done (or on an error)."""
+        try:
+            done, n = super().poll(handle)
+        except Error:
+            self._in_flight.pop(handle, None)
+            raise
+        if done:
+            self._in_flight.pop(handle, None)
+        return done, n
+
+    def wait(self, handle, timeout_ms=30000):
+        """Bytes moved; raises on an error or when timeout_ms passes (the
+        handle then stays valid)."""
+        try:
+            n = super().wait(handle, timeout_ms)
+        except Error as e:
+            if e.code != "TIMED_OUT":
+                self._in_flight.pop(handle, None)
+            raise
+        self._in_flight.pop(handle, None)
+        return n
 
     def send(self, conn, mr, buf, timeout_ms=30000):
         return self.wait(self.send_async(conn, mr, buf), timeout_ms)

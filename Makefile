@@ -7,7 +7,7 @@ CTEST_ARGS ?=
 
 .PHONY: all build deps configure test run bench format format-check \
         asan-test tsan-test experiments release-build fuzz-build fuzz-smoke \
-        fuzz mutants clean
+        fuzz mutants python clean
 
 all: build
 
@@ -30,6 +30,12 @@ test: deps
 run: deps
 	@$(MAKE) --no-print-directory build
 	@tools/run_main_job.sh $(BUILD)
+
+# Builds the Python module uccl.p2p and prints how to import it.
+python: deps
+	@$(MAKE) --no-print-directory build
+	@test -d $(BUILD)/python/uccl || { echo "no Python module: pybind11 or Python headers missing (see make deps)"; exit 1; }
+	@echo "export PYTHONPATH=$(CURDIR)/$(BUILD)/python   # then: python3 -c 'from uccl import p2p'"
 
 bench: deps
 	@$(MAKE) --no-print-directory build

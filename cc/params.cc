@@ -5,16 +5,13 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "util/strings.h"
+
 namespace uccl::cc {
 
 Result<CcParams> CcParams::parse(const std::string& text) {
   CcParams p;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    if (item.empty()) continue;
+  for (const std::string& item : split_list(text, ',')) {
     size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0) {
       return InvalidArgument("cc parameter '" + item + "' is not key=value");

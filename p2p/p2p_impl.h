@@ -129,6 +129,10 @@ struct Endpoint::Impl {
   // Posts the connection's unposted two-sided transfers, in order, until
   // the group takes no more.
   Status post_unposted(P2pConn* pc);
+  // A slot for a transfer on connection `c` of [data, data + len) inside
+  // registration `mr` (checked); the caller holds `mu`.
+  Result<uint32_t> new_xfer(XferKind kind, ConnHandle c, MrId mr,
+                            const void* data, size_t len, P2pConn** pc);
   Result<XferHandle> post_two_sided(XferKind kind, ConnHandle c, MrId mr,
                                     const void* data, size_t len);
   Result<XferHandle> post_one_sided(XferKind kind, ConnHandle c, MrId mr,

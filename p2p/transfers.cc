@@ -74,24 +74,31 @@ Status Endpoint::Impl::post_unposted(P2pConn* pc) {
   return Status::OK();
 }
 
-Result<XferHandle> Endpoint::Impl::post_two_sided(XferKind kind, ConnHandle c,
-                                                  MrId mr, const void* data,
-                                                  size_t len) {
-  Impl* impl = this;
-  std::lock_guard<std::mutex> lock(impl->mu);
-  UCCL_ASSIGN_OR_RETURN(P2pConn * pc, impl->conn_of(c));
-  if (pc->closed) return InvalidArgument("connection closed");
-  UCCL_ASSIGN_OR_RETURN(MrHandle * mh, impl->region_of(mr, data, len));
-  UCCL_ASSIGN_OR_RETURN(uint32_t s, impl->take_slot());
-  Xfer& x = impl->slots[s];
+Result<uint32_t> Endpoint::Impl::new_xfer(XferKind kind, ConnHandle c, MrId mr,
+                                          const void* data, size_t len,
+                                          P2pConn** pc) {
+  UCCL_ASSIGN_OR_RETURN(*pc, conn_of(c));
+  if ((*pc)->closed) return InvalidArgument("connection closed");
+  UCCL_ASSIGN_OR_RETURN(MrHandle * mh, region_of(mr, data, len));
+  UCCL_ASSIGN_OR_RETURN(uint32_t s, take_slot());
+  Xfer& x = slots[s];
   x.kind = kind;
   x.conn = c;
   x.data = static_cast<uint8_t*>(const_cast<void*>(data));
   x.len = len;
   x.mh = mh;
+  return s;
+}
+
+Result<XferHandle> Endpoint::Impl::post_two_sided(XferKind kind, ConnHandle c,
+                                                  MrId mr, const void* data,
+                                                  size_t len) {
+  std::lock_guard<std::mutex> lock(mu);
+  P2pConn* pc = nullptr;
+  UCCL_ASSIGN_OR_RETURN(uint32_t s, new_xfer(kind, c, mr, data, len, &pc));
   pc->unposted.push_back(s);
-  UCCL_RETURN_IF_ERROR(impl->post_unposted(pc));
-  return handle_of(x, s);
+  UCCL_RETURN_IF_ERROR(post_unposted(pc));
+  return handle_of(slots[s], s);
 }
 
 Result<XferHandle> Endpoint::Impl::post_one_sided(XferKind kind, ConnHandle c,
@@ -99,11 +106,6 @@ Result<XferHandle> Endpoint::Impl::post_one_sided(XferKind kind, ConnHandle c,
                                                   size_t len,
                                                   const RegionDesc& remote,
                                                   uint64_t remote_offset) {
-  Impl* impl = this;
-  std::lock_guard<std::mutex> lock(impl->mu);
-  UCCL_ASSIGN_OR_RETURN(P2pConn * pc, impl->conn_of(c));
-  if (pc->closed) return InvalidArgument("connection closed");
-  UCCL_ASSIGN_OR_RETURN(MrHandle * mh, impl->region_of(mr, local, len));
   if (remote.magic != RegionDesc::kMagic) {
     return InvalidArgument("not a region descriptor");
   }
@@ -111,13 +113,11 @@ Result<XferHandle> Endpoint::Impl::post_one_sided(XferKind kind, ConnHandle c,
       len > remote.region.len - remote_offset) {
     return OutOfRange("range outside the peer's advertised region");
   }
-  UCCL_ASSIGN_OR_RETURN(uint32_t s, impl->take_slot());
-  Xfer& x = impl->slots[s];
-  x.kind = kind;
-  x.conn = c;
-  x.data = static_cast<uint8_t*>(local);
-  x.len = len;
-  x.mh = mh;
+  std::lock_guard<std::mutex> lock(mu);
+  P2pConn* pc = nullptr;
+  UCCL_ASSIGN_OR_RETURN(uint32_t s, new_xfer(kind, c, mr, local, len, &pc));
+  Xfer& x = slots[s];
+  MrHandle* mh = x.mh;
   x.posted = true;
   const int k = static_cast<int>(pc->conns.size());
   const size_t stripe = one_sided_stripe(len, k, pc->stripe_bytes / 4);
@@ -126,15 +126,14 @@ Result<XferHandle> Endpoint::Impl::post_one_sided(XferKind kind, ConnHandle c,
     stripe_part(len, j, k, stripe, &off, &n);
     if (n == 0) continue;
     Request* r = &x.reqs[x.nreqs];
-    Status st =
-        kind == XferKind::kWrite
-            ? impl->ep->write_async(pc->conns[j], x.data + off, n, mh,
-                                    remote.region, remote_offset + off, r)
-            : impl->ep->read_async(pc->conns[j], x.data + off, n, mh,
-                                   remote.region, remote_offset + off, r);
+    Status st = kind == XferKind::kWrite
+                    ? ep->write_async(pc->conns[j], x.data + off, n, mh,
+                                      remote.region, remote_offset + off, r)
+                    : ep->read_async(pc->conns[j], x.data + off, n, mh,
+                                     remote.region, remote_offset + off, r);
     if (!st.ok()) {
       if (x.nreqs == 0) {
-        impl->free_slot(s);
+        free_slot(s);
         return st;
       }
       x.error = st;  // the parts posted finish first, then this is reported

@@ -18,6 +18,8 @@
 #include <sstream>
 #include <thread>
 
+#include "util/strings.h"
+
 namespace uccl {
 namespace {
 
@@ -41,13 +43,7 @@ bool parse_nonneg_int(const std::string& s, int* out) {
 
 Result<std::vector<int>> parse_cpu_list(const std::string& text) {
   std::set<int> cpus;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    // Trim spaces and trailing newline.
-    item.erase(0, item.find_first_not_of(" \t\n"));
-    item.erase(item.find_last_not_of(" \t\n") + 1);
-    if (item.empty()) continue;
+  for (const std::string& item : split_list(text, ',')) {
     size_t dash = item.find('-');
     int lo, hi;
     if (dash == std::string::npos) {

@@ -8,6 +8,7 @@
 
 #include "cc/sim/sim.h"
 #include "uccl/status.h"
+#include "util/strings.h"
 
 namespace uccl::sim {
 
@@ -36,7 +37,7 @@ struct Experiment {
 Result<Experiment> parse_experiment(const std::string& text);
 
 // Items of a `sep`-separated list, trimmed, empty ones dropped.
-std::vector<std::string> split_list(const std::string& s, char sep);
+using uccl::split_list;
 // "key=value; key=value" (variants, ccsim --set).
 Result<KeyValues> parse_assignments(const std::string& text);
 Result<Experiment> load_experiment(const std::string& path);

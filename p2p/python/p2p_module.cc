@@ -16,12 +16,14 @@ namespace p2p = uccl::p2p;
 
 namespace {
 
-py::object g_error;  // uccl.p2p.Error, set at import
+// uccl.p2p.Error, set at import. A plain reference, never released: a
+// static py::object would be released after the interpreter is gone.
+PyObject* g_error = nullptr;
 
 [[noreturn]] void raise(const Status& st) {
-  py::object e = g_error(st.to_string());
+  py::object e = py::reinterpret_borrow<py::object>(g_error)(st.to_string());
   e.attr("code") = uccl::status_code_name(st.code());
-  PyErr_SetObject(g_error.ptr(), e.ptr());
+  PyErr_SetObject(g_error, e.ptr());
   throw py::error_already_set();
 }
 
@@ -192,9 +194,8 @@ class PyEndpoint {
 
 PYBIND11_MODULE(_p2p, m) {
   m.doc() = "UCCL point-to-point transfers (C++ engine: include/uccl/p2p.h)";
-  g_error = py::reinterpret_borrow<py::object>(
-      PyErr_NewException("uccl.p2p.Error", PyExc_RuntimeError, nullptr));
-  m.attr("Error") = g_error;
+  g_error = PyErr_NewException("uccl.p2p.Error", PyExc_RuntimeError, nullptr);
+  m.attr("Error") = py::reinterpret_borrow<py::object>(g_error);
   m.attr("REGION_DESC_BYTES") = p2p::kRegionDescBytes;
   m.attr("MAX_NOTIF_BYTES") = p2p::kMaxNotifBytes;
   py::class_<PyEndpoint>(m, "Endpoint")

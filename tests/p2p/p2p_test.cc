@@ -247,6 +247,13 @@ TEST(P2p, ClosedConnectionFailsItsTransfersOnBothSides) {
       StatusCode::kInvalidArgument);
 }
 
+// An engine endpoint that is not a p2p one (it never sends a hello).
+Result<std::unique_ptr<uccl::Endpoint>> raw_endpoint() {
+  EndpointConfig ec = test_config(1).engine;
+  ec.num_engines = 1;
+  return uccl::Endpoint::create(ec);
+}
+
 // Something that is not a p2p peer (an engine connection with a bad hello)
 // is dropped and counted; the server goes on accepting real peers.
 TEST(P2p, ABadHelloIsDroppedAndAcceptGoesOn) {
@@ -254,9 +261,7 @@ TEST(P2p, ABadHelloIsDroppedAndAcceptGoesOn) {
   ASSERT_TRUE(s.ok());
   auto port = (*s)->listen(0);
   ASSERT_TRUE(port.ok());
-  EndpointConfig ec = test_config(1).engine;
-  ec.num_engines = 1;
-  auto raw = uccl::Endpoint::create(ec);
+  auto raw = raw_endpoint();
   ASSERT_TRUE(raw.ok());
   Result<ConnHandle> first = Unavailable("");
   std::thread t([&] { first = (*s)->accept(3000); });
@@ -324,9 +329,7 @@ TEST(P2p, ASilentConnectionIsClosedAfterTheHelloTimeout) {
   ASSERT_TRUE(s.ok());
   auto port = (*s)->listen(0);
   ASSERT_TRUE(port.ok());
-  EndpointConfig ec = test_config(1).engine;
-  ec.num_engines = 1;
-  auto raw = uccl::Endpoint::create(ec);
+  auto raw = raw_endpoint();
   ASSERT_TRUE(raw.ok());
   Result<ConnHandle> first = Unavailable("");
   std::thread t([&] { first = (*s)->accept(1500); });

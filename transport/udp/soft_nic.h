@@ -249,6 +249,7 @@ class SoftQp final : public QueuePair {
   bool payload_ok(const WireHeader& h, const uint8_t* payload) const;
   bool take_recv(RecvEntry* out);
   bool recv_available() const;
+  void begin_message(WireOp op, const WireHeader& h);
   void finish_message(uint64_t now_ns);
   void abort_message();
 

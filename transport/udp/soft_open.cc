@@ -1,10 +1,10 @@
 // The software NIC's entries in the backend registry: which device names it
 // takes, the interfaces it lists, and its own options (backend_params).
 #include <algorithm>
-#include <sstream>
 
 #include "transport/udp/soft_nic.h"
 #include "util/knobs.h"
+#include "util/strings.h"
 
 namespace uccl::transport::udp {
 
@@ -49,12 +49,7 @@ Result<std::unique_ptr<Device>> open_soft_device(const std::string& name,
 
 Result<SoftNicParams> SoftNicParams::parse(const std::string& text) {
   SoftNicParams p;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    if (item.empty()) continue;
+  for (const std::string& item : split_list(text, ',')) {
     const size_t eq = item.find('=');
     const std::string key = item.substr(0, eq);
     const std::string val = eq == std::string::npos ? "" : item.substr(eq + 1);

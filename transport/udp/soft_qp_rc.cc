@@ -77,12 +77,7 @@ void SoftQp::on_rc_request(const WireHeader& h, const uint8_t* payload,
       return;
     }
     if (h.flags & kFlagFirst) {
-      if (msg_.active) abort_message();
-      msg_.active = true;
-      msg_.op = op;
-      msg_.msg_len = h.msg_len;
-      msg_.next_offset = 0;
-      msg_.imm = h.imm_data;
+      begin_message(op, h);
     } else if (!msg_.active || h.frag_offset != msg_.next_offset ||
                h.msg_len != msg_.msg_len || op != msg_.op) {
       ++c.drop_malformed;

@@ -92,6 +92,16 @@ uint8_t* SoftQp::direct_dst(const WireHeader& h,
   return reinterpret_cast<uint8_t*>(dst);
 }
 
+// A first fragment starts a message (one still open is abandoned).
+void SoftQp::begin_message(WireOp op, const WireHeader& h) {
+  if (msg_.active) abort_message();
+  msg_.active = true;
+  msg_.op = op;
+  msg_.msg_len = h.msg_len;
+  msg_.next_offset = 0;
+  msg_.imm = h.imm_data;
+}
+
 void SoftQp::abort_message() {
   if (msg_.has_recv) {  // keep the receive for this QP's next SEND
     spare_recv_ = msg_.recv;
@@ -330,12 +340,7 @@ void SoftQp::on_uc(const WireHeader& h, const uint8_t* payload, uint64_t now) {
   if (h.psn != epsn_ && msg_.active) abort_message();  // lost packets
   epsn_ = h.psn + 1;
   if (h.flags & kFlagFirst) {
-    if (msg_.active) abort_message();
-    msg_.active = true;
-    msg_.op = op;
-    msg_.msg_len = h.msg_len;
-    msg_.next_offset = 0;
-    msg_.imm = h.imm_data;
+    begin_message(op, h);
   } else if (!msg_.active || msg_.discard) {
     ++c.drop_out_of_sequence;
     return;

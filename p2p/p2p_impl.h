@@ -56,7 +56,10 @@ struct Registration {
   size_t len = 0;
 };
 
-enum class XferKind : uint8_t { kSend, kRecv, kWrite, kRead };
+// kVec: a vectored transfer, whose slices are transfers of another kind
+// (its children) chained from first_child.
+enum class XferKind : uint8_t { kSend, kRecv, kWrite, kRead, kVec };
+constexpr uint32_t kNoSlot = ~uint32_t{0};
 
 // One transfer. Lives in the pool until polled done; its requests belong
 // to the engines while pending.
@@ -74,6 +77,12 @@ struct Xfer {
   StripedRequest sreq;        // two-sided
   Request reqs[kMaxStripes];  // one-sided: one per part
   int nreqs = 0;
+  // Vectored: the parent's children (a list through next_child) and the
+  // bytes of those done; a child's parent (kNoSlot: none, a handle's own).
+  uint32_t parent = kNoSlot;
+  uint32_t first_child = kNoSlot;
+  uint32_t next_child = kNoSlot;
+  size_t moved = 0;
 };
 
 // A connection accepted at the engine level whose hello has not arrived
@@ -94,6 +103,14 @@ struct AcceptGroup {
   int have = 0;
   uint64_t deadline_ns = 0;  // for the rest of the group (monotonic)
 };
+
+inline XferHandle handle_of(const Xfer& x, uint32_t slot) {
+  return static_cast<uint64_t>(x.gen) << 32 | slot;
+}
+
+// Whether [remote_offset, remote_offset + len) lies in the advertised region.
+Status check_remote(const RegionDesc& remote, uint64_t remote_offset,
+                    size_t len);
 
 struct Endpoint::Impl {
   Config cfg;
@@ -139,6 +156,15 @@ struct Endpoint::Impl {
                                     void* local, size_t len,
                                     const RegionDesc& remote,
                                     uint64_t remote_offset);
+  // Posts slot s's parts (a write or read new_xfer made); an error when
+  // none could be posted (the slot is still taken).
+  Status post_parts_one_sided(uint32_t s, P2pConn* pc, const RegionDesc& remote,
+                              uint64_t remote_offset);
+  // Vectored transfers: `remote` (one per slice) for writes and reads.
+  Result<XferHandle> post_vec(XferKind kind, ConnHandle c,
+                              const std::vector<IoSlice>& v,
+                              const std::vector<RemoteSlice>* remote);
+  Result<bool> poll_vec(uint32_t slot, size_t* bytes);
   // Advances the group of `pc` and reports whether slot's transfer is done.
   Result<bool> poll_locked(uint32_t slot, size_t* bytes);
   Result<ConnHandle> add_conn(std::vector<ConnId> conns, size_t stripe);

@@ -12,10 +12,6 @@ namespace {
 
 constexpr size_t kOneSidedAlign = 4096;
 
-XferHandle handle_of(const Xfer& x, uint32_t slot) {
-  return static_cast<uint64_t>(x.gen) << 32 | slot;
-}
-
 // One-sided parts: the transfer split evenly (4 KiB-aligned cuts) over k
 // connections, but no part under `min_part` unless the transfer is.
 size_t one_sided_stripe(size_t len, int k, size_t min_part) {
@@ -39,6 +35,8 @@ Result<uint32_t> Endpoint::Impl::take_slot() {
   x.owned = false;
   x.error = Status::OK();
   x.nreqs = 0;
+  x.parent = x.first_child = x.next_child = kNoSlot;
+  x.moved = 0;
   if (++x.gen == 0) x.gen = 1;
   return s;
 }
@@ -51,6 +49,7 @@ void Endpoint::Impl::free_slot(uint32_t s) {
 Result<Xfer*> Endpoint::Impl::xfer_of(XferHandle h, uint32_t* slot) {
   *slot = static_cast<uint32_t>(h);
   if (*slot >= num_slots || !slots[*slot].in_use ||
+      slots[*slot].parent != kNoSlot ||
       slots[*slot].gen != static_cast<uint32_t>(h >> 32)) {
     return InvalidArgument("unknown or spent transfer handle");
   }
@@ -101,11 +100,8 @@ Result<XferHandle> Endpoint::Impl::post_two_sided(XferKind kind, ConnHandle c,
   return handle_of(slots[s], s);
 }
 
-Result<XferHandle> Endpoint::Impl::post_one_sided(XferKind kind, ConnHandle c,
-                                                  MrId mr, void* local,
-                                                  size_t len,
-                                                  const RegionDesc& remote,
-                                                  uint64_t remote_offset) {
+Status check_remote(const RegionDesc& remote, uint64_t remote_offset,
+                    size_t len) {
   if (remote.magic != RegionDesc::kMagic) {
     return InvalidArgument("not a region descriptor");
   }
@@ -113,36 +109,52 @@ Result<XferHandle> Endpoint::Impl::post_one_sided(XferKind kind, ConnHandle c,
       len > remote.region.len - remote_offset) {
     return OutOfRange("range outside the peer's advertised region");
   }
-  std::lock_guard<std::mutex> lock(mu);
-  P2pConn* pc = nullptr;
-  UCCL_ASSIGN_OR_RETURN(uint32_t s, new_xfer(kind, c, mr, local, len, &pc));
+  return Status::OK();
+}
+
+Status Endpoint::Impl::post_parts_one_sided(uint32_t s, P2pConn* pc,
+                                            const RegionDesc& remote,
+                                            uint64_t remote_offset) {
   Xfer& x = slots[s];
-  MrHandle* mh = x.mh;
   x.posted = true;
   const int k = static_cast<int>(pc->conns.size());
-  const size_t stripe = one_sided_stripe(len, k, pc->stripe_bytes / 4);
+  const size_t stripe = one_sided_stripe(x.len, k, pc->stripe_bytes / 4);
   for (int j = 0; j < k; ++j) {
     size_t off = 0, n = 0;
-    stripe_part(len, j, k, stripe, &off, &n);
+    stripe_part(x.len, j, k, stripe, &off, &n);
     if (n == 0) continue;
     Request* r = &x.reqs[x.nreqs];
-    Status st = kind == XferKind::kWrite
-                    ? ep->write_async(pc->conns[j], x.data + off, n, mh,
+    Status st = x.kind == XferKind::kWrite
+                    ? ep->write_async(pc->conns[j], x.data + off, n, x.mh,
                                       remote.region, remote_offset + off, r)
-                    : ep->read_async(pc->conns[j], x.data + off, n, mh,
+                    : ep->read_async(pc->conns[j], x.data + off, n, x.mh,
                                      remote.region, remote_offset + off, r);
     if (!st.ok()) {
-      if (x.nreqs == 0) {
-        free_slot(s);
-        return st;
-      }
+      if (x.nreqs == 0) return st;
       x.error = st;  // the parts posted finish first, then this is reported
       break;
     }
     ++x.nreqs;
     x.owned = true;
   }
-  return handle_of(x, s);
+  return Status::OK();
+}
+
+Result<XferHandle> Endpoint::Impl::post_one_sided(XferKind kind, ConnHandle c,
+                                                  MrId mr, void* local,
+                                                  size_t len,
+                                                  const RegionDesc& remote,
+                                                  uint64_t remote_offset) {
+  UCCL_RETURN_IF_ERROR(check_remote(remote, remote_offset, len));
+  std::lock_guard<std::mutex> lock(mu);
+  P2pConn* pc = nullptr;
+  UCCL_ASSIGN_OR_RETURN(uint32_t s, new_xfer(kind, c, mr, local, len, &pc));
+  Status st = post_parts_one_sided(s, pc, remote, remote_offset);
+  if (!st.ok()) {
+    free_slot(s);
+    return st;
+  }
+  return handle_of(slots[s], s);
 }
 
 Result<XferHandle> Endpoint::send_async(ConnHandle c, MrId mr, const void* data,
@@ -171,6 +183,7 @@ Result<XferHandle> Endpoint::read_async(ConnHandle c, MrId mr, void* dst,
 
 Result<bool> Endpoint::Impl::poll_locked(uint32_t slot, size_t* bytes) {
   Xfer& x = slots[slot];
+  if (x.kind == XferKind::kVec) return poll_vec(slot, bytes);
   size_t moved = 0;
   if (x.kind == XferKind::kSend || x.kind == XferKind::kRecv) {
     P2pConn& pc = conns[x.conn];

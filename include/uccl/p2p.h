@@ -52,6 +52,20 @@ struct RegionDesc {
 };
 constexpr size_t kRegionDescBytes = sizeof(RegionDesc);
 
+// One buffer of a vectored transfer: [data, data + len) inside `mr`.
+struct IoSlice {
+  MrId mr = 0;
+  void* data = nullptr;
+  size_t len = 0;
+};
+// Where a vectored one-sided transfer's slice goes (or comes from) at the
+// peer: `offset` bytes into an advertised region.
+struct RemoteSlice {
+  RegionDesc region;
+  uint64_t offset = 0;
+};
+constexpr size_t kMaxSlices = 1024;  // slices in one vectored transfer
+
 // A small message beside the transfers, e.g. to tell a reader that a
 // one-sided write landed (it is sent after the write completed).
 constexpr size_t kMaxNotifBytes = 256;
@@ -106,6 +120,19 @@ class Endpoint {
                                  uint64_t dst_offset);
   Result<XferHandle> read_async(ConnHandle c, MrId mr, void* dst, size_t len,
                                 const RegionDesc& src, uint64_t src_offset);
+  // Vectored: one handle for many slices, done when all are (bytes: their
+  // sum); the first error of any slice is the handle's. Every slice is
+  // checked before any is posted. sendv sends each slice as its own
+  // message, in order; recvv takes that many messages into its slices in
+  // order. writev/readv move slice i to/from remote[i] (same counts).
+  Result<XferHandle> sendv_async(ConnHandle c,
+                                 const std::vector<IoSlice>& msgs);
+  Result<XferHandle> recvv_async(ConnHandle c,
+                                 const std::vector<IoSlice>& bufs);
+  Result<XferHandle> writev_async(ConnHandle c, const std::vector<IoSlice>& src,
+                                  const std::vector<RemoteSlice>& dst);
+  Result<XferHandle> readv_async(ConnHandle c, const std::vector<IoSlice>& dst,
+                                 const std::vector<RemoteSlice>& src);
   // Moves transfers along; true once `h` is done (bytes moved in *bytes),
   // after which the handle is spent. A failed transfer returns its error
   // (and is spent too); an unknown handle is InvalidArgument.

@@ -156,6 +156,24 @@ class PyEndpoint {
     p2p::RegionDesc d = value(p2p::RegionDesc::from_bytes(desc));
     return value(ep_->read_async(c, mr, ptr(a), n, d, offset));
   }
+  // Vectored: slices as [(mr, buffer), ...]; remote ones as
+  // [(desc, offset), ...].
+  uint64_t sendv_async(uint64_t c, const py::list& slices) {
+    return value(ep_->sendv_async(c, io_slices(slices, false)));
+  }
+  uint64_t recvv_async(uint64_t c, const py::list& slices) {
+    return value(ep_->recvv_async(c, io_slices(slices, true)));
+  }
+  uint64_t writev_async(uint64_t c, const py::list& slices,
+                        const py::list& remote) {
+    return value(
+        ep_->writev_async(c, io_slices(slices, false), remote_slices(remote)));
+  }
+  uint64_t readv_async(uint64_t c, const py::list& slices,
+                       const py::list& remote) {
+    return value(
+        ep_->readv_async(c, io_slices(slices, true), remote_slices(remote)));
+  }
   // (done, bytes)
   py::tuple poll(uint64_t h) {
     size_t n = 0;
@@ -187,6 +205,35 @@ class PyEndpoint {
   int num_engines() const { return ep_->num_engines(); }
 
  private:
+  static std::vector<p2p::IoSlice> io_slices(const py::list& l, bool writable) {
+    std::vector<p2p::IoSlice> v;
+    v.reserve(py::len(l));
+    for (py::handle item : l) {
+      if (!py::isinstance<py::tuple>(item) || py::len(item) != 2) {
+        raise(uccl::InvalidArgument("a slice is a (mr, buffer) tuple"));
+      }
+      auto t = item.cast<py::tuple>();
+      auto [a, n] = memory_of(t[1], writable);
+      v.push_back({t[0].cast<uint64_t>(), ptr(a), n});
+    }
+    return v;
+  }
+  static std::vector<p2p::RemoteSlice> remote_slices(const py::list& l) {
+    std::vector<p2p::RemoteSlice> v;
+    v.reserve(py::len(l));
+    for (py::handle item : l) {
+      if (!py::isinstance<py::tuple>(item) || py::len(item) != 2) {
+        raise(
+            uccl::InvalidArgument("a remote slice is a (desc, offset) tuple"));
+      }
+      auto t = item.cast<py::tuple>();
+      p2p::RegionDesc d =
+          value(p2p::RegionDesc::from_bytes(t[0].cast<std::string>()));
+      v.push_back({d, t[1].cast<uint64_t>()});
+    }
+    return v;
+  }
+
   std::unique_ptr<p2p::Endpoint> ep_;
 };
 
@@ -222,6 +269,10 @@ PYBIND11_MODULE(_p2p, m) {
       .def("read_async", &PyEndpoint::read_async, py::arg("conn"),
            py::arg("mr"), py::arg("dst"), py::arg("desc"),
            py::arg("offset") = 0)
+      .def("sendv_async", &PyEndpoint::sendv_async)
+      .def("recvv_async", &PyEndpoint::recvv_async)
+      .def("writev_async", &PyEndpoint::writev_async)
+      .def("readv_async", &PyEndpoint::readv_async)
       .def("poll", &PyEndpoint::poll)
       .def("wait", &PyEndpoint::wait, py::arg("handle"),
            py::arg("timeout_ms") = 30000)

@@ -17,11 +17,11 @@ COMMON = ["--num-cpus", "2", "--nic", "udp:lo", "--sizes", "0,1K,64K,1M",
           "--timeout-ms", "20000"]
 
 
-def run_pair(mode, tmp_path):
+def run_pair(mode, tmp_path, common=COMMON, env=None):
     server = subprocess.Popen(
         [sys.executable, BENCH, "--role", "server", "--port", "0",
-         "--mode", mode] + COMMON,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+         "--mode", mode] + common,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     port = None
     head = []
     for line in server.stdout:
@@ -33,8 +33,8 @@ def run_pair(mode, tmp_path):
     out = tmp_path / f"{mode}.json"
     client = subprocess.run(
         [sys.executable, BENCH, "--role", "client", "--port", str(port),
-         "--mode", mode, "--json", str(out)] + COMMON,
-        capture_output=True, text=True, timeout=120)
+         "--mode", mode, "--json", str(out)] + common,
+        capture_output=True, text=True, timeout=120, env=env)
     s_out, _ = server.communicate(timeout=120)
     assert client.returncode == 0, client.stdout + client.stderr
     assert server.returncode == 0, "".join(head) + s_out
@@ -52,6 +52,34 @@ def test_every_mode_moves_verified_data(mode, tmp_path):
     assert [r["bytes"] for r in js["results"]] == [0, 1024, 65536, 1 << 20]
     assert all(r["gbps"] > 0 for r in js["results"][1:])
     assert all(r["lat_us"] > 0 for r in js["results"])
+
+
+def matrix_flags(sizes, iters, depth):
+    return ["--num-cpus", "2", "--nic", "udp:lo", "--sizes", sizes,
+            "--iters", str(iters), "--async-depth", str(depth), "--verify",
+            "--timeout-ms", "30000"]
+
+
+@pytest.mark.parametrize("mode", ["send", "write", "read"])
+def test_every_mode_every_size_depth_1(mode, tmp_path):
+    """0 B to 64 MiB one at a time, every byte checked."""
+    _, js = run_pair(mode, tmp_path, matrix_flags("0,1,4K,1M,64M", 3, 1))
+    assert [r["bytes"] for r in js["results"]] == [0, 1, 4096, 1 << 20,
+                                                   64 << 20]
+
+
+@pytest.mark.parametrize("mode", ["send", "write", "read"])
+def test_every_mode_sixteen_outstanding(mode, tmp_path):
+    _, js = run_pair(mode, tmp_path, matrix_flags("1,4K,1M", 64, 16))
+    assert [r["iters"] for r in js["results"]] == [64, 64, 64]
+
+
+@pytest.mark.parametrize("mode", ["send", "write", "read"])
+def test_every_mode_under_one_percent_loss(mode, tmp_path):
+    """Both processes drop 1% of the packets they send: still byte-exact."""
+    env = dict(os.environ, UCCL_FAULT_TX="drop=0.01")
+    _, js = run_pair(mode, tmp_path, matrix_flags("4K,1M,8M", 8, 4), env)
+    assert len(js["results"]) == 3
 
 
 def test_client_without_server_fails_with_one_line():

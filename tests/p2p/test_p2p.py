@@ -127,3 +127,118 @@ def test_misuse_raises_errors_with_codes():
     ep.dereg(mr)
     with pytest.raises(p2p.Error):
         ep.dereg(mr)
+
+
+def _vec_server(q_port, q_desc, lens):
+    ep = p2p.Endpoint(num_cpus=2, device="udp:lo", stripe_bytes=256 << 10)
+    q_port.put(ep.listen())
+    conn = ep.accept(timeout_ms=20000)
+    bufs = [np.zeros(n + 8, dtype=np.uint8) for n in lens]
+    mrs = [ep.reg(b) for b in bufs]
+    # The messages come in order, one per slice; they go back as one sendv.
+    got = ep.recvv(conn, list(zip(mrs, bufs)))
+    assert got == sum(lens)
+    ep.sendv(conn, [(m, b[:n]) for m, b, n in zip(mrs, bufs, lens)])
+    region = np.zeros(1 << 20, dtype=np.uint8)
+    rmr = ep.reg(region)
+    q_desc.put(ep.advertise(rmr, 0, region.nbytes))
+    ep.recv(conn, mrs[0], bufs[0])  # the client is done reading
+
+
+def test_vectored_send_write_read():
+    lens = [0, 1, 4096, 700000, 33]
+    ctx = mp.get_context("spawn")
+    q_port, q_desc = ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=_vec_server, args=(q_port, q_desc, lens))
+    proc.start()
+    try:
+        ep = p2p.Endpoint(num_cpus=2, device="udp:lo",
+                          stripe_bytes=256 << 10)
+        conn = ep.connect("127.0.0.1", q_port.get(timeout=30),
+                          timeout_ms=20000)
+        rng = np.random.default_rng(11)
+        # Slices of one registered buffer per side (the empty one too).
+        obuf = rng.integers(0, 256, sum(lens) + 1, dtype=np.uint8)
+        bbuf = np.zeros_like(obuf)
+        cuts = np.cumsum([0] + lens)
+        out = [obuf[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+        back = [bbuf[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+        omr = [ep.reg(obuf)] * len(lens)
+        bmr = [ep.reg(bbuf)] * len(lens)
+        h = ep.recvv_async(conn, list(zip(bmr, back)))
+        assert ep.sendv(conn, list(zip(omr, out))) == sum(lens)
+        assert ep.wait(h) == sum(lens)
+        for a, b in zip(out, back):
+            assert np.array_equal(a, b)
+        # One-sided: slices to offsets in the reverse order, then read back.
+        desc = q_desc.get(timeout=30)
+        src = [(m, b) for m, b in zip(omr, out) if b.nbytes]
+        offs, o = [], 1 << 20
+        for _, b in src:
+            o -= b.nbytes
+            offs.append(o)
+        remote = [(desc, off) for off in offs]
+        assert ep.writev(conn, src, remote) == sum(lens)
+        dst = [(m, b) for m, b in zip(bmr, back) if b.nbytes]
+        for _, b in dst:
+            b[:] = 0
+        assert ep.readv(conn, dst, remote) == sum(lens)
+        for (_, a), (_, b) in zip(src, dst):
+            assert np.array_equal(a, b)
+        with pytest.raises(p2p.Error) as e:
+            ep.writev(conn, src, remote[:-1])
+        assert e.value.code == "INVALID_ARGUMENT"
+        with pytest.raises(p2p.Error) as e:
+            ep.sendv(conn, [(omr[1], out[1]), "not a slice"])
+        assert e.value.code == "INVALID_ARGUMENT"
+        ep.send(conn, omr[1], out[1])
+    finally:
+        proc.join(timeout=30)
+    assert proc.exitcode == 0
+
+
+def _silent_server(q_port):
+    ep = p2p.Endpoint(num_cpus=1, device="udp:lo")
+    q_port.put(ep.listen())
+    ep.accept(timeout_ms=20000)
+    time.sleep(60)  # killed by the test before this ends
+
+
+def test_transfer_errors_raise():
+    ctx = mp.get_context("spawn")
+    q_port = ctx.Queue()
+    proc = ctx.Process(target=_silent_server, args=(q_port,))
+    proc.start()
+    try:
+        ep = p2p.Endpoint(num_cpus=1, device="udp:lo")
+        conn = ep.connect("127.0.0.1", q_port.get(timeout=30),
+                          timeout_ms=20000)
+        buf = np.zeros(1 << 20, dtype=np.uint8)
+        mr = ep.reg(buf[:4096])
+        # Unregistered memory, a bad address, a spent handle.
+        with pytest.raises(p2p.Error) as e:
+            ep.send_async(conn, mr, buf[8192:])
+        assert e.value.code == "OUT_OF_RANGE"
+        with pytest.raises(p2p.Error) as e:
+            ep.reg((0, 4096))
+        assert e.value.code == "INVALID_ARGUMENT"
+        with pytest.raises(p2p.Error) as e:
+            ep.poll(12345)
+        assert e.value.code == "INVALID_ARGUMENT"
+        # A peer that never receives: the wait times out, the handle lives.
+        h = ep.send_async(conn, mr, buf[:4096])
+        with pytest.raises(p2p.Error) as e:
+            ep.wait(h, timeout_ms=200)
+        assert e.value.code == "TIMED_OUT"
+        # A dead peer fails it (UCCL_MAX_RETRIES bounds how long that takes).
+        proc.kill()
+        proc.join(timeout=30)
+        t0 = time.monotonic()
+        with pytest.raises(p2p.Error) as e:
+            ep.wait(h, timeout_ms=60000)
+        assert e.value.code != "TIMED_OUT"
+        assert time.monotonic() - t0 < 30
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(timeout=30)

@@ -9,6 +9,7 @@
     desc = ep.advertise(mr, 0, len)              # bytes, sent out of band
     ep.write(conn, mr, buf, desc, offset)        # one-sided
     ep.send_notif(conn, b"landed"); ep.get_notifs()   # [(conn, bytes)]
+    ep.writev(conn, [(mr, a), (mr, b)], [(desc, 0), (desc, 4096)])
 
 Every error raises uccl.p2p.Error (its .code names the Status code); calls
 that may block release the GIL.
@@ -59,6 +60,21 @@ class Endpoint(_Endpoint):
         return self._track(super().read_async(conn, mr, dst, desc, offset),
                            dst)
 
+    def sendv_async(self, conn, slices):
+        """slices: [(mr, buf), ...], each sent as its own message."""
+        return self._track(super().sendv_async(conn, slices), slices)
+
+    def recvv_async(self, conn, slices):
+        """slices: [(mr, buf), ...], taking that many messages in order."""
+        return self._track(super().recvv_async(conn, slices), slices)
+
+    def writev_async(self, conn, slices, remote):
+        """remote: [(desc, offset), ...], one per slice."""
+        return self._track(super().writev_async(conn, slices, remote), slices)
+
+    def readv_async(self, conn, slices, remote):
+        return self._track(super().readv_async(conn, slices, remote), slices)
+
     def poll(self, handle):
         """(done, bytes); the handle is spent once done (or on an error)."""
         try:
@@ -96,3 +112,16 @@ class Endpoint(_Endpoint):
     def read(self, conn, mr, buf, desc, offset=0, timeout_ms=30000):
         return self.wait(self.read_async(conn, mr, buf, desc, offset),
                          timeout_ms)
+
+    def sendv(self, conn, slices, timeout_ms=30000):
+        return self.wait(self.sendv_async(conn, slices), timeout_ms)
+
+    def recvv(self, conn, slices, timeout_ms=30000):
+        """Bytes received over all slices."""
+        return self.wait(self.recvv_async(conn, slices), timeout_ms)
+
+    def writev(self, conn, slices, remote, timeout_ms=30000):
+        return self.wait(self.writev_async(conn, slices, remote), timeout_ms)
+
+    def readv(self, conn, slices, remote, timeout_ms=30000):
+        return self.wait(self.readv_async(conn, slices, remote), timeout_ms)

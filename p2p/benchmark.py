@@ -8,8 +8,12 @@ flags).
 
 Per size: --iters transfers with --async-depth outstanding (throughput),
 then up to 100 at depth 1 (latency). --mode send (two-sided), write or read
-(one-sided, on a region the server advertises). --verify checks every
-transfer's bytes. Exit status: 0 ok, 1 error or wrong data, 2 bad usage.
+(one-sided, on a region the server advertises). --bidirectional (send mode):
+both sides send and receive at once; the rate counts both directions.
+--device gpu: buffers are CUDA tensors on --local-gpu-idx (needs torch;
+send mode, staged through host memory on the software NIC). --verify checks
+every transfer's bytes. Exit status: 0 ok, 1 error or wrong data, 2 bad
+usage.
 """
 
 import argparse
@@ -52,15 +56,27 @@ def pattern(n, size_idx, i):
             251).astype(np.uint8)
 
 
+def alloc(n, gpu):
+    """n zero bytes: a numpy array, or a CUDA tensor on GPU `gpu`."""
+    if gpu < 0:
+        return np.zeros(n, dtype=np.uint8)
+    import torch  # only for --device gpu
+    return torch.zeros(n, dtype=torch.uint8, device=f"cuda:{gpu}")
+
+
 class Bench:
     def __init__(self, args):
         self.a = args
+        gpu = args.local_gpu_idx if args.device == "gpu" else -1
+        self.gpu = gpu
         self.ep = p2p.Endpoint(num_cpus=args.num_cpus, device=args.device_name,
-                               local_gpu_idx=args.local_gpu_idx)
+                               local_gpu_idx=gpu)
         self.max = max(args.sizes)
-        # One buffer slot per outstanding transfer, so none is reused early.
+        # One buffer slot per outstanding transfer, so none is reused early;
+        # bidirectional: as many again to receive into.
         self.depth = args.async_depth
-        self.buf = np.zeros(self.max * self.depth + 1, dtype=np.uint8)
+        slots = self.depth * (2 if args.bidirectional else 1)
+        self.buf = alloc(self.max * slots + 1, gpu)
         self.mr = self.ep.reg(self.buf)
         self.ctl = np.zeros(256, dtype=np.uint8)  # descriptors, sync bytes
         self.ctl_mr = self.ep.reg(self.ctl)
@@ -95,8 +111,11 @@ class Bench:
             self.ep.send(self.conn, self.ctl_mr, self.ctl[:1])
 
     def post(self, k, n):
-        """One transfer from this side into/out of slot k (None: nothing)."""
+        """Transfers from this side into/out of slot k (None: nothing)."""
         ep, c, buf = self.ep, self.conn, self.slot(k, n)
+        if self.a.bidirectional:  # send from slot k, receive into k + depth
+            return (ep.send_async(c, self.mr, buf),
+                    ep.recv_async(c, self.mr, self.slot(k + self.depth, n)))
         if self.a.mode == "send":
             if self.a.role == "client":
                 return ep.send_async(c, self.mr, buf)
@@ -107,15 +126,31 @@ class Bench:
             return ep.write_async(c, self.mr, buf, self.desc, k * self.max)
         return ep.read_async(c, self.mr, buf, self.desc, k * self.max)
 
+    def put(self, k, n, data):
+        if self.gpu >= 0:
+            import torch
+            self.slot(k, n).copy_(torch.from_numpy(data))
+        else:
+            self.slot(k, n)[:] = data
+
+    def get(self, k, n):
+        s = self.slot(k, n)
+        return s.cpu().numpy() if self.gpu >= 0 else s
+
     def fill(self, size_idx, i, k, n):
         sender = ("client" if self.a.mode in ("send", "write") else "server")
-        if self.a.verify and self.a.role == sender and n:
-            self.slot(k, n)[:] = pattern(n, size_idx, i)
+        if self.a.verify and n and (self.a.role == sender or
+                                    self.a.bidirectional):
+            self.put(k, n, pattern(n, size_idx, i))
 
     def check(self, size_idx, i, k, n):
         receiver = "server" if self.a.mode in ("send", "write") else "client"
-        if self.a.verify and self.a.role == receiver and n:
-            if not np.array_equal(self.slot(k, n), pattern(n, size_idx, i)):
+        if self.a.bidirectional:
+            k += self.depth
+        elif self.a.role != receiver:
+            return
+        if self.a.verify and n:
+            if not np.array_equal(self.get(k, n), pattern(n, size_idx, i)):
                 raise RuntimeError(f"data mismatch: {human(n)} transfer {i}")
 
     def run_size(self, size_idx, n, iters, depth):
@@ -127,8 +162,9 @@ class Bench:
             if i >= depth:  # retire the oldest
                 j = i - depth
                 h = handles.pop(j)
-                if h is not None:
-                    self.ep.wait(h, self.a.timeout_ms)
+                for one in (h if isinstance(h, tuple) else (h,)):
+                    if one is not None:
+                        self.ep.wait(one, self.a.timeout_ms)
                 if not one_sided:
                     self.check(size_idx, j, j % depth, n)
             if i < iters:
@@ -154,7 +190,7 @@ class Bench:
         """read mode: the server writes what the client will read."""
         if self.a.mode == "read" and self.a.role == "server" and self.a.verify:
             for j in range(max(iters - depth, 0), iters):
-                self.slot(j % depth, n)[:] = pattern(n, size_idx, j)
+                self.put(j % depth, n, pattern(n, size_idx, j))
         self.sync()
 
     def run(self):
@@ -163,7 +199,8 @@ class Bench:
         print(f"UCCL P2P Benchmark — role: {a.role}")
         print("Message sizes: " + ", ".join(human(s) for s in a.sizes))
         print(f"Device: {a.device} | Local GPU idx: {a.local_gpu_idx} | "
-              f"Engines: {self.ep.num_engines} | Mode: {a.mode} | "
+              f"Engines: {self.ep.num_engines} | Mode: {a.mode}"
+              f"{' (bidirectional)' if a.bidirectional else ''} | "
               f"Iterations: {a.iters} | Async depth: {a.async_depth}",
               flush=True)
         self.connect()
@@ -175,7 +212,8 @@ class Bench:
             lat_n = min(iters, LAT_ITERS)
             self.prepare_reads(idx, n, lat_n, 1)
             lat_s = self.run_size(idx, n, lat_n, 1)
-            gbps = n * iters * 8 / secs / 1e9 if secs > 0 else 0.0
+            ways = 2 if a.bidirectional else 1
+            gbps = n * iters * 8 * ways / secs / 1e9 if secs > 0 else 0.0
             lat_us = lat_s / lat_n * 1e6
             results.append({"bytes": n, "iters": iters, "gbps": gbps,
                             "gBps": gbps / 8, "lat_us": lat_us})
@@ -185,11 +223,18 @@ class Bench:
         print(f"[{role}] done: {len(results)} sizes, best "
               f"{best['gbps']:.2f} Gbps at {human(best['bytes'])}"
               f"{', data verified' if a.verify else ''}")
+        staged = self.ep.staging_stats()
+        if staged["copies"]:
+            print(f"[{role}] staged through host memory: "
+                  f"{staged['copies']} copies, {staged['overlapped']} "
+                  f"overlapping the network")
         if a.json:
             with open(a.json, "w") as f:
-                json.dump({"role": a.role, "mode": a.mode,
+                json.dump({"role": a.role, "mode": a.mode, "device": a.device,
+                           "bidirectional": a.bidirectional,
                            "engines": self.ep.num_engines,
-                           "results": results}, f, indent=1)
+                           "staging": staged, "results": results}, f,
+                          indent=1)
 
 
 def parse_args(argv):
@@ -208,6 +253,7 @@ def parse_args(argv):
     ap.add_argument("--mode", choices=["send", "write", "read"],
                     default="send")
     ap.add_argument("--async-depth", type=int, default=1)
+    ap.add_argument("--bidirectional", action="store_true")
     ap.add_argument("--verify", action="store_true")
     ap.add_argument("--json", default="")
     ap.add_argument("--timeout-ms", type=int, default=30000)
@@ -218,8 +264,13 @@ def parse_args(argv):
         ap.error(str(e))
     if not a.sizes or a.iters < 1 or not 1 <= a.async_depth <= 64:
         ap.error("need sizes, --iters >= 1 and --async-depth in [1, 64]")
-    if a.device == "gpu":
-        ap.error("--device gpu is not supported yet (host memory only)")
+    if a.device == "gpu" and a.mode != "send":
+        ap.error("--device gpu moves GPU memory two-sided: --mode send "
+                 "(one-sided GPU access needs a verbs NIC)")
+    if a.device == "gpu" and a.local_gpu_idx < 0:
+        a.local_gpu_idx = 0
+    if a.bidirectional and a.mode != "send":
+        ap.error("--bidirectional needs --mode send")
     if a.role == "client" and a.port == 0:
         ap.error("the client needs the server's --port")
     return a

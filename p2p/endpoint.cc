@@ -50,11 +50,12 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const Config& cfg) {
   if (cfg.hello_timeout_ms < 1) {
     return InvalidArgument("hello_timeout_ms must be positive");
   }
-  if (cfg.local_gpu_idx >= 0) {
-    return NotSupported("GPU memory is not supported by this build yet");
-  }
   auto impl = std::make_unique<Impl>();
   impl->cfg = cfg;
+  impl->dev = cfg.device_memory;
+  if (impl->dev == nullptr && cfg.local_gpu_idx >= 0) {
+    UCCL_ASSIGN_OR_RETURN(impl->dev, open_cuda_memory(cfg.local_gpu_idx));
+  }
   impl->hello_timeout_ns =
       static_cast<uint64_t>(cfg.hello_timeout_ms) * 1000000;
   impl->num_slots = kSlots;
@@ -69,6 +70,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const Config& cfg) {
   UCCL_ASSIGN_OR_RETURN(
       impl->hello_mh,
       impl->ep->reg_mr(impl->hello_bufs.data(), impl->hello_bufs.size()));
+  UCCL_RETURN_IF_ERROR(impl->init_staging());
   return std::unique_ptr<Endpoint>(new Endpoint(std::move(impl)));
 }
 
@@ -76,6 +78,12 @@ Endpoint::~Endpoint() {
   // Stopping the engines (the engine endpoint's destructor) ends every
   // write into the slots' requests; the slots go after it.
   impl_->ep.reset();
+  impl_->free_staging();
+}
+
+Endpoint::StagingStats Endpoint::staging_stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->staging;
 }
 
 int Endpoint::num_engines() const { return impl_->cfg.num_cpus; }
@@ -89,10 +97,15 @@ Result<MrId> Endpoint::reg(void* addr, size_t len) {
   if (addr == nullptr || len == 0) {
     return InvalidArgument("reg: empty buffer");
   }
-  UCCL_ASSIGN_OR_RETURN(MrHandle * mh, impl_->ep->reg_mr(addr, len));
+  MrHandle* mh = nullptr;
+  const bool device = impl_->dev != nullptr && impl_->dev->is_device(addr, len);
+  if (!device) {
+    UCCL_ASSIGN_OR_RETURN(mh, impl_->ep->reg_mr(addr, len));
+  }
   std::lock_guard<std::mutex> lock(impl_->mu);
   const MrId id = impl_->next_mr++;
-  impl_->mrs[id] = Registration{mh, reinterpret_cast<uintptr_t>(addr), len};
+  impl_->mrs[id] =
+      Registration{mh, device, reinterpret_cast<uintptr_t>(addr), len};
   return id;
 }
 
@@ -104,7 +117,7 @@ Status Endpoint::dereg(MrId mr) {
     if (it == impl_->mrs.end()) return InvalidArgument("dereg: unknown memory");
     for (uint32_t s = 0; s < impl_->num_slots; ++s) {
       const Xfer& x = impl_->slots[s];
-      if (x.in_use && x.mh == it->second.mh) {
+      if (x.in_use && x.mr == mr) {
         return Unavailable(
             "dereg: a transfer on this memory is "
             "outstanding");
@@ -113,7 +126,7 @@ Status Endpoint::dereg(MrId mr) {
     mh = it->second.mh;
     impl_->mrs.erase(it);
   }
-  return impl_->ep->dereg_mr(mh);
+  return mh == nullptr ? Status::OK() : impl_->ep->dereg_mr(mh);
 }
 
 Result<RegionDesc> Endpoint::advertise(MrId mr, size_t offset, size_t len) {
@@ -124,6 +137,11 @@ Result<RegionDesc> Endpoint::advertise(MrId mr, size_t offset, size_t len) {
     auto it = impl_->mrs.find(mr);
     if (it == impl_->mrs.end()) {
       return InvalidArgument("advertise: unknown memory");
+    }
+    if (it->second.device) {
+      return NotSupported(
+          "advertise: GPU memory is reached one-sided only through a NIC "
+          "that reaches it (verbs); on the software NIC use send/recv");
     }
     if (len == 0 || offset > it->second.len || len > it->second.len - offset) {
       return OutOfRange("advertise: range outside the registered memory");

@@ -34,9 +34,10 @@ struct P2pConn {
   std::unique_ptr<StripedConn> striped;
   size_t stripe_bytes = 0;
   bool closed = false;
-  // Two-sided transfers the group has not taken yet, in call order (the
-  // group pairs messages FIFO, so later ones wait behind them).
-  std::deque<uint32_t> unposted;
+  // Two-sided transfers the group has not taken yet, in call order per
+  // direction (the group pairs messages FIFO, so later ones wait behind
+  // them; a receive waiting for its segments never holds up a send).
+  std::deque<uint32_t> unposted[2];  // [0] sends, [1] receives
   // Notifications: messages on their own engine connection (its receives
   // stay posted, which would hold up a data connection's receive slots).
   // kNotifSlots receives stay posted (harvested in order, then posted
@@ -51,9 +52,29 @@ struct P2pConn {
 constexpr int kNotifTag = 0x4e4f5446;  // "NOTF"; the group uses tag 0
 
 struct Registration {
-  MrHandle* mh = nullptr;
+  MrHandle* mh = nullptr;  // null for device memory (staged)
+  bool device = false;
   uintptr_t addr = 0;
   size_t len = 0;
+};
+
+// Two-sided transfers of a segment (stripe x engines) or more, and every
+// one in device memory, go as a sequence of striped messages (segments):
+// full ones, then one shorter (possibly empty) that ends the message, so a
+// receiver tells the end without knowing the size. A sender keeps up to
+// kSegWindow segments out; a receiver posts segment i + 1 once segment i
+// arrived full. Device memory goes through a staging buffer per segment:
+// copied in before a send is posted, copied out after a receive completes.
+constexpr int kSegWindow = 4;
+constexpr int kSegCtxs = 256;  // segments in flight per endpoint
+enum class SegState : uint8_t { kCopyIn, kReady, kPosted, kCopyOut, kDone };
+struct SegCtx {
+  StripedRequest sreq;
+  SegState state = SegState::kDone;
+  size_t off = 0;  // in the transfer
+  size_t len = 0;  // send: bytes; receive: room
+  int stage = -1;  // staging buffer, device memory only
+  uint64_t copy = 0;
 };
 
 // kVec: a vectored transfer, whose slices are transfers of another kind
@@ -83,6 +104,19 @@ struct Xfer {
   uint32_t first_child = kNoSlot;
   uint32_t next_child = kNoSlot;
   size_t moved = 0;
+  MrId mr = 0;
+  // Two-sided in segments (see SegCtx): device memory, segment size, the
+  // bytes handed to segments (sender) or received (receiver), whether the
+  // last segment is made (sender) or arrived (receiver), and the segments
+  // out, oldest first.
+  bool device = false;
+  bool segmented = false;
+  bool seg_last = false;
+  bool seg_recv_out = false;  // receiver: a segment's receive is posted
+  size_t seg_bytes = 0;
+  size_t seg_next = 0;
+  uint16_t seg_ring[kSegWindow] = {};
+  int seg_head = 0, seg_count = 0;
 };
 
 // A connection accepted at the engine level whose hello has not arrived
@@ -136,6 +170,16 @@ struct Endpoint::Impl {
   std::map<MrId, Registration> mrs;
   MrId next_mr = 1;
   uint32_t next_group = 0;
+  // Device memory and its staging buffers (registered once), segments.
+  std::shared_ptr<DeviceMemory> dev;
+  uint8_t* stage_base = nullptr;
+  size_t stage_bytes = 0;
+  MrHandle* stage_mh = nullptr;
+  std::vector<int> free_stages;
+  std::unique_ptr<SegCtx[]> segs;
+  std::vector<uint16_t> free_segs;
+  std::vector<uint32_t> seg_active;  // segmented transfers not yet polled done
+  Endpoint::StagingStats staging;
 
   // Validates that [p, p + len) lies inside registration `mr`.
   Result<MrHandle*> region_of(MrId mr, const void* p, size_t len) const;
@@ -146,6 +190,7 @@ struct Endpoint::Impl {
   // Posts the connection's unposted two-sided transfers, in order, until
   // the group takes no more.
   Status post_unposted(P2pConn* pc);
+  void post_queue(std::deque<uint32_t>* q, P2pConn* pc);
   // A slot for a transfer on connection `c` of [data, data + len) inside
   // registration `mr` (checked); the caller holds `mu`.
   Result<uint32_t> new_xfer(XferKind kind, ConnHandle c, MrId mr,
@@ -165,6 +210,24 @@ struct Endpoint::Impl {
                               const std::vector<IoSlice>& v,
                               const std::vector<RemoteSlice>* remote);
   Result<bool> poll_vec(uint32_t slot, size_t* bytes);
+  // Segments: allocation at create, and progress (p2p/segments.cc).
+  Status init_staging();
+  void free_staging();
+  void start_segmented(uint32_t s, P2pConn* pc);
+  // Moves every segmented transfer's copies and engine parts along.
+  void progress_segments();
+  // Makes and posts the segments of slot s (at the head of its group's
+  // queue); true once all are posted (sender) or arrived (receiver).
+  bool post_segments(uint32_t s, P2pConn* pc);
+  Result<bool> poll_segmented(uint32_t s, size_t* bytes);
+  // One segment's step (a finished copy or engine part moves it on); its
+  // error if it failed (it is then kDone).
+  Status step_segment(Xfer* x, SegCtx* g, P2pConn* pc);
+  // Makes x's next segment if there is room; false when none was made.
+  bool make_segment(Xfer* x);
+  // Starts a copy for segment g of x; counts it.
+  Result<uint64_t> stage_copy(const Xfer& x, void* dst, const void* src,
+                              size_t len);
   // Advances the group of `pc` and reports whether slot's transfer is done.
   Result<bool> poll_locked(uint32_t slot, size_t* bytes);
   Result<ConnHandle> add_conn(std::vector<ConnId> conns, size_t stripe);

@@ -37,6 +37,7 @@ Result<uint32_t> Endpoint::Impl::take_slot() {
   x.nreqs = 0;
   x.parent = x.first_child = x.next_child = kNoSlot;
   x.moved = 0;
+  x.device = x.segmented = false;
   if (++x.gen == 0) x.gen = 1;
   return s;
 }
@@ -57,8 +58,20 @@ Result<Xfer*> Endpoint::Impl::xfer_of(XferHandle h, uint32_t* slot) {
 }
 
 Status Endpoint::Impl::post_unposted(P2pConn* pc) {
-  while (!pc->unposted.empty()) {
-    Xfer& x = slots[pc->unposted.front()];
+  post_queue(&pc->unposted[0], pc);
+  post_queue(&pc->unposted[1], pc);
+  return Status::OK();
+}
+
+void Endpoint::Impl::post_queue(std::deque<uint32_t>* q, P2pConn* pc) {
+  while (!q->empty()) {
+    Xfer& x = slots[q->front()];
+    if (x.segmented) {
+      if (!post_segments(q->front(), pc)) break;
+      x.posted = true;
+      q->pop_front();
+      continue;
+    }
     bool taken = false;
     Status st =
         x.kind == XferKind::kSend
@@ -68,9 +81,8 @@ Status Endpoint::Impl::post_unposted(P2pConn* pc) {
     x.posted = true;
     x.owned = st.ok();
     x.error = st;
-    pc->unposted.pop_front();
+    q->pop_front();
   }
-  return Status::OK();
 }
 
 Result<uint32_t> Endpoint::Impl::new_xfer(XferKind kind, ConnHandle c, MrId mr,
@@ -79,6 +91,13 @@ Result<uint32_t> Endpoint::Impl::new_xfer(XferKind kind, ConnHandle c, MrId mr,
   UCCL_ASSIGN_OR_RETURN(*pc, conn_of(c));
   if ((*pc)->closed) return InvalidArgument("connection closed");
   UCCL_ASSIGN_OR_RETURN(MrHandle * mh, region_of(mr, data, len));
+  const bool two_sided = kind == XferKind::kSend || kind == XferKind::kRecv;
+  const bool device = mh == nullptr;
+  if (device && !two_sided) {
+    return NotSupported(
+        "one-sided transfers of GPU memory need a NIC that reaches it "
+        "(verbs); on the software NIC use send/recv");
+  }
   UCCL_ASSIGN_OR_RETURN(uint32_t s, take_slot());
   Xfer& x = slots[s];
   x.kind = kind;
@@ -86,6 +105,9 @@ Result<uint32_t> Endpoint::Impl::new_xfer(XferKind kind, ConnHandle c, MrId mr,
   x.data = static_cast<uint8_t*>(const_cast<void*>(data));
   x.len = len;
   x.mh = mh;
+  x.mr = mr;
+  x.device = device;
+  if (two_sided) start_segmented(s, *pc);
   return s;
 }
 
@@ -95,7 +117,7 @@ Result<XferHandle> Endpoint::Impl::post_two_sided(XferKind kind, ConnHandle c,
   std::lock_guard<std::mutex> lock(mu);
   P2pConn* pc = nullptr;
   UCCL_ASSIGN_OR_RETURN(uint32_t s, new_xfer(kind, c, mr, data, len, &pc));
-  pc->unposted.push_back(s);
+  pc->unposted[kind == XferKind::kRecv].push_back(s);
   UCCL_RETURN_IF_ERROR(post_unposted(pc));
   return handle_of(slots[s], s);
 }
@@ -187,7 +209,9 @@ Result<bool> Endpoint::Impl::poll_locked(uint32_t slot, size_t* bytes) {
   size_t moved = 0;
   if (x.kind == XferKind::kSend || x.kind == XferKind::kRecv) {
     P2pConn& pc = conns[x.conn];
+    if (!seg_active.empty()) progress_segments();
     UCCL_RETURN_IF_ERROR(post_unposted(&pc));
+    if (x.segmented) return poll_segmented(slot, bytes);
     if (!x.posted) return false;
     if (x.owned) {
       bool done = false;

@@ -28,7 +28,10 @@ Result<XferHandle> Endpoint::Impl::post_vec(
   UCCL_ASSIGN_OR_RETURN(P2pConn * pc, conn_of(c));
   if (pc->closed) return InvalidArgument("connection closed");
   for (const IoSlice& sl : v) {
-    UCCL_RETURN_IF_ERROR(region_of(sl.mr, sl.data, sl.len).status());
+    UCCL_ASSIGN_OR_RETURN(MrHandle * mh, region_of(sl.mr, sl.data, sl.len));
+    if (remote != nullptr && mh == nullptr) {
+      return NotSupported("one-sided transfers of GPU memory need verbs");
+    }
   }
   if (free_slots.size() < v.size() + 1) {
     return ResourceExhausted("too many transfers outstanding for " +
@@ -49,7 +52,7 @@ Result<XferHandle> Endpoint::Impl::post_vec(
     *link = s;
     link = &slots[s].next_child;
     if (remote == nullptr) {
-      pc->unposted.push_back(s);
+      pc->unposted[kind == XferKind::kRecv].push_back(s);
       continue;
     }
     Status st =

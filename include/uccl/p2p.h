@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "uccl/endpoint.h"
+#include "uccl/p2p_device.h"
 #include "uccl/status.h"
 #include "uccl/types.h"
 
@@ -26,6 +27,12 @@ struct Config {
   // An accepted engine connection that sends no hello in this time, or a
   // connection whose engine connections do not all arrive in it, is closed.
   int hello_timeout_ms = 10000;
+  // GPU memory (local_gpu_idx >= 0) moves through this many page-locked
+  // host buffers of stripe_bytes x num_cpus (a segment) each: a message
+  // goes in segments, the copy of one overlapping the network of another.
+  int staging_buffers = 8;
+  // How GPU memory is reached; null: CUDA's runtime for local_gpu_idx.
+  std::shared_ptr<DeviceMemory> device_memory;
   // Everything else of the engines (device, cores, congestion control,
   // faults); its num_engines is num_cpus.
   EndpointConfig engine;
@@ -103,6 +110,8 @@ class Endpoint {
   Status close(ConnHandle c);
 
   // --- memory ---
+  // Host memory, or GPU memory where the endpoint has a GPU (two-sided
+  // transfers only on the software NIC: it is staged through host buffers).
   Result<MrId> reg(void* addr, size_t len);
   Status dereg(MrId mr);
   // Lets the peer of any connection write and read [offset, offset + len)
@@ -147,6 +156,17 @@ class Endpoint {
   Status send_notif(ConnHandle c, const std::string& data);
   // Notifications that arrived, oldest first per connection.
   std::vector<Notif> get_notifs();
+
+  // Device memory moved through staging buffers: copies started; copies
+  // that overlapped the network (a send's copy started while an earlier
+  // segment was still in flight, a receive posted while an earlier one
+  // still copied out: the pipeline at work); bytes copied.
+  struct StagingStats {
+    uint64_t copies = 0;
+    uint64_t overlapped = 0;
+    uint64_t bytes = 0;
+  };
+  StagingStats staging_stats() const;
 
   int num_engines() const;
   // Engine connections dropped at accept: a malformed or contradicting

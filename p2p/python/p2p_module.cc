@@ -37,25 +37,46 @@ T value(Result<T> r) {
   return std::move(*r);
 }
 
+// Address and size of a GPU array from its __cuda_array_interface__ (CuPy,
+// Numba, ...): C-contiguous only.
+std::pair<uintptr_t, size_t> cuda_array(py::handle cai) {
+  auto d = cai.cast<py::dict>();
+  auto data = d["data"].cast<py::tuple>();
+  const std::string typestr = d["typestr"].cast<std::string>();
+  size_t n = std::stoul(typestr.substr(2));  // "<f4": 4-byte items
+  for (py::handle dim : d["shape"].cast<py::tuple>()) n *= dim.cast<size_t>();
+  if (d.contains("strides") && !d["strides"].is_none()) {
+    raise(uccl::InvalidArgument("GPU array is not C-contiguous"));
+  }
+  return {data[0].cast<uintptr_t>(), n};
+}
+
 // Address and size of anything that holds memory: (ptr, nbytes), a torch
-// tensor (data_ptr, numel * element_size; CPU only for now), or an object
-// with the buffer protocol (bytes-like, numpy). Read-only buffers are
+// tensor (data_ptr, numel * element_size; CPU or CUDA), a GPU array with
+// __cuda_array_interface__, or an object with the buffer protocol
+// (bytes-like, numpy). Read-only buffers are
 // accepted only where `writable` is false.
-std::pair<uintptr_t, size_t> memory_of(py::handle obj, bool writable) {
+std::pair<uintptr_t, size_t> memory_of(py::handle obj, bool writable,
+                                       bool* gpu) {
+  *gpu = false;
   if (py::isinstance<py::tuple>(obj) && py::len(obj) == 2) {
     auto t = obj.cast<py::tuple>();
     return {t[0].cast<uintptr_t>(), t[1].cast<size_t>()};
   }
   if (py::hasattr(obj, "data_ptr") && py::hasattr(obj, "element_size")) {
-    if (py::hasattr(obj, "is_cuda") && obj.attr("is_cuda").cast<bool>()) {
-      raise(uccl::NotSupported("CUDA tensors are not supported yet"));
-    }
+    // A torch tensor, on the CPU or a GPU (an endpoint with local_gpu_idx
+    // stages GPU memory; others refuse it at reg or the transfer).
+    *gpu = py::hasattr(obj, "is_cuda") && obj.attr("is_cuda").cast<bool>();
     if (!obj.attr("is_contiguous")().cast<bool>()) {
       raise(uccl::InvalidArgument("tensor is not contiguous"));
     }
     return {obj.attr("data_ptr")().cast<uintptr_t>(),
             obj.attr("numel")().cast<size_t>() *
                 obj.attr("element_size")().cast<size_t>()};
+  }
+  if (py::hasattr(obj, "__cuda_array_interface__")) {
+    *gpu = true;
+    return cuda_array(obj.attr("__cuda_array_interface__"));
   }
   if (!PyObject_CheckBuffer(obj.ptr())) {
     raise(uccl::InvalidArgument("not a buffer, tensor or (ptr, nbytes)"));
@@ -90,6 +111,7 @@ class PyEndpoint {
     c.num_cpus = num_cpus;
     c.stripe_bytes = stripe_bytes;
     c.engine.device = device;
+    has_gpu_ = local_gpu_idx >= 0;
     Result<std::unique_ptr<p2p::Endpoint>> r = uccl::InvalidArgument("");
     {
       py::gil_scoped_release nogil;
@@ -128,7 +150,7 @@ class PyEndpoint {
 
   // reg(obj) -> memory id; the object must stay alive while registered.
   uint64_t reg(py::handle obj) {
-    auto [a, n] = memory_of(obj, false);
+    auto [a, n] = mem(obj, false);
     return value(ep_->reg(ptr(a), n));
   }
   void dereg(uint64_t mr) { check(ep_->dereg(mr)); }
@@ -137,22 +159,22 @@ class PyEndpoint {
   }
 
   uint64_t send_async(uint64_t c, uint64_t mr, py::handle obj) {
-    auto [a, n] = memory_of(obj, false);
+    auto [a, n] = mem(obj, false);
     return value(ep_->send_async(c, mr, ptr(a), n));
   }
   uint64_t recv_async(uint64_t c, uint64_t mr, py::handle obj) {
-    auto [a, n] = memory_of(obj, true);
+    auto [a, n] = mem(obj, true);
     return value(ep_->recv_async(c, mr, ptr(a), n));
   }
   uint64_t write_async(uint64_t c, uint64_t mr, py::handle obj,
                        const std::string& desc, uint64_t offset) {
-    auto [a, n] = memory_of(obj, false);
+    auto [a, n] = mem(obj, false);
     p2p::RegionDesc d = value(p2p::RegionDesc::from_bytes(desc));
     return value(ep_->write_async(c, mr, ptr(a), n, d, offset));
   }
   uint64_t read_async(uint64_t c, uint64_t mr, py::handle obj,
                       const std::string& desc, uint64_t offset) {
-    auto [a, n] = memory_of(obj, true);
+    auto [a, n] = mem(obj, true);
     p2p::RegionDesc d = value(p2p::RegionDesc::from_bytes(desc));
     return value(ep_->read_async(c, mr, ptr(a), n, d, offset));
   }
@@ -203,9 +225,28 @@ class PyEndpoint {
     return out;
   }
   int num_engines() const { return ep_->num_engines(); }
+  py::dict staging_stats() const {
+    const p2p::Endpoint::StagingStats st = ep_->staging_stats();
+    py::dict d;
+    d["copies"] = st.copies;
+    d["overlapped"] = st.overlapped;
+    d["bytes"] = st.bytes;
+    return d;
+  }
 
  private:
-  static std::vector<p2p::IoSlice> io_slices(const py::list& l, bool writable) {
+  // memory_of, refusing GPU memory on an endpoint without a GPU (the engines
+  // would read it as host memory).
+  std::pair<uintptr_t, size_t> mem(py::handle obj, bool writable) const {
+    bool gpu = false;
+    auto r = memory_of(obj, writable, &gpu);
+    if (gpu && !has_gpu_) {
+      raise(uccl::InvalidArgument(
+          "GPU memory on an endpoint made without local_gpu_idx"));
+    }
+    return r;
+  }
+  std::vector<p2p::IoSlice> io_slices(const py::list& l, bool writable) {
     std::vector<p2p::IoSlice> v;
     v.reserve(py::len(l));
     for (py::handle item : l) {
@@ -213,12 +254,12 @@ class PyEndpoint {
         raise(uccl::InvalidArgument("a slice is a (mr, buffer) tuple"));
       }
       auto t = item.cast<py::tuple>();
-      auto [a, n] = memory_of(t[1], writable);
+      auto [a, n] = mem(t[1], writable);
       v.push_back({t[0].cast<uint64_t>(), ptr(a), n});
     }
     return v;
   }
-  static std::vector<p2p::RemoteSlice> remote_slices(const py::list& l) {
+  std::vector<p2p::RemoteSlice> remote_slices(const py::list& l) {
     std::vector<p2p::RemoteSlice> v;
     v.reserve(py::len(l));
     for (py::handle item : l) {
@@ -235,6 +276,7 @@ class PyEndpoint {
   }
 
   std::unique_ptr<p2p::Endpoint> ep_;
+  bool has_gpu_ = false;
 };
 
 }  // namespace
@@ -278,5 +320,6 @@ PYBIND11_MODULE(_p2p, m) {
            py::arg("timeout_ms") = 30000)
       .def("send_notif", &PyEndpoint::send_notif)
       .def("get_notifs", &PyEndpoint::get_notifs)
+      .def("staging_stats", &PyEndpoint::staging_stats)
       .def_property_readonly("num_engines", &PyEndpoint::num_engines);
 }

@@ -296,7 +296,7 @@ TEST(P2p, BadConfigIsRefused) {
   c.stripe_bytes = 100;
   EXPECT_EQ(Endpoint::create(c).status().code(), StatusCode::kInvalidArgument);
   c = test_config();
-  c.local_gpu_idx = 0;
+  c.local_gpu_idx = 1000;  // no such GPU (nor, in CI, any CUDA runtime)
   EXPECT_EQ(Endpoint::create(c).status().code(), StatusCode::kNotSupported);
 }
 

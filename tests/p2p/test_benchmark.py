@@ -82,6 +82,13 @@ def test_every_mode_under_one_percent_loss(mode, tmp_path):
     assert len(js["results"]) == 3
 
 
+def test_bidirectional_moves_both_ways(tmp_path):
+    text, js = run_pair("send", tmp_path,
+                        matrix_flags("4K,1M", 16, 4) + ["--bidirectional"])
+    assert "Mode: send (bidirectional)" in text
+    assert js["bidirectional"] and len(js["results"]) == 2
+
+
 def test_client_without_server_fails_with_one_line():
     r = subprocess.run(
         [sys.executable, BENCH, "--role", "client", "--port", "1",
@@ -96,3 +103,8 @@ def test_bad_flags_are_usage_errors():
     r = subprocess.run([sys.executable, BENCH, "--role", "client",
                         "--sizes", "12Q"], capture_output=True, text=True)
     assert r.returncode == 2 and "bad size" in r.stderr
+    for bad in (["--device", "gpu", "--mode", "write"],
+                ["--bidirectional", "--mode", "read"]):
+        r = subprocess.run([sys.executable, BENCH, "--role", "client"] + bad,
+                           capture_output=True, text=True)
+        assert r.returncode == 2 and "--mode send" in r.stderr, r.stderr

@@ -69,6 +69,9 @@ class Bench:
         self.a = args
         gpu = args.local_gpu_idx if args.device == "gpu" else -1
         self.gpu = gpu
+        if gpu >= 0:
+            import torch  # its CUDA runtime is the one the endpoint loads
+            torch.cuda.set_device(gpu)
         self.ep = p2p.Endpoint(num_cpus=args.num_cpus, device=args.device_name,
                                local_gpu_idx=gpu)
         self.max = max(args.sizes)

@@ -1,0 +1,74 @@
+"""uccl.p2p with CUDA tensors (GPU machine only; skipped elsewhere): two
+processes on loopback, GPU memory at both ends staged through host
+buffers, byte for byte; one GPU shared by both processes, and two GPUs
+where there are two. Run by tools/dev/gpu_p2p.sh run."""
+
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+
+from uccl import p2p
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+
+SIZES = [0, 1, 4096, (1 << 20) + 3, 64 << 20]
+
+
+def _server(q, gpu, sizes):
+    torch.cuda.set_device(gpu)
+    ep = p2p.Endpoint(local_gpu_idx=gpu, num_cpus=2, device="udp:lo")
+    q.put(ep.listen())
+    conn = ep.accept(timeout_ms=30000)
+    buf = torch.zeros(max(sizes) + 1, dtype=torch.uint8, device=f"cuda:{gpu}")
+    mr = ep.reg(buf)
+    for _ in sizes:  # echo every message back from GPU memory
+        n = ep.recv(conn, mr, buf)
+        ep.send(conn, mr, buf[:n])
+    stats = ep.staging_stats()
+    assert stats["copies"] > 0 and stats["overlapped"] > 0, stats
+
+
+@pytest.mark.parametrize("gpus", [(0, 0), (0, 1)], ids=["one_gpu", "two_gpus"])
+def test_cuda_tensors_both_ends(gpus):
+    if max(gpus) >= torch.cuda.device_count():
+        pytest.skip("needs two GPUs")
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_server, args=(q, gpus[1], SIZES))
+    proc.start()
+    try:
+        dev = f"cuda:{gpus[0]}"
+        torch.cuda.set_device(gpus[0])
+        ep = p2p.Endpoint(local_gpu_idx=gpus[0], num_cpus=2, device="udp:lo")
+        conn = ep.connect("127.0.0.1", q.get(timeout=60), timeout_ms=30000)
+        out = torch.zeros(max(SIZES) + 1, dtype=torch.uint8, device=dev)
+        back = torch.zeros_like(out)
+        omr, bmr = ep.reg(out), ep.reg(back)
+        rng = np.random.default_rng(5)
+        for n in SIZES:
+            data = rng.integers(0, 256, n, dtype=np.uint8)
+            out[:n].copy_(torch.from_numpy(data))
+            torch.cuda.synchronize()
+            h = ep.recv_async(conn, bmr, back)
+            assert ep.send(conn, omr, out[:n]) == n
+            assert ep.wait(h) == n
+            assert np.array_equal(back[:n].cpu().numpy(), data), n
+    finally:
+        proc.join(timeout=120)
+    assert proc.exitcode == 0
+
+
+def test_gpu_memory_needs_a_gpu_endpoint():
+    ep = p2p.Endpoint(num_cpus=1, device="udp:lo")
+    t = torch.zeros(16, dtype=torch.uint8, device="cuda:0")
+    with pytest.raises(p2p.Error) as e:
+        ep.reg(t)
+    assert e.value.code == "INVALID_ARGUMENT"
+    gep = p2p.Endpoint(local_gpu_idx=0, num_cpus=1, device="udp:lo")
+    mr = gep.reg(t)
+    with pytest.raises(p2p.Error) as e:
+        gep.advertise(mr, 0, 16)
+    assert e.value.code == "NOT_SUPPORTED"

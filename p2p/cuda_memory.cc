@@ -10,9 +10,7 @@
 
 namespace uccl::p2p {
 
-UCCL_KNOB(std::string, knob_cudart, "UCCL_CUDART", "",
-          "CUDA runtime library the p2p engine loads for GPU memory (empty: "
-          "libcudart.so, then .so.13, .so.12).");
+UCCL_DECLARE_KNOB(std::string, knob_cudart);  // p2p/knobs.cc
 
 namespace {
 

@@ -162,6 +162,7 @@ Result<MrHandle*> Endpoint::Impl::region_of(MrId mr, const void* p,
   if (it == mrs.end()) return InvalidArgument("unknown memory id");
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   const Registration& r = it->second;
+  if (len == 0) return r.mh;  // no bytes: any address (new_xfer moves it)
   if (a < r.addr || a > r.addr + r.len || len > r.addr + r.len - a) {
     return OutOfRange("buffer outside its registered memory");
   }

@@ -90,6 +90,12 @@ Result<uint32_t> Endpoint::Impl::new_xfer(XferKind kind, ConnHandle c, MrId mr,
                                           P2pConn** pc) {
   UCCL_ASSIGN_OR_RETURN(*pc, conn_of(c));
   if ((*pc)->closed) return InvalidArgument("connection closed");
+  // An empty buffer has no address of its own (torch gives an empty
+  // tensor none): it stands at the start of its registration.
+  if (len == 0) {
+    auto it = mrs.find(mr);
+    if (it != mrs.end()) data = reinterpret_cast<const void*>(it->second.addr);
+  }
   UCCL_ASSIGN_OR_RETURN(MrHandle * mh, region_of(mr, data, len));
   const bool two_sided = kind == XferKind::kSend || kind == XferKind::kRecv;
   const bool device = mh == nullptr;

@@ -27,6 +27,8 @@ const std::vector<std::string>& knob_catalog() {
       "UCCL_NIC_QUEUE", "UCCL_PATH_QUEUE", "UCCL_PATHS", "UCCL_RC_MODE",
       "UCCL_RTO_MAX_US", "UCCL_RTO_MIN_US", "UCCL_STATS_INTERVAL_S", "UCCL_TLP",
       "UCCL_TRACE_FILE",
+      // p2p/ (transfer engine)
+      "UCCL_CUDART",
       // collective/ (NCCL plugin and tuner)
       "UCCL_NCCL_CONNS", "UCCL_NCCL_DEVICES", "UCCL_NCCL_ENGINES",
       "UCCL_NCCL_LL_MAX_KB", "UCCL_NCCL_MAX_BYTES", "UCCL_NCCL_MAX_RECVS",

@@ -288,6 +288,22 @@ TEST(P2p, TransfersSurviveInjectedLoss) {
   EXPECT_GT(transport::counter_sum(nic, "fault_tx_dropped"), 0u) << nic;
 }
 
+TEST(P2p, AnEmptyBufferNeedsNoAddress) {
+  // torch hands an empty tensor's data pointer as 0.
+  auto p = Pair::make();
+  ASSERT_TRUE(p);
+  Mem sb(p->client.get(), 64), rb(p->server.get(), 64);
+  auto r = p->server->recv_async(p->s_conn, rb.id, rb.ptr(), 64);
+  auto s = p->client->send_async(p->c_conn, sb.id, nullptr, 0);
+  ASSERT_TRUE(r.ok() && s.ok()) << r.status() << s.status();
+  size_t got = 1;
+  wait_both(p.get(), *s, *r, nullptr, &got);
+  EXPECT_EQ(got, 0u);
+  // Only the empty one: one byte at address 0 is outside the memory.
+  EXPECT_EQ(p->client->send_async(p->c_conn, sb.id, nullptr, 1).status().code(),
+            StatusCode::kOutOfRange);
+}
+
 TEST(P2p, BadConfigIsRefused) {
   Config c = test_config();
   c.num_cpus = 0;

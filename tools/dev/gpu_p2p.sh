@@ -8,7 +8,7 @@ set -euo pipefail
 MODE=${1:?pack|build|test|bench}
 CARRY=gpu_p2p_carry
 PY=${PY:-/opt/torch/.venv/bin/python3}
-LIBS="p2p engine transport cc util unwind_shim"
+LIBS="p2p p2p_knobs engine transport cc util unwind_shim"
 
 pack() {
   local b=${BUILD:-build}
@@ -37,7 +37,7 @@ build() {
     -DGLOG_CUSTOM_PREFIX_SUPPORT -DUCCL_HAVE_CUDA=1 -DUCCL_HAVE_VERBS=1 \
     $($PY -m pybind11 --includes) -I. -Iinclude -I/usr/local/cuda/include \
     p2p/python/p2p_module.cc "$CARRY/gflags_shim.cc.o" \
-    "${archives[@]:0:5}" "$CARRY/libglog.a" "${archives[5]}" \
+    "${archives[@]:0:6}" "$CARRY/libglog.a" "${archives[6]}" \
     /usr/local/cuda/lib64/libcudart_static.a -ldl -lrt -lpthread \
     -o "$out/_p2p$ext"
   cp p2p/python/uccl/*.py "$out/"

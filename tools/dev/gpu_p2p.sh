@@ -35,7 +35,9 @@ build() {
   # verbs headers present), so the headers agree on every layout.
   g++ -O2 -std=c++17 -shared -fPIC -fvisibility=hidden \
     -DGLOG_CUSTOM_PREFIX_SUPPORT -DUCCL_HAVE_CUDA=1 -DUCCL_HAVE_VERBS=1 \
-    $($PY -m pybind11 --includes) -I. -Iinclude -I/usr/local/cuda/include \
+    $($PY -m pybind11 --includes) \
+    "-I$($PY -c "import sysconfig; print(sysconfig.get_paths()['include'])")" \
+    -I. -Iinclude -I/usr/local/cuda/include \
     p2p/python/p2p_module.cc "$CARRY/gflags_shim.cc.o" \
     "${archives[@]:0:6}" "$CARRY/libglog.a" "${archives[6]}" \
     /usr/local/cuda/lib64/libcudart_static.a -ldl -lrt -lpthread \

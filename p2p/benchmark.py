@@ -7,7 +7,9 @@ flags).
   python3 p2p/benchmark.py --role client --remote-ip 10.0.0.2 --port P
 
 Per size: --iters transfers with --async-depth outstanding (throughput),
-then up to 100 at depth 1 (latency). --mode send (two-sided), write or read
+then up to 100 at depth 1 (latency: us per transfer); send mode adds a
+ping-pong up to 64 KB (server echoes; one-way = half the round trip, as a
+UDP ping-pong reports). --mode send (two-sided), write or read
 (one-sided, on a region the server advertises). --bidirectional (send mode):
 both sides send and receive at once; the rate counts both directions.
 --device gpu: buffers are CUDA tensors on --local-gpu-idx (needs torch;
@@ -31,6 +33,8 @@ except ImportError as e:  # pragma: no cover - reported to the user
 
 DEFAULT_SIZES = "256,1K,4K,16K,64K,256K,1M,10M,100M"
 LAT_ITERS = 100
+PP_MAX = 64 << 10  # ping-pong latency up to this size
+PP_ITERS = 1000
 
 
 def parse_size(text):
@@ -81,6 +85,9 @@ class Bench:
         slots = self.depth * (2 if args.bidirectional else 1)
         self.buf = alloc(self.max * slots + 1, gpu)
         self.mr = self.ep.reg(self.buf)
+        # Ping-pong (send mode, sizes up to PP_MAX): the reply lands here.
+        self.pp = alloc(PP_MAX, gpu)
+        self.pp_mr = self.ep.reg(self.pp)
         self.ctl = np.zeros(256, dtype=np.uint8)  # descriptors, sync bytes
         self.ctl_mr = self.ep.reg(self.ctl)
 
@@ -189,6 +196,23 @@ class Bench:
                 self.check(size_idx, j, j % depth, n)
         return secs
 
+    def pingpong(self, n, iters):
+        """send mode: one-way latency (half a round trip) of n-byte messages
+        echoed by the server, in us, as a UDP ping-pong measures it."""
+        ep, c, t = self.ep, self.conn, self.a.timeout_ms
+        out, back = self.slot(0, n), self.pp[:n]
+        self.sync()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            if self.a.role == "client":
+                h = ep.recv_async(c, self.pp_mr, back)
+                ep.wait(ep.send_async(c, self.mr, out), t)
+                ep.wait(h, t)
+            else:
+                got = ep.recv(c, self.pp_mr, back, t)
+                ep.send(c, self.pp_mr, back[:got], t)
+        return (time.perf_counter() - t0) / iters / 2 * 1e6
+
     def prepare_reads(self, size_idx, n, iters, depth):
         """read mode: the server writes what the client will read."""
         if self.a.mode == "read" and self.a.role == "server" and self.a.verify:
@@ -218,10 +242,15 @@ class Bench:
             ways = 2 if a.bidirectional else 1
             gbps = n * iters * 8 * ways / secs / 1e9 if secs > 0 else 0.0
             lat_us = lat_s / lat_n * 1e6
+            pp_us = None
+            if a.mode == "send" and not a.bidirectional and n <= PP_MAX:
+                pp_us = self.pingpong(n, PP_ITERS)
             results.append({"bytes": n, "iters": iters, "gbps": gbps,
-                            "gBps": gbps / 8, "lat_us": lat_us})
+                            "gBps": gbps / 8, "lat_us": lat_us,
+                            "pingpong_us": pp_us})
+            pp = f" | {pp_us:7.2f} us 1-way" if pp_us is not None else ""
             print(f"[{role}] {human(n):>9} : {gbps:7.2f} Gbps | "
-                  f"{gbps / 8:6.2f} GB/s | {lat_us:9.1f} us", flush=True)
+                  f"{gbps / 8:6.2f} GB/s | {lat_us:9.1f} us{pp}", flush=True)
         best = max(results, key=lambda r: r["gbps"])
         print(f"[{role}] done: {len(results)} sizes, best "
               f"{best['gbps']:.2f} Gbps at {human(best['bytes'])}"

@@ -277,7 +277,7 @@ Result<ConnHandle> Endpoint::Impl::add_conn(std::vector<ConnId> engine_conns,
   engine_conns.pop_back();
   UCCL_ASSIGN_OR_RETURN(auto striped,
                         StripedConn::create(ep.get(), engine_conns, stripe,
-                                            PartsMode::kFirst, kPartsHistory));
+                                            PartsMode::kAuto, kPartsHistory));
   const ConnHandle id = next_conn++;
   P2pConn& pc = conns[id];
   pc.conns = std::move(engine_conns);

@@ -70,6 +70,7 @@ constexpr int kSegCtxs = 256;  // segments in flight per endpoint
 enum class SegState : uint8_t { kCopyIn, kReady, kPosted, kCopyOut, kDone };
 struct SegCtx {
   StripedRequest sreq;
+  ConnHandle conn = 0;  // whose group the request belongs to
   SegState state = SegState::kDone;
   size_t off = 0;  // in the transfer
   size_t len = 0;  // send: bytes; receive: room
@@ -179,6 +180,11 @@ struct Endpoint::Impl {
   std::unique_ptr<SegCtx[]> segs;
   std::vector<uint16_t> free_segs;
   std::vector<uint32_t> seg_active;  // segmented transfers not yet polled done
+  // Requests done for their caller while empty parts still finish (the
+  // group's kAuto mode posts a short message with all K parts): their
+  // transfer slots and segments are reused only once the group says so.
+  std::vector<uint32_t> finishing_slots;
+  std::vector<uint16_t> finishing_segs;
   Endpoint::StagingStats staging;
 
   // Validates that [p, p + len) lies inside registration `mr`.
@@ -210,6 +216,10 @@ struct Endpoint::Impl {
                               const std::vector<IoSlice>& v,
                               const std::vector<RemoteSlice>* remote);
   Result<bool> poll_vec(uint32_t slot, size_t* bytes);
+  // Frees what finishing_slots / finishing_segs hold once reusable.
+  void reap_finishing();
+  // Returns a retired segment to the pool (or to finishing_segs).
+  void free_seg(uint16_t gi);
   // Segments: allocation at create, and progress (p2p/segments.cc).
   Status init_staging();
   void free_staging();

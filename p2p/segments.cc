@@ -105,6 +105,14 @@ Result<uint64_t> Endpoint::Impl::stage_copy(const Xfer& x, void* dst,
   return token;
 }
 
+void Endpoint::Impl::free_seg(uint16_t gi) {
+  if (segs[gi].sreq.finishing()) {
+    finishing_segs.push_back(gi);
+  } else {
+    free_segs.push_back(gi);
+  }
+}
+
 void Endpoint::Impl::progress_segments() {
   for (uint32_t s : seg_active) {
     Xfer& x = slots[s];
@@ -122,7 +130,7 @@ void Endpoint::Impl::progress_segments() {
       if (g.state != SegState::kDone) break;
       if (g.stage >= 0) free_stages.push_back(g.stage);
       g.stage = -1;
-      free_segs.push_back(gi);
+      free_seg(gi);
       x.seg_head = (x.seg_head + 1) % kSegWindow;
       --x.seg_count;
     }
@@ -138,6 +146,7 @@ bool Endpoint::Impl::make_segment(Xfer* x) {
   }
   const uint16_t gi = im->free_segs.back();
   SegCtx& g = im->segs[gi];
+  g.conn = x->conn;
   g.off = x->seg_next;
   g.len = std::min(x->seg_bytes, x->len - g.off);
   g.stage = -1;

@@ -43,8 +43,40 @@ Result<uint32_t> Endpoint::Impl::take_slot() {
 }
 
 void Endpoint::Impl::free_slot(uint32_t s) {
-  slots[s].in_use = false;
+  Xfer& x = slots[s];
+  if (x.owned && !x.segmented && x.sreq.finishing()) {
+    // Done for the caller, parts still out: the handle is spent (new
+    // generation), the slot stays taken until the group lets it go.
+    if (++x.gen == 0) x.gen = 1;
+    finishing_slots.push_back(s);
+    return;
+  }
+  x.in_use = false;
   free_slots.push_back(s);
+}
+
+void Endpoint::Impl::reap_finishing() {
+  for (size_t i = 0; i < finishing_slots.size();) {
+    Xfer& x = slots[finishing_slots[i]];
+    if (!conns[x.conn].striped->reusable(&x.sreq)) {
+      ++i;
+      continue;
+    }
+    x.in_use = false;
+    free_slots.push_back(finishing_slots[i]);
+    finishing_slots[i] = finishing_slots.back();
+    finishing_slots.pop_back();
+  }
+  for (size_t i = 0; i < finishing_segs.size();) {
+    SegCtx& g = segs[finishing_segs[i]];
+    if (!conns[g.conn].striped->reusable(&g.sreq)) {
+      ++i;
+      continue;
+    }
+    free_segs.push_back(finishing_segs[i]);
+    finishing_segs[i] = finishing_segs.back();
+    finishing_segs.pop_back();
+  }
 }
 
 Result<Xfer*> Endpoint::Impl::xfer_of(XferHandle h, uint32_t* slot) {
@@ -216,6 +248,7 @@ Result<bool> Endpoint::Impl::poll_locked(uint32_t slot, size_t* bytes) {
   if (x.kind == XferKind::kSend || x.kind == XferKind::kRecv) {
     P2pConn& pc = conns[x.conn];
     if (!seg_active.empty()) progress_segments();
+    if (!finishing_slots.empty() || !finishing_segs.empty()) reap_finishing();
     UCCL_RETURN_IF_ERROR(post_unposted(&pc));
     if (x.segmented) return poll_segmented(slot, bytes);
     if (!x.posted) return false;

@@ -288,6 +288,20 @@ TEST(P2p, TransfersSurviveInjectedLoss) {
   EXPECT_GT(transport::counter_sum(nic, "fault_tx_dropped"), 0u) << nic;
 }
 
+TEST(P2p, ShortMessagesAfterLongOnesReuseFinishingRequests) {
+  // After kPartsHistory messages of a stripe or more, the group posts every
+  // part of the next ones at once: a short message then completes with
+  // part 0 while its empty parts finish, and its slot waits for them. Far
+  // more short messages than that follow, each byte for byte.
+  auto p = Pair::make();
+  ASSERT_TRUE(p);
+  std::vector<size_t> sizes(40, 300000);
+  for (int i = 0; i < 200; ++i) sizes.push_back(1 + i * 37 % 5000);
+  send_recv(p.get(), sizes, 900);
+  // And long ones again after them.
+  send_recv(p.get(), {300000, 2 << 20, 7}, 1900);
+}
+
 TEST(P2p, AnEmptyBufferNeedsNoAddress) {
   // torch hands an empty tensor's data pointer as 0.
   auto p = Pair::make();

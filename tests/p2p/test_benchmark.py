@@ -52,6 +52,11 @@ def test_every_mode_moves_verified_data(mode, tmp_path):
     assert [r["bytes"] for r in js["results"]] == [0, 1024, 65536, 1 << 20]
     assert all(r["gbps"] > 0 for r in js["results"][1:])
     assert all(r["lat_us"] > 0 for r in js["results"])
+    pp = [r["pingpong_us"] for r in js["results"]]
+    if mode == "send":  # a ping-pong up to 64 KiB
+        assert all(v > 0 for v in pp[:3]) and pp[3] is None, pp
+    else:
+        assert pp == [None] * 4
 
 
 def matrix_flags(sizes, iters, depth):

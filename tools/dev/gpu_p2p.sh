@@ -67,6 +67,8 @@ PYEOF
   done
   "$CARRY/socket_bench" --lat --lat_poll --msize=256 --json 2>/dev/null |
     tail -3 | tee "$out/udp_pingpong.txt"
+  "$CARRY/socket_bench" --lat --msize=256 --json 2>/dev/null |
+    tail -1 | tee "$out/udp_pingpong_blocking.txt"
   run_pair() {  # name, extra flags for both, server-only flags
     local name=$1 flags=$2 sflags=${3:-}
     $PY p2p/benchmark.py --role server --port 0 $flags $sflags \

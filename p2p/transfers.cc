@@ -283,19 +283,25 @@ Result<bool> Endpoint::poll(XferHandle h, size_t* bytes) {
 }
 
 Status Endpoint::wait(XferHandle h, int timeout_ms, size_t* bytes) {
+  // Spin first (a reply a few microseconds away is seen at once), then give
+  // the core away per poll, then sleep between polls of a long transfer.
+  constexpr uint64_t kSpinNs = 50000, kYieldNs = 2000000;
+  const uint64_t start = monotonic_ns();
   const uint64_t deadline =
-      monotonic_ns() + static_cast<uint64_t>(std::max(timeout_ms, 0)) * 1000000;
-  for (uint32_t spins = 0;; ++spins) {
+      start + static_cast<uint64_t>(std::max(timeout_ms, 0)) * 1000000;
+  for (;;) {
     UCCL_ASSIGN_OR_RETURN(bool done, poll(h, bytes));
     if (done) return Status::OK();
-    if (monotonic_ns() > deadline) {
+    const uint64_t now = monotonic_ns();
+    if (now > deadline) {
       return TimedOut("transfer not done in " + std::to_string(timeout_ms) +
                       " ms");
     }
-    if (spins > 1000) {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    } else {
+    if (now - start < kSpinNs) continue;
+    if (now - start < kYieldNs) {
       std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
 }

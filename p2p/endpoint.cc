@@ -111,6 +111,7 @@ Result<MrId> Endpoint::reg(void* addr, size_t len) {
 
 Status Endpoint::dereg(MrId mr) {
   MrHandle* mh = nullptr;
+  std::vector<Shadow> shadows;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     auto it = impl_->mrs.find(mr);
@@ -124,7 +125,12 @@ Status Endpoint::dereg(MrId mr) {
       }
     }
     mh = it->second.mh;
+    shadows = std::move(it->second.shadows);
     impl_->mrs.erase(it);
+  }
+  for (const Shadow& sh : shadows) {
+    (void)impl_->ep->dereg_mr(sh.mh);
+    impl_->dev->free_host(sh.host);
   }
   return mh == nullptr ? Status::OK() : impl_->ep->dereg_mr(mh);
 }
@@ -138,14 +144,11 @@ Result<RegionDesc> Endpoint::advertise(MrId mr, size_t offset, size_t len) {
     if (it == impl_->mrs.end()) {
       return InvalidArgument("advertise: unknown memory");
     }
-    if (it->second.device) {
-      return NotSupported(
-          "advertise: GPU memory is reached one-sided only through a NIC "
-          "that reaches it (verbs); on the software NIC use send/recv");
-    }
     if (len == 0 || offset > it->second.len || len > it->second.len - offset) {
       return OutOfRange("advertise: range outside the registered memory");
     }
+    if (it->second.device)
+      return impl_->advertise_shadow(&it->second, offset, len);
     mh = it->second.mh;
     base = it->second.addr;
   }

@@ -51,11 +51,21 @@ struct P2pConn {
 };
 constexpr int kNotifTag = 0x4e4f5446;  // "NOTF"; the group uses tag 0
 
+// What a peer reaches of advertised device memory on a NIC that cannot
+// reach it: page-locked host memory standing in for [off, off + len) of the
+// registration, synchronized by flush() and publish().
+struct Shadow {
+  size_t off = 0, len = 0;
+  uint8_t* host = nullptr;
+  MrHandle* mh = nullptr;
+};
+
 struct Registration {
   MrHandle* mh = nullptr;  // null for device memory (staged)
   bool device = false;
   uintptr_t addr = 0;
   size_t len = 0;
+  std::vector<Shadow> shadows;
 };
 
 // Two-sided transfers of a segment (stripe x engines) or more, and every
@@ -76,6 +86,8 @@ struct SegCtx {
   size_t len = 0;  // send: bytes; receive: room
   int stage = -1;  // staging buffer, device memory only
   uint64_t copy = 0;
+  Request oreqs[kMaxStripes];  // one-sided: a request per engine
+  int noreqs = 0;
 };
 
 // kVec: a vectored transfer, whose slices are transfers of another kind
@@ -116,6 +128,8 @@ struct Xfer {
   bool seg_recv_out = false;  // receiver: a segment's receive is posted
   size_t seg_bytes = 0;
   size_t seg_next = 0;
+  RemoteRegion remote;  // one-sided in segments: the peer's region
+  uint64_t remote_off = 0;
   uint16_t seg_ring[kSegWindow] = {};
   int seg_head = 0, seg_count = 0;
 };
@@ -211,6 +225,18 @@ struct Endpoint::Impl {
   // none could be posted (the slot is still taken).
   Status post_parts_one_sided(uint32_t s, P2pConn* pc, const RegionDesc& remote,
                               uint64_t remote_offset);
+  // A write or read new_xfer made: its parts, or (device memory) its
+  // segments through the staging buffers.
+  Status post_one_sided_slot(uint32_t s, P2pConn* pc, const RegionDesc& remote,
+                             uint64_t remote_offset);
+  // Copies between a registration's device memory and its shadows and
+  // waits (to_device: shadow -> device).
+  Status sync_shadows(Registration* r, bool to_device);
+  Status sync_mr(MrId mr, bool to_device);
+  // advertise() of device memory: a shadow of [offset, offset + len) that
+  // the peer reaches instead (the caller holds `mu`).
+  Result<RegionDesc> advertise_shadow(Registration* r, size_t offset,
+                                      size_t len);
   // Vectored transfers: `remote` (one per slice) for writes and reads.
   Result<XferHandle> post_vec(XferKind kind, ConnHandle c,
                               const std::vector<IoSlice>& v,
@@ -235,6 +261,9 @@ struct Endpoint::Impl {
   Status step_segment(Xfer* x, SegCtx* g, P2pConn* pc);
   // Makes x's next segment if there is room; false when none was made.
   bool make_segment(Xfer* x);
+  // Posts a one-sided segment's parts from `buf` (OK with *taken).
+  Status post_segment_parts(Xfer& x, SegCtx* g, P2pConn* pc, uint8_t* buf,
+                            MrHandle* mh, bool* taken);
   // Starts a copy for segment g of x; counts it.
   Result<uint64_t> stage_copy(const Xfer& x, void* dst, const void* src,
                               size_t len);

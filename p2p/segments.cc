@@ -51,11 +51,21 @@ uint8_t* stage_ptr(uint8_t* base, size_t bytes, int stage) {
   return base + static_cast<size_t>(stage) * bytes;
 }
 
+bool one_sided(const Xfer& x) {
+  return x.kind == XferKind::kWrite || x.kind == XferKind::kRead;
+}
+
+// Whether x's data goes out of this side (copied in before it is posted).
+bool outgoing(const Xfer& x) {
+  return x.kind == XferKind::kSend || x.kind == XferKind::kWrite;
+}
+
+constexpr size_t kOneSidedAlign = 4096;
+
 }  // namespace
 
 Status Endpoint::Impl::step_segment(Xfer* x, SegCtx* g, P2pConn* pc) {
   Endpoint::Impl* im = this;
-  const bool send = x->kind == XferKind::kSend;
   if (g->state == SegState::kCopyIn || g->state == SegState::kCopyOut) {
     Result<bool> done = im->dev->copy_done(g->copy);
     if (!done.ok() || !*done) {
@@ -69,14 +79,26 @@ Status Endpoint::Impl::step_segment(Xfer* x, SegCtx* g, P2pConn* pc) {
   if (g->state != SegState::kPosted) return Status::OK();
   bool done = false;
   size_t moved = 0;
-  Status st = pc->striped->test(&g->sreq, &done, &moved);
-  if (!done) return Status::OK();
+  Status st;
+  if (one_sided(*x)) {
+    for (int j = 0; j < g->noreqs; ++j) {
+      if (!g->oreqs[j].done()) return Status::OK();
+    }
+    done = true;
+    moved = g->len;
+    for (int j = 0; j < g->noreqs && st.ok(); ++j) st = g->oreqs[j].status();
+  } else {
+    st = pc->striped->test(&g->sreq, &done, &moved);
+    if (!done) return Status::OK();
+  }
   g->state = SegState::kDone;
-  if (!send) x->seg_recv_out = false;
+  if (x->kind == XferKind::kRecv) x->seg_recv_out = false;
   if (!st.ok()) return st;
-  if (send) return Status::OK();
-  x->seg_next += moved;
-  if (moved < x->seg_bytes) x->seg_last = true;  // the message's last
+  if (outgoing(*x)) return Status::OK();
+  if (x->kind == XferKind::kRecv) {
+    x->seg_next += moved;
+    if (moved < x->seg_bytes) x->seg_last = true;  // the message's last
+  }
   if (x->device && moved > 0) {
     Result<uint64_t> c =
         stage_copy(*x, x->data + g->off,
@@ -95,7 +117,7 @@ Result<uint64_t> Endpoint::Impl::stage_copy(const Xfer& x, void* dst,
   staging.bytes += len;
   // A send's copy started while an earlier segment still copies in or is
   // on the network: the sending side's overlap.
-  for (int i = 0; x.kind == XferKind::kSend && i < x.seg_count; ++i) {
+  for (int i = 0; outgoing(x) && i < x.seg_count; ++i) {
     if (segs[x.seg_ring[(x.seg_head + i) % kSegWindow]].state !=
         SegState::kDone) {
       ++staging.overlapped;
@@ -117,6 +139,8 @@ void Endpoint::Impl::progress_segments() {
   for (uint32_t s : seg_active) {
     Xfer& x = slots[s];
     P2pConn& pc = conns[x.conn];
+    // One-sided segments wait in no queue: made and posted from here.
+    if (one_sided(x) && !x.posted && post_segments(s, &pc)) x.posted = true;
     for (int i = 0; i < x.seg_count; ++i) {
       SegCtx& g = segs[x.seg_ring[(x.seg_head + i) % kSegWindow]];
       Status st = step_segment(&x, &g, &pc);
@@ -139,9 +163,9 @@ void Endpoint::Impl::progress_segments() {
 
 bool Endpoint::Impl::make_segment(Xfer* x) {
   Endpoint::Impl* im = this;
-  const bool send = x->kind == XferKind::kSend;
+  const bool recv = x->kind == XferKind::kRecv;
   if (x->seg_last || x->seg_count == kSegWindow || im->free_segs.empty() ||
-      (!send && x->seg_recv_out) || (x->device && im->free_stages.empty())) {
+      (recv && x->seg_recv_out) || (x->device && im->free_stages.empty())) {
     return false;
   }
   const uint16_t gi = im->free_segs.back();
@@ -153,7 +177,7 @@ bool Endpoint::Impl::make_segment(Xfer* x) {
   g.state = SegState::kReady;
   if (x->device) {
     g.stage = im->free_stages.back();
-    if (send && g.len > 0) {
+    if (outgoing(*x) && g.len > 0) {
       Result<uint64_t> c =
           stage_copy(*x, stage_ptr(im->stage_base, im->stage_bytes, g.stage),
                      x->data + g.off, g.len);
@@ -168,20 +192,56 @@ bool Endpoint::Impl::make_segment(Xfer* x) {
     im->free_stages.pop_back();
   }
   im->free_segs.pop_back();
-  if (send) {
-    x->seg_next += g.len;
-    if (g.len < x->seg_bytes) x->seg_last = true;
-  } else {
+  if (recv) {
     x->seg_recv_out = true;
+  } else {
+    x->seg_next += g.len;
+    // A message ends with a segment shorter than a full one (sends); a
+    // one-sided transfer simply ends with its last byte.
+    if (one_sided(*x) ? x->seg_next == x->len : g.len < x->seg_bytes) {
+      x->seg_last = true;
+    }
   }
   x->seg_ring[(x->seg_head + x->seg_count) % kSegWindow] = gi;
   ++x->seg_count;
   return true;
 }
 
+Status Endpoint::Impl::post_segment_parts(Xfer& x, SegCtx* g, P2pConn* pc,
+                                          uint8_t* buf, MrHandle* mh,
+                                          bool* taken) {
+  // Cut evenly over the engines (4 KiB-aligned), as unstaged ones are.
+  const int k = static_cast<int>(pc->conns.size());
+  size_t stripe = (g->len + k - 1) / k;
+  stripe = (stripe + kOneSidedAlign - 1) / kOneSidedAlign * kOneSidedAlign;
+  g->noreqs = 0;
+  for (int j = 0; j < k; ++j) {
+    size_t off = 0, n = 0;
+    stripe_part(g->len, j, k, stripe, &off, &n);
+    if (n == 0) continue;
+    const uint64_t at = x.remote_off + g->off + off;
+    Request* r = &g->oreqs[g->noreqs];
+    Status st =
+        x.kind == XferKind::kWrite
+            ? ep->write_async(pc->conns[j], buf + off, n, mh, x.remote, at, r)
+            : ep->read_async(pc->conns[j], buf + off, n, mh, x.remote, at, r);
+    if (!st.ok()) {
+      // Parts already out finish on their own; wait for them as well.
+      if (g->noreqs == 0) return st;
+      if (x.error.ok()) x.error = st;
+      x.seg_last = true;
+      break;
+    }
+    ++g->noreqs;
+  }
+  *taken = true;
+  return Status::OK();
+}
+
 bool Endpoint::Impl::post_segments(uint32_t s, P2pConn* pc) {
   Xfer& x = slots[s];
   const bool send = x.kind == XferKind::kSend;
+  const bool recv = x.kind == XferKind::kRecv;
   while (make_segment(&x)) {
   }
   // Post ready segments in order; one still copying in holds the rest.
@@ -193,20 +253,21 @@ bool Endpoint::Impl::post_segments(uint32_t s, P2pConn* pc) {
                                 : x.data + g.off;
     MrHandle* mh = g.stage >= 0 ? stage_mh : x.mh;
     bool taken = false;
-    Status st = send ? pc->striped->send(&g.sreq, buf, g.len, mh, 0, &taken)
-                     : pc->striped->recv(&g.sreq, buf, g.len, mh, 0, &taken);
+    Status st = one_sided(x) ? post_segment_parts(x, &g, pc, buf, mh, &taken)
+                : send ? pc->striped->send(&g.sreq, buf, g.len, mh, 0, &taken)
+                       : pc->striped->recv(&g.sreq, buf, g.len, mh, 0, &taken);
     if (!st.ok()) {
       g.state = SegState::kDone;
       if (x.error.ok()) x.error = st;
       x.seg_last = true;
-      if (!send) x.seg_recv_out = false;
+      if (recv) x.seg_recv_out = false;
       continue;
     }
     if (!taken) break;
     g.state = SegState::kPosted;
     // A receive posted while an earlier segment still copies out: the
     // receiving side's overlap.
-    for (int j = 0; !send && x.device && j < i; ++j) {
+    for (int j = 0; !outgoing(x) && x.device && j < i; ++j) {
       if (segs[x.seg_ring[(x.seg_head + j) % kSegWindow]].state ==
           SegState::kCopyOut) {
         ++staging.overlapped;
@@ -215,7 +276,7 @@ bool Endpoint::Impl::post_segments(uint32_t s, P2pConn* pc) {
     }
   }
   if (!x.seg_last) return false;
-  if (!send) return !x.seg_recv_out;
+  if (recv) return !x.seg_recv_out;
   for (int i = 0; i < x.seg_count; ++i) {
     const SegState st = segs[x.seg_ring[(x.seg_head + i) % kSegWindow]].state;
     if (st == SegState::kCopyIn || st == SegState::kReady) return false;

@@ -131,11 +131,6 @@ Result<uint32_t> Endpoint::Impl::new_xfer(XferKind kind, ConnHandle c, MrId mr,
   UCCL_ASSIGN_OR_RETURN(MrHandle * mh, region_of(mr, data, len));
   const bool two_sided = kind == XferKind::kSend || kind == XferKind::kRecv;
   const bool device = mh == nullptr;
-  if (device && !two_sided) {
-    return NotSupported(
-        "one-sided transfers of GPU memory need a NIC that reaches it "
-        "(verbs); on the software NIC use send/recv");
-  }
   UCCL_ASSIGN_OR_RETURN(uint32_t s, take_slot());
   Xfer& x = slots[s];
   x.kind = kind;
@@ -200,6 +195,28 @@ Status Endpoint::Impl::post_parts_one_sided(uint32_t s, P2pConn* pc,
   return Status::OK();
 }
 
+Status Endpoint::Impl::post_one_sided_slot(uint32_t s, P2pConn* pc,
+                                           const RegionDesc& remote,
+                                           uint64_t remote_offset) {
+  Xfer& x = slots[s];
+  if (!x.device || x.len == 0) {
+    return post_parts_one_sided(s, pc, remote, remote_offset);
+  }
+  // Device memory: segments through the staging buffers, made and posted
+  // as buffers come free (progress_segments).
+  x.segmented = true;
+  x.seg_bytes = pc->stripe_bytes * pc->conns.size();
+  x.seg_last = x.seg_recv_out = false;
+  x.seg_next = 0;
+  x.seg_head = x.seg_count = 0;
+  x.remote = remote.region;
+  x.remote_off = remote_offset;
+  x.owned = true;
+  seg_active.push_back(s);
+  if (post_segments(s, pc)) x.posted = true;
+  return Status::OK();
+}
+
 Result<XferHandle> Endpoint::Impl::post_one_sided(XferKind kind, ConnHandle c,
                                                   MrId mr, void* local,
                                                   size_t len,
@@ -209,7 +226,7 @@ Result<XferHandle> Endpoint::Impl::post_one_sided(XferKind kind, ConnHandle c,
   std::lock_guard<std::mutex> lock(mu);
   P2pConn* pc = nullptr;
   UCCL_ASSIGN_OR_RETURN(uint32_t s, new_xfer(kind, c, mr, local, len, &pc));
-  Status st = post_parts_one_sided(s, pc, remote, remote_offset);
+  Status st = post_one_sided_slot(s, pc, remote, remote_offset);
   if (!st.ok()) {
     free_slot(s);
     return st;
@@ -258,6 +275,9 @@ Result<bool> Endpoint::Impl::poll_locked(uint32_t slot, size_t* bytes) {
       if (!done) return false;
       x.error = st;
     }
+  } else if (x.segmented) {
+    progress_segments();
+    return poll_segmented(slot, bytes);
   } else {
     for (int j = 0; j < x.nreqs; ++j) {
       if (!x.reqs[j].done()) return false;

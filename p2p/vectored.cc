@@ -28,10 +28,7 @@ Result<XferHandle> Endpoint::Impl::post_vec(
   UCCL_ASSIGN_OR_RETURN(P2pConn * pc, conn_of(c));
   if (pc->closed) return InvalidArgument("connection closed");
   for (const IoSlice& sl : v) {
-    UCCL_ASSIGN_OR_RETURN(MrHandle * mh, region_of(sl.mr, sl.data, sl.len));
-    if (remote != nullptr && mh == nullptr) {
-      return NotSupported("one-sided transfers of GPU memory need verbs");
-    }
+    UCCL_RETURN_IF_ERROR(region_of(sl.mr, sl.data, sl.len).status());
   }
   if (free_slots.size() < v.size() + 1) {
     return ResourceExhausted("too many transfers outstanding for " +
@@ -56,7 +53,7 @@ Result<XferHandle> Endpoint::Impl::post_vec(
       continue;
     }
     Status st =
-        post_parts_one_sided(s, pc, (*remote)[i].region, (*remote)[i].offset);
+        post_one_sided_slot(s, pc, (*remote)[i].region, (*remote)[i].offset);
     if (!st.ok()) slots[s].error = st;
   }
   if (remote == nullptr) UCCL_RETURN_IF_ERROR(post_unposted(pc));

@@ -116,7 +116,16 @@ class Endpoint {
   Status dereg(MrId mr);
   // Lets the peer of any connection write and read [offset, offset + len)
   // of a registered region.
+  // GPU memory on a NIC that cannot reach it (the software NIC): the peer
+  // reaches a page-locked host shadow of the range instead, made here, in
+  // step with GPU memory only at flush() and publish().
   Result<RegionDesc> advertise(MrId mr, size_t offset, size_t len);
+  // After peers' one-sided writes into advertised GPU memory (told by a
+  // notification, say): brings them into GPU memory. Before peers read it:
+  // publish() makes GPU memory's contents the ones they read. Both wait
+  // for the copies; for host memory there is nothing to do (OK).
+  Status flush(MrId mr);
+  Status publish(MrId mr);
 
   // --- transfers (buffers inside `mr`; the handle is polled to done) ---
   Result<XferHandle> send_async(ConnHandle c, MrId mr, const void* data,

@@ -154,6 +154,14 @@ class PyEndpoint {
     return value(ep_->reg(ptr(a), n));
   }
   void dereg(uint64_t mr) { check(ep_->dereg(mr)); }
+  // Advertised GPU memory on the software NIC: peers' writes into GPU
+  // memory (flush), GPU memory's contents for peers to read (publish).
+  void flush(uint64_t mr) {
+    check_nogil([&] { return ep_->flush(mr); });
+  }
+  void publish(uint64_t mr) {
+    check_nogil([&] { return ep_->publish(mr); });
+  }
   py::bytes advertise(uint64_t mr, size_t offset, size_t len) {
     return py::bytes(value(ep_->advertise(mr, offset, len)).to_bytes());
   }
@@ -235,6 +243,15 @@ class PyEndpoint {
   }
 
  private:
+  template <typename F>
+  static void check_nogil(F f) {
+    Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = f();
+    }
+    check(st);
+  }
   // memory_of, refusing GPU memory on an endpoint without a GPU (the engines
   // would read it as host memory).
   std::pair<uintptr_t, size_t> mem(py::handle obj, bool writable) const {
@@ -301,6 +318,8 @@ PYBIND11_MODULE(_p2p, m) {
       .def("close", &PyEndpoint::close)
       .def("reg", &PyEndpoint::reg)
       .def("dereg", &PyEndpoint::dereg)
+      .def("flush", &PyEndpoint::flush)
+      .def("publish", &PyEndpoint::publish)
       .def("advertise", &PyEndpoint::advertise, py::arg("mr"),
            py::arg("offset") = 0, py::arg("len"))
       .def("send_async", &PyEndpoint::send_async)

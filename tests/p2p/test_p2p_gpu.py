@@ -70,5 +70,56 @@ def test_gpu_memory_needs_a_gpu_endpoint():
     gep = p2p.Endpoint(local_gpu_idx=0, num_cpus=1, device="udp:lo")
     mr = gep.reg(t)
     with pytest.raises(p2p.Error) as e:
-        gep.advertise(mr, 0, 16)
-    assert e.value.code == "NOT_SUPPORTED"
+        gep.advertise(mr, 8, 16)
+    assert e.value.code == "OUT_OF_RANGE"
+
+
+def _region_server(q, gpu, n):
+    torch.cuda.set_device(gpu)
+    ep = p2p.Endpoint(local_gpu_idx=gpu, num_cpus=2, device="udp:lo")
+    q.put(ep.listen())
+    conn = ep.accept(timeout_ms=30000)
+    region = torch.zeros(n, dtype=torch.uint8, device=f"cuda:{gpu}")
+    mr = ep.reg(region)
+    ctl = np.zeros(8, dtype=np.uint8)
+    cmr = ep.reg(ctl)
+    q.put(ep.advertise(mr, 0, n))
+    ep.recv(conn, cmr, ctl)  # written
+    ep.flush(mr)
+    region += 1  # on the GPU: the client reads back data + 1
+    torch.cuda.synchronize()
+    ep.publish(mr)
+    ep.send(conn, cmr, ctl[:1])
+    ep.recv(conn, cmr, ctl)  # read
+
+
+@pytest.mark.parametrize("gpus", [(0, 0), (0, 1)], ids=["one_gpu", "two_gpus"])
+def test_one_sided_into_gpu_memory(gpus):
+    if max(gpus) >= torch.cuda.device_count():
+        pytest.skip("needs two GPUs")
+    n = (16 << 20) + 5
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_region_server, args=(q, gpus[1], n))
+    proc.start()
+    try:
+        torch.cuda.set_device(gpus[0])
+        ep = p2p.Endpoint(local_gpu_idx=gpus[0], num_cpus=2, device="udp:lo")
+        conn = ep.connect("127.0.0.1", q.get(timeout=60), timeout_ms=30000)
+        desc = q.get(timeout=60)
+        rng = np.random.default_rng(9)
+        data = rng.integers(0, 255, n, dtype=np.uint8)
+        src = torch.from_numpy(data).to(f"cuda:{gpus[0]}")
+        torch.cuda.synchronize()
+        mr = ep.reg(src)
+        ctl = np.zeros(8, dtype=np.uint8)
+        cmr = ep.reg(ctl)
+        assert ep.write(conn, mr, src, desc) == n
+        ep.send(conn, cmr, ctl[:1])
+        ep.recv(conn, cmr, ctl)  # flushed, changed, published
+        assert ep.read(conn, mr, src, desc) == n
+        assert np.array_equal(src.cpu().numpy(), data + 1)
+        ep.send(conn, cmr, ctl[:1])
+    finally:
+        proc.join(timeout=120)
+    assert proc.exitcode == 0

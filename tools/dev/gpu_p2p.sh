@@ -94,6 +94,9 @@ PYEOF
     echo "== uccl.p2p, GPU 0 -> GPU 1"
     run_pair p2p_gpu "$common --mode send --device gpu --local-gpu-idx 0" \
       "--local-gpu-idx 1"
+    echo "== uccl.p2p write, GPU 0 -> GPU 1's region (its host shadow)"
+    run_pair p2p_gpu_write \
+      "$common --mode write --device gpu --local-gpu-idx 0" "--local-gpu-idx 1"
     echo "== torch.distributed NCCL over its Socket transport, GPU 0 -> GPU 1"
     NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET=Socket NCCL_NVLS_ENABLE=0 \
       $PY p2p/torch_baseline.py --backend nccl --sizes "$sizes" \

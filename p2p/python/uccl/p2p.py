@@ -10,6 +10,9 @@
     ep.write(conn, mr, buf, desc, offset)        # one-sided
     ep.send_notif(conn, b"landed"); ep.get_notifs()   # [(conn, bytes)]
     ep.writev(conn, [(mr, a), (mr, b)], [(desc, 0), (desc, 4096)])
+    ep.flush(mr) / ep.publish(mr)                # advertised GPU memory on the
+                                                 # software NIC: peers' writes in,
+                                                 # current contents out
 
 Every error raises uccl.p2p.Error (its .code names the Status code); calls
 that may block release the GIL.

@@ -149,6 +149,27 @@ Result<MrHandle*> Endpoint::reg_mr(void* addr, size_t len) {
   return mh.release();
 }
 
+Result<MrHandle*> Endpoint::reg_dmabuf_mr(void* addr, size_t len, int fd,
+                                          uint64_t offset) {
+  if (addr == nullptr || len == 0 || fd < 0) {
+    return InvalidArgument("reg_dmabuf_mr: empty region or no dma-buf");
+  }
+  auto mh = std::make_unique<MrHandle>();
+  mh->addr = addr;
+  mh->len = len;
+  for (auto& e : impl_->engines) {
+    auto mr = e->pd()->reg_dmabuf_mr(
+        fd, offset, len, reinterpret_cast<uint64_t>(addr),
+        transport::kAccessLocalWrite | transport::kAccessRemoteWrite |
+            transport::kAccessRemoteRead);
+    if (!mr.ok()) return mr.status().with_context("reg_dmabuf_mr");
+    mh->mrs.push_back(std::move(*mr));
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->mrs.push_back(mh.get());
+  return mh.release();
+}
+
 Status Endpoint::dereg_mr(MrHandle* mh) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);

@@ -48,7 +48,17 @@ struct Runtime {
   cudaError_t (*event_destroy)(cudaEvent_t);
   cudaError_t (*get_last_error)();
   const char* (*error_string)(cudaError_t);
+  // Optional (CUDA 11.3+): the GPUDirect RDMA flush.
+  cudaError_t (*flush_rdma_writes)(int target, int scope);
+  // The driver API's (libcuda.so.1), optional: dma-buf export.
+  int (*pointer_get_attribute)(void* data, int attribute, uint64_t ptr);
+  int (*get_handle_for_range)(void* handle, uint64_t ptr, size_t size, int type,
+                              unsigned long long flags);
 };
+constexpr int kPointerRangeStart = 11;  // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+constexpr int kPointerRangeSize = 12;   // CU_POINTER_ATTRIBUTE_RANGE_SIZE
+constexpr int kHandleDmaBufFd = 1;      // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+constexpr int kFlushToOwner = 100;      // cudaFlushGPUDirectRDMAWritesToOwner
 
 template <typename F>
 bool load(void* lib, const char* name, F* fn) {
@@ -89,6 +99,11 @@ Result<Runtime> open_runtime() {
       load(lib, "cudaGetErrorString", &r.error_string);
   if (!ok)
     return NotSupported("the CUDA runtime lacks " + std::string(dlerror()));
+  load(lib, "cudaDeviceFlushGPUDirectRDMAWrites", &r.flush_rdma_writes);
+  if (void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL)) {
+    load(drv, "cuPointerGetAttribute", &r.pointer_get_attribute);
+    load(drv, "cuMemGetHandleForAddressRange", &r.get_handle_for_range);
+  }
   return r;
 }
 
@@ -142,6 +157,35 @@ class CudaMemory : public DeviceMemory {
     return p;
   }
   void free_host(void* p) override { rt_.free_host(p); }
+
+  // The whole allocation holding p (dma-buf ranges must be page-aligned;
+  // an allocation is), and p's offset in it.
+  Result<DmaBuf> export_dmabuf(void* p, size_t len) override {
+    if (rt_.pointer_get_attribute == nullptr ||
+        rt_.get_handle_for_range == nullptr) {
+      return NotSupported("the CUDA driver exports no dma-buf (before 11.7)");
+    }
+    uint64_t base = 0;
+    size_t size = 0;
+    const uint64_t a = reinterpret_cast<uint64_t>(p);
+    if (rt_.pointer_get_attribute(&base, kPointerRangeStart, a) != 0 ||
+        rt_.pointer_get_attribute(&size, kPointerRangeSize, a) != 0 ||
+        a + len > base + size) {
+      return NotSupported("no GPU allocation holds this range");
+    }
+    int fd = -1;
+    if (rt_.get_handle_for_range(&fd, base, size, kHandleDmaBufFd, 0) != 0) {
+      return NotSupported("cuMemGetHandleForAddressRange refused a dma-buf");
+    }
+    return DmaBuf{fd, a - base};
+  }
+
+  Status flush_nic_writes() override {
+    if (rt_.flush_rdma_writes == nullptr) return Status::OK();
+    rt_.set_device(gpu_);
+    return check(rt_.flush_rdma_writes(0, kFlushToOwner),
+                 "cudaDeviceFlushGPUDirectRDMAWrites");
+  }
 
   Result<uint64_t> copy_async(void* dst, const void* src, size_t len) override {
     rt_.set_device(gpu_);

@@ -98,14 +98,22 @@ Result<MrId> Endpoint::reg(void* addr, size_t len) {
     return InvalidArgument("reg: empty buffer");
   }
   MrHandle* mh = nullptr;
-  const bool device = impl_->dev != nullptr && impl_->dev->is_device(addr, len);
-  if (!device) {
+  bool device = impl_->dev != nullptr && impl_->dev->is_device(addr, len);
+  bool direct = false;
+  if (device) {
+    // A NIC that reaches GPU memory registers it as a dma-buf; the others
+    // (the software NIC) have it staged.
+    UCCL_ASSIGN_OR_RETURN(mh, impl_->reg_direct(addr, len));
+    direct = mh != nullptr;
+    device = !direct;
+  } else {
     UCCL_ASSIGN_OR_RETURN(mh, impl_->ep->reg_mr(addr, len));
   }
   std::lock_guard<std::mutex> lock(impl_->mu);
   const MrId id = impl_->next_mr++;
-  impl_->mrs[id] =
-      Registration{mh, device, reinterpret_cast<uintptr_t>(addr), len};
+  Registration& r = impl_->mrs[id];
+  r = Registration{mh, device, reinterpret_cast<uintptr_t>(addr), len};
+  r.direct = direct;
   return id;
 }
 

@@ -66,6 +66,7 @@ struct Registration {
   uintptr_t addr = 0;
   size_t len = 0;
   std::vector<Shadow> shadows;
+  bool direct = false;  // device memory the NIC reaches (dma-buf)
 };
 
 // Two-sided transfers of a segment (stripe x engines) or more, and every
@@ -233,6 +234,9 @@ struct Endpoint::Impl {
   // waits (to_device: shadow -> device).
   Status sync_shadows(Registration* r, bool to_device);
   Status sync_mr(MrId mr, bool to_device);
+  // GPU memory registered with the NIC directly (dma-buf); null where the
+  // NIC or the device cannot (then it is staged).
+  Result<MrHandle*> reg_direct(void* addr, size_t len);
   // advertise() of device memory: a shadow of [offset, offset + len) that
   // the peer reaches instead (the caller holds `mu`).
   Result<RegionDesc> advertise_shadow(Registration* r, size_t offset,

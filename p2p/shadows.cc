@@ -1,5 +1,8 @@
-// Advertised GPU memory on a NIC that cannot reach it: peers write and read
-// a page-locked host shadow, brought in step by flush() and publish().
+// GPU memory peers reach: registered with a NIC that reaches it (dma-buf),
+// else advertised as a page-locked host shadow kept in step by flush() and
+// publish().
+#include <unistd.h>
+
 #include <string>
 
 #include "p2p/p2p_impl.h"
@@ -62,7 +65,21 @@ Status Endpoint::Impl::sync_mr(MrId mr, bool to_device) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = mrs.find(mr);
   if (it == mrs.end()) return InvalidArgument("unknown memory id");
+  // Memory the NIC wrote directly: the GPUDirect flush makes it visible.
+  if (it->second.direct) return to_device ? dev->flush_nic_writes() : Status();
   return sync_shadows(&it->second, to_device);
+}
+
+Result<MrHandle*> Endpoint::Impl::reg_direct(void* addr, size_t len) {
+  Result<DeviceMemory::DmaBuf> buf = dev->export_dmabuf(addr, len);
+  if (!buf.ok()) return static_cast<MrHandle*>(nullptr);
+  Result<MrHandle*> mh = ep->reg_dmabuf_mr(addr, len, buf->fd, buf->offset);
+  ::close(buf->fd);  // the registration holds its own reference
+  if (mh.ok()) return mh;
+  if (mh.status().code() == StatusCode::kNotSupported) {
+    return static_cast<MrHandle*>(nullptr);
+  }
+  return mh.status();
 }
 
 Status Endpoint::flush(MrId mr) { return impl_->sync_mr(mr, true); }

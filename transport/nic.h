@@ -256,6 +256,16 @@ class ProtectionDomain {
   // gets its own keys. Zero-length regions are refused.
   virtual Result<std::unique_ptr<MemoryRegion>> reg_mr(void* addr, size_t len,
                                                        uint32_t access) = 0;
+  // Device memory (a GPU's) the NIC reaches itself, exported as a dma-buf:
+  // `len` bytes at `offset` into `fd`, addressed as `iova` (the device's
+  // virtual address, so peers use the addresses they were advertised). The
+  // caller keeps `fd` open for the call only. NotSupported where the NIC
+  // cannot reach device memory (the software NIC: memory is staged above).
+  virtual Result<std::unique_ptr<MemoryRegion>> reg_dmabuf_mr(
+      int fd, uint64_t offset, size_t len, uint64_t iova, uint32_t access) {
+    (void)fd, (void)offset, (void)len, (void)iova, (void)access;
+    return NotSupported("this NIC does not reach device memory (dma-buf)");
+  }
   // NotSupported where the backend has no windows (verbs, for now).
   virtual Result<std::unique_ptr<MemoryWindow>> alloc_mw() {
     return NotSupported("memory windows are not supported by this backend");

@@ -116,6 +116,12 @@ class Endpoint {
 
   // --- memory ---
   Result<MrHandle*> reg_mr(void* addr, size_t len);
+  // Device memory at [addr, addr + len) that the NIC reaches itself
+  // (GPUDirect RDMA), exported as dma-buf `fd` (`offset` bytes in); the
+  // caller may close `fd` afterwards. NotSupported on NICs that cannot
+  // (the software NIC).
+  Result<MrHandle*> reg_dmabuf_mr(void* addr, size_t len, int fd,
+                                  uint64_t offset);
   Status dereg_mr(MrHandle* mh);
   // Lets peers write/read [addr, addr+len) of a registered region.
   Result<RemoteRegion> advertise(MrHandle* mh, void* addr, size_t len);

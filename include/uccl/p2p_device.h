@@ -10,8 +10,9 @@
 
 namespace uccl::p2p {
 
-// One device's memory as the p2p engine sees it. Calls come from the
-// thread polling transfers, under the endpoint's lock.
+// One device's memory as the p2p engine sees it. Calls come under the
+// endpoint's lock, except is_device and export_dmabuf (from reg(), which
+// must be thread-safe).
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
@@ -25,6 +26,20 @@ class DeviceMemory {
   virtual Result<uint64_t> copy_async(void* dst, const void* src,
                                       size_t len) = 0;
   virtual Result<bool> copy_done(uint64_t token) = 0;
+  // For a NIC that reaches device memory itself (verbs, GPUDirect RDMA):
+  // [p, p + len) exported as a dma-buf, its fd (the caller closes it) and
+  // the offset of p in it. NotSupported where the device cannot.
+  struct DmaBuf {
+    int fd = -1;
+    uint64_t offset = 0;
+  };
+  virtual Result<DmaBuf> export_dmabuf(void* p, size_t len) {
+    (void)p, (void)len;
+    return NotSupported("this device exports no dma-buf");
+  }
+  // After a NIC wrote into device memory directly: makes those writes
+  // visible to the device's own work (the GPUDirect RDMA flush).
+  virtual Status flush_nic_writes() { return Status::OK(); }
 };
 
 // CUDA's runtime, loaded when this is called (UCCL_CUDART names the

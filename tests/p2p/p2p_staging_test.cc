@@ -3,8 +3,10 @@
 // copies, so an engine touching them directly crashes the test. Checks
 // byte-exact staging both ways at every size around a segment, the copies
 // overlapping the network, and what is refused.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -54,6 +56,18 @@ class FakeDevice : public DeviceMemory {
     return true;
   }
   bool fail_copies = false;
+  // dma-buf export: a memfd stands in for the GPU's (the test checks that
+  // whoever took it closed it).
+  Result<DmaBuf> export_dmabuf(void* p, size_t) override {
+    auto* e = find(p);
+    if (e == nullptr) return NotSupported("not device memory");
+    const int fd = static_cast<int>(syscall(SYS_memfd_create, "fake", 0));
+    if (fd < 0) return Internal("memfd_create failed");
+    exported.push_back(fd);
+    return DmaBuf{fd,
+                  static_cast<uint64_t>(static_cast<uint8_t*>(p) - e->first)};
+  }
+  std::vector<int> exported;
 
  private:
   struct Copy {
@@ -270,6 +284,34 @@ TEST(P2pStaging, VectoredOneSidedDeviceSlices) {
   send_recv(p.get(), {8}, 71);
   EXPECT_EQ(std::memcmp(region.data(), check.data() + kLen / 2, kLen / 2), 0);
   EXPECT_EQ(std::memcmp(region.data() + kLen / 2, check.data(), kLen / 2), 0);
+}
+
+TEST(P2pStaging, ASoftwareNicTakesNoDmaBufAndGpuMemoryIsStaged) {
+  auto dev = std::make_shared<FakeDevice>();
+  auto p = make_pair(dev);
+  ASSERT_TRUE(p);
+  uint8_t* d = dev->alloc_device(8192);
+  // The engine layer refuses a dma-buf on the software NIC, and bad input.
+  Mem host(p->client.get(), 64);
+  uccl::Endpoint* ep = p->client->engine_endpoint();
+  EXPECT_EQ(ep->reg_dmabuf_mr(d, 8192, 0, 0).status().code(),
+            StatusCode::kNotSupported);
+  EXPECT_EQ(ep->reg_dmabuf_mr(d, 8192, -1, 0).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ep->reg_dmabuf_mr(nullptr, 8192, 0, 0).status().code(),
+            StatusCode::kInvalidArgument);
+  // The p2p layer offers the NIC the exported buffer, closes it, and
+  // stages the memory instead (a transfer from it copies).
+  auto dmr = p->client->reg(d + 4096, 4096);
+  ASSERT_TRUE(dmr.ok()) << dmr.status();
+  ASSERT_EQ(dev->exported.size(), 1u);
+  EXPECT_EQ(fcntl(dev->exported[0], F_GETFD), -1) << "dma-buf fd left open";
+  Mem rb(p->server.get(), 4096);
+  auto r = p->server->recv_async(p->s_conn, rb.id, rb.ptr(), 4096);
+  auto s = p->client->send_async(p->c_conn, *dmr, d + 4096, 4096);
+  ASSERT_TRUE(r.ok() && s.ok());
+  wait_both(p.get(), *s, *r);
+  EXPECT_GT(p->client->staging_stats().copies, 0u);
 }
 
 TEST(P2pStaging, AFailedCopyFailsItsTransferNotTheProcess) {

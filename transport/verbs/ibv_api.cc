@@ -61,6 +61,9 @@ Loaded* load() {
           resolve(lib, "ibv_create_ah", &a.create_ah, &w) &&
           resolve(lib, "ibv_destroy_ah", &a.destroy_ah, &w) &&
           resolve(lib, "ibv_wc_status_str", &a.wc_status_str, &w);
+  // Optional: GPU memory registered directly (GPUDirect RDMA over dma-buf).
+  a.reg_dmabuf_mr = reinterpret_cast<decltype(a.reg_dmabuf_mr)>(
+      dlsym(lib, "ibv_reg_dmabuf_mr"));
   return l;
 }
 

@@ -34,6 +34,9 @@ struct IbvApi {
   ibv_ah* (*create_ah)(ibv_pd*, ibv_ah_attr*) = nullptr;
   int (*destroy_ah)(ibv_ah*) = nullptr;
   const char* (*wc_status_str)(ibv_wc_status) = nullptr;
+  // rdma-core 34 and later; null before (dma-buf registration refused).
+  ibv_mr* (*reg_dmabuf_mr)(ibv_pd*, uint64_t, size_t, uint64_t, int,
+                           int) = nullptr;
 
   // Port query that prefers the extended (size-aware) op, like verbs.h's
   // inline wrapper, falling back to the exported compat symbol.

@@ -355,6 +355,21 @@ Result<std::unique_ptr<MemoryRegion>> VerbsPd::reg_mr(void* addr, size_t len,
   return std::unique_ptr<MemoryRegion>(new VerbsMr(api_, mr, access));
 }
 
+Result<std::unique_ptr<MemoryRegion>> VerbsPd::reg_dmabuf_mr(
+    int fd, uint64_t offset, size_t len, uint64_t iova, uint32_t access) {
+  if (api_->reg_dmabuf_mr == nullptr) {
+    return NotSupported("rdma-core lacks ibv_reg_dmabuf_mr (before v34)");
+  }
+  if (fd < 0 || len == 0) return InvalidArgument("reg_dmabuf_mr: no buffer");
+  int flags = 0;
+  if (access & kAccessLocalWrite) flags |= IBV_ACCESS_LOCAL_WRITE;
+  if (access & kAccessRemoteWrite) flags |= IBV_ACCESS_REMOTE_WRITE;
+  if (access & kAccessRemoteRead) flags |= IBV_ACCESS_REMOTE_READ;
+  ibv_mr* mr = api_->reg_dmabuf_mr(pd_, offset, len, iova, fd, flags);
+  if (mr == nullptr) return verbs_errno("ibv_reg_dmabuf_mr");
+  return std::unique_ptr<MemoryRegion>(new VerbsMr(api_, mr, access));
+}
+
 VerbsMr::VerbsMr(const IbvApi* api, ibv_mr* mr, uint32_t access)
     : api_(api), mr_(mr) {
   addr_ = reinterpret_cast<uint64_t>(mr->addr);

@@ -25,6 +25,9 @@ class VerbsPd final : public ProtectionDomain {
   ~VerbsPd() override;
   Result<std::unique_ptr<MemoryRegion>> reg_mr(void* addr, size_t len,
                                                uint32_t access) override;
+  Result<std::unique_ptr<MemoryRegion>> reg_dmabuf_mr(int fd, uint64_t offset,
+                                                      size_t len, uint64_t iova,
+                                                      uint32_t access) override;
   ibv_pd* pd() const { return pd_; }
 
  private:

@@ -124,6 +124,7 @@ Status Endpoint::dereg(MrId mr) {
     std::lock_guard<std::mutex> lock(impl_->mu);
     auto it = impl_->mrs.find(mr);
     if (it == impl_->mrs.end()) return InvalidArgument("dereg: unknown memory");
+    impl_->reap_finishing();  // requests done early whose parts have ended
     for (uint32_t s = 0; s < impl_->num_slots; ++s) {
       const Xfer& x = impl_->slots[s];
       if (x.in_use && x.mr == mr) {

@@ -18,7 +18,9 @@ pack() {
   done
   cp /usr/lib/x86_64-linux-gnu/libglog.a "$CARRY/"
   cp "$b/util/CMakeFiles/uccl_gflags_shim.dir/gflags_shim.cc.o" "$CARRY/"
-  strip --strip-debug -o "$CARRY/socket_bench" "$b/bin/socket_bench"
+  for t in socket_bench p2p_pingpong; do
+    strip --strip-debug -o "$CARRY/$t" "$b/bin/$t"
+  done
   local excl
   excl="$(git rev-parse --git-dir)/info/exclude"
   grep -qx "$CARRY" "$excl" 2>/dev/null || echo "$CARRY" >>"$excl"

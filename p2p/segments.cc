@@ -2,6 +2,7 @@
 // messages spread evenly over every engine, and device memory staged
 // through page-locked buffers with copies overlapping the network.
 #include <algorithm>
+#include <string>
 
 #include "p2p/p2p_impl.h"
 
@@ -166,6 +167,19 @@ bool Endpoint::Impl::make_segment(Xfer* x) {
   const bool recv = x->kind == XferKind::kRecv;
   if (x->seg_last || x->seg_count == kSegWindow || im->free_segs.empty() ||
       (recv && x->seg_recv_out) || (x->device && im->free_stages.empty())) {
+    return false;
+  }
+  if (x->device && x->seg_bytes > im->stage_bytes) {
+    // The connecting side's stripe sets the segment: one larger than this
+    // side's staging buffers cannot be staged here.
+    if (x->error.ok()) {
+      x->error = InvalidArgument(
+          "segments of " + std::to_string(x->seg_bytes) +
+          " bytes (the connecting side's stripe_bytes x engines) exceed this "
+          "side's staging buffers of " +
+          std::to_string(im->stage_bytes));
+    }
+    x->seg_last = true;
     return false;
   }
   const uint16_t gi = im->free_segs.back();

@@ -314,6 +314,33 @@ TEST(P2pStaging, ASoftwareNicTakesNoDmaBufAndGpuMemoryIsStaged) {
   EXPECT_GT(p->client->staging_stats().copies, 0u);
 }
 
+TEST(P2pStaging, SegmentsLargerThanTheStagingBuffersAreRefused) {
+  // The connecting side's stripe is twice this side's: its segments would
+  // overrun the accepting side's staging buffers.
+  auto dev = std::make_shared<FakeDevice>();
+  Config big = test_config(2), small = test_config(2);
+  big.stripe_bytes = 2 * kStripe;
+  small.stripe_bytes = kStripe;
+  small.device_memory = dev;
+  auto s = Endpoint::create(small);
+  auto c = Endpoint::create(big);
+  ASSERT_TRUE(s.ok() && c.ok());
+  auto port = (*s)->listen(0);
+  ASSERT_TRUE(port.ok());
+  Result<ConnHandle> acc = Unavailable("");
+  std::thread t([&] { acc = (*s)->accept(20000); });
+  auto conn = (*c)->connect("127.0.0.1", *port, 20000);
+  t.join();
+  ASSERT_TRUE(conn.ok() && acc.ok());
+  uint8_t* d = dev->alloc_device(8 * kSeg);
+  auto dmr = (*s)->reg(d, 8 * kSeg);
+  ASSERT_TRUE(dmr.ok());
+  auto r = (*s)->recv_async(*acc, *dmr, d, 8 * kSeg);
+  ASSERT_TRUE(r.ok());
+  Status st = (*s)->wait(*r, 10000);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st;
+}
+
 TEST(P2pStaging, AFailedCopyFailsItsTransferNotTheProcess) {
   auto dev = std::make_shared<FakeDevice>();
   auto p = make_pair(dev);

@@ -118,7 +118,8 @@ class Endpoint {
   // of a registered region.
   // GPU memory on a NIC that cannot reach it (the software NIC): the peer
   // reaches a page-locked host shadow of the range instead, made here, in
-  // step with GPU memory only at flush() and publish().
+  // step with GPU memory only at flush() and publish() (each advertise
+  // makes its own shadow: advertise a range once).
   Result<RegionDesc> advertise(MrId mr, size_t offset, size_t len);
   // After peers' one-sided writes into advertised GPU memory (told by a
   // notification, say): brings them into GPU memory. Before peers read it:

@@ -142,6 +142,9 @@ class Bench:
         if self.gpu >= 0:
             import torch
             self.slot(k, n).copy_(torch.from_numpy(data))
+            # The engines copy on streams of their own: the data must be
+            # in GPU memory before the transfer is posted.
+            torch.cuda.synchronize()
         else:
             self.slot(k, n)[:] = data
 

@@ -20,8 +20,9 @@ struct Config {
   int local_gpu_idx = -1;  // GPU whose memory is moved; -1: host memory only
   int num_cpus = 4;        // engine threads, one per core, near the NIC
   // How transfers spread over the engines. Two-sided: a message is cut
-  // into parts of this size, part j on engine j and the last engine taking
-  // the rest (both sides must agree; the connecting side's value is used).
+  // into parts of this size, part j on engine j; one of stripe_bytes x
+  // num_cpus (a segment) or more goes as a sequence of segments, each
+  // spread evenly (the connecting side's value is used on both sides).
   // One-sided: cut evenly over the engines, no part under a quarter of it.
   size_t stripe_bytes = size_t{1} << 20;
   // An accepted engine connection that sends no hello in this time, or a
@@ -85,9 +86,10 @@ static_assert(kRegionDescBytes == 96, "RegionDesc travels as bytes");
 
 // Thread-safe: calls from several threads are serialized by one lock (the
 // engines run on their own cores; this lock guards only the tables).
-// Progress: a receiver posts the later parts of a striped message while it
-// polls or waits on any transfer of that connection, so a side expecting
-// messages keeps polling one of them (a blocking wait does).
+// Progress: a receiver posts the later parts and segments of a long
+// message, and GPU memory's staging copies move on, while it polls or
+// waits on a transfer, so a side expecting messages keeps polling one of
+// them (a blocking wait does).
 class Endpoint {
  public:
   static Result<std::unique_ptr<Endpoint>> create(const Config& cfg);

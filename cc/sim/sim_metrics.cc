@@ -189,8 +189,6 @@ uint32_t Sim::summarize_ports(SimResult* r, uint64_t first_start) {
 void Sim::summarize(SimResult* r) {
   auto& m = r->metrics;
   r->port_names = port_names_;
-  r->flow_series = std::move(fseries_);
-  r->queue_series = std::move(qseries_);
   const FlowTotals t = summarize_flows(r);
   const uint64_t first_start = t.first_start;
   const uint64_t total_bytes = t.total_bytes, total_pkts = t.total_pkts;
@@ -213,6 +211,9 @@ void Sim::summarize(SimResult* r) {
     const double ideal_ns = wire * 8e9 / b.rate_bps + min_base;
     m["completion_over_ideal"] = m["completion_us"] * 1e3 / ideal_ns;
   }
+  // Last: convergence() above reads the flow series.
+  r->flow_series = std::move(fseries_);
+  r->queue_series = std::move(qseries_);
 }
 
 void Sim::convergence(double share_bps,

@@ -300,6 +300,21 @@ TEST(Sim, SwiftSharesFairlyAtSteadyState) {
   EXPECT_GE(r->metrics.at("window_tput_gbps"), 90.0);
 }
 
+TEST(Sim, ConvergenceIsMeasuredFromTheFlowSeries) {
+  // Credit converges within tens of microseconds of each join; the metric
+  // reads the per-flow series, which must still be there when it runs.
+  SimConfig c = dumbbell(2, "credit");
+  c.duration_ms = 3;
+  c.flows.push_back(FlowSpec{0, 2, 0, 0, 3000000});
+  c.flows.push_back(FlowSpec{1, 2, 0, 1000000, 3000000});
+  auto r = run(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->metrics.count("unconverged_phases"));
+  EXPECT_EQ(r->metrics.at("unconverged_phases"), 0);
+  EXPECT_LT(r->metrics.at("convergence_max_us"), 200.0);
+  EXPECT_FALSE(r->flow_series.empty()) << "the series still reach the result";
+}
+
 TEST(Sim, SprayingAvoidsEcmpCollisions) {
   SimConfig c;
   c.topology = "leafspine";

@@ -112,6 +112,13 @@ bool run_one(const Experiment& e, const std::string& cc, const std::string& v,
 // (and writes them to --out): 0 if all passed, kExitFail otherwise.
 int report_checks(const Experiment& e, const std::vector<RunOutcome>& runs) {
   const std::vector<CheckResult> checks = uccl::sim::evaluate(e, runs);
+  if (checks.empty()) {
+    // A run that expects nothing cannot pass (a --cc that leaves out every
+    // controller the checks name lands here too).
+    std::printf("FAIL %s: no checks (an experiment states its targets)\n",
+                e.name.c_str());
+    return kExitFail;
+  }
   std::vector<std::string> failed;
   std::ofstream cf;
   if (!FLAGS_out.empty()) {

@@ -130,20 +130,38 @@ std::string Endpoint::local_ip() const {
 
 // -------------------------------------------------------------- memory
 
-Result<MrHandle*> Endpoint::reg_mr(void* addr, size_t len) {
-  if (addr == nullptr || len == 0)
-    return InvalidArgument("reg_mr: empty region");
+namespace {
+
+constexpr uint32_t kMrAccess = transport::kAccessLocalWrite |
+                               transport::kAccessRemoteWrite |
+                               transport::kAccessRemoteRead;
+
+// One registration per engine's protection domain, made by `reg`.
+template <typename Reg>
+Result<std::unique_ptr<MrHandle>> reg_each(
+    const std::vector<std::unique_ptr<engine::UcclRDMAEngine>>& engines,
+    void* addr, size_t len, const char* what, Reg reg) {
   auto mh = std::make_unique<MrHandle>();
   mh->addr = addr;
   mh->len = len;
-  for (auto& e : impl_->engines) {
-    auto mr = e->pd()->reg_mr(addr, len,
-                              transport::kAccessLocalWrite |
-                                  transport::kAccessRemoteWrite |
-                                  transport::kAccessRemoteRead);
-    if (!mr.ok()) return mr.status().with_context("reg_mr");
+  for (auto& e : engines) {
+    auto mr = reg(e->pd());
+    if (!mr.ok()) return mr.status().with_context(what);
     mh->mrs.push_back(std::move(*mr));
   }
+  return mh;
+}
+
+}  // namespace
+
+Result<MrHandle*> Endpoint::reg_mr(void* addr, size_t len) {
+  if (addr == nullptr || len == 0)
+    return InvalidArgument("reg_mr: empty region");
+  UCCL_ASSIGN_OR_RETURN(auto mh, reg_each(impl_->engines, addr, len, "reg_mr",
+                                          [&](transport::ProtectionDomain* pd) {
+                                            return pd->reg_mr(addr, len,
+                                                              kMrAccess);
+                                          }));
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->mrs.push_back(mh.get());
   return mh.release();
@@ -154,17 +172,13 @@ Result<MrHandle*> Endpoint::reg_dmabuf_mr(void* addr, size_t len, int fd,
   if (addr == nullptr || len == 0 || fd < 0) {
     return InvalidArgument("reg_dmabuf_mr: empty region or no dma-buf");
   }
-  auto mh = std::make_unique<MrHandle>();
-  mh->addr = addr;
-  mh->len = len;
-  for (auto& e : impl_->engines) {
-    auto mr = e->pd()->reg_dmabuf_mr(
-        fd, offset, len, reinterpret_cast<uint64_t>(addr),
-        transport::kAccessLocalWrite | transport::kAccessRemoteWrite |
-            transport::kAccessRemoteRead);
-    if (!mr.ok()) return mr.status().with_context("reg_dmabuf_mr");
-    mh->mrs.push_back(std::move(*mr));
-  }
+  const uint64_t iova = reinterpret_cast<uint64_t>(addr);
+  UCCL_ASSIGN_OR_RETURN(auto mh,
+                        reg_each(impl_->engines, addr, len, "reg_dmabuf_mr",
+                                 [&](transport::ProtectionDomain* pd) {
+                                   return pd->reg_dmabuf_mr(fd, offset, len,
+                                                            iova, kMrAccess);
+                                 }));
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->mrs.push_back(mh.get());
   return mh.release();

@@ -158,6 +158,10 @@ inline XferHandle handle_of(const Xfer& x, uint32_t slot) {
   return static_cast<uint64_t>(x.gen) << 32 | slot;
 }
 
+// One-sided parts: `len` split evenly (4 KiB-aligned cuts) over k
+// connections, but no part under `min_part` unless the transfer is.
+size_t one_sided_stripe(size_t len, int k, size_t min_part);
+
 // Whether [remote_offset, remote_offset + len) lies in the advertised region.
 Status check_remote(const RegionDesc& remote, uint64_t remote_offset,
                     size_t len);
@@ -273,6 +277,8 @@ struct Endpoint::Impl {
                               size_t len);
   // Advances the group of `pc` and reports whether slot's transfer is done.
   Result<bool> poll_locked(uint32_t slot, size_t* bytes);
+  // A transfer done: frees its slot, then its error or true with *bytes.
+  Result<bool> finish_xfer(uint32_t slot, size_t moved, size_t* bytes);
   Result<ConnHandle> add_conn(std::vector<ConnId> conns, size_t stripe);
   // Registers a connection's notification buffer and posts its receives.
   Status start_notifs(P2pConn* pc);

@@ -39,7 +39,11 @@ void Endpoint::Impl::free_staging() {
 void Endpoint::Impl::start_segmented(uint32_t s, P2pConn* pc) {
   Xfer& x = slots[s];
   x.seg_bytes = pc->stripe_bytes * pc->conns.size();
-  x.segmented = x.device || x.len >= x.seg_bytes;
+  // Two-sided: long messages and all in device memory (even empty: the
+  // receiver's framing). One-sided: device memory that has bytes to move.
+  const bool two_sided = x.kind == XferKind::kSend || x.kind == XferKind::kRecv;
+  x.segmented =
+      two_sided ? x.device || x.len >= x.seg_bytes : x.device && x.len > 0;
   x.seg_last = x.seg_recv_out = false;
   x.seg_next = 0;
   x.seg_head = x.seg_count = 0;
@@ -60,8 +64,6 @@ bool one_sided(const Xfer& x) {
 bool outgoing(const Xfer& x) {
   return x.kind == XferKind::kSend || x.kind == XferKind::kWrite;
 }
-
-constexpr size_t kOneSidedAlign = 4096;
 
 }  // namespace
 
@@ -224,10 +226,9 @@ bool Endpoint::Impl::make_segment(Xfer* x) {
 Status Endpoint::Impl::post_segment_parts(Xfer& x, SegCtx* g, P2pConn* pc,
                                           uint8_t* buf, MrHandle* mh,
                                           bool* taken) {
-  // Cut evenly over the engines (4 KiB-aligned), as unstaged ones are.
+  // Cut evenly over the engines, as unstaged ones are.
   const int k = static_cast<int>(pc->conns.size());
-  size_t stripe = (g->len + k - 1) / k;
-  stripe = (stripe + kOneSidedAlign - 1) / kOneSidedAlign * kOneSidedAlign;
+  const size_t stripe = one_sided_stripe(g->len, k, 0);
   g->noreqs = 0;
   for (int j = 0; j < k; ++j) {
     size_t off = 0, n = 0;
@@ -302,12 +303,7 @@ Result<bool> Endpoint::Impl::poll_segmented(uint32_t s, size_t* bytes) {
   Xfer& x = slots[s];
   if (!x.posted || x.seg_count > 0) return false;
   seg_active.erase(std::find(seg_active.begin(), seg_active.end(), s));
-  Status st = x.error;
-  const size_t moved = x.seg_next;
-  free_slot(s);
-  if (!st.ok()) return st;
-  if (bytes != nullptr) *bytes = moved;
-  return true;
+  return finish_xfer(s, x.seg_next, bytes);
 }
 
 }  // namespace uccl::p2p

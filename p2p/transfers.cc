@@ -8,19 +8,12 @@
 #include "util/clock.h"
 
 namespace uccl::p2p {
-namespace {
-
-constexpr size_t kOneSidedAlign = 4096;
-
-// One-sided parts: the transfer split evenly (4 KiB-aligned cuts) over k
-// connections, but no part under `min_part` unless the transfer is.
 size_t one_sided_stripe(size_t len, int k, size_t min_part) {
+  constexpr size_t kAlign = 4096;
   size_t s = (len + k - 1) / k;
-  s = (s + kOneSidedAlign - 1) / kOneSidedAlign * kOneSidedAlign;
+  s = (s + kAlign - 1) / kAlign * kAlign;
   return std::max(s, min_part);
 }
-
-}  // namespace
 
 Result<uint32_t> Endpoint::Impl::take_slot() {
   if (free_slots.empty()) {
@@ -129,7 +122,6 @@ Result<uint32_t> Endpoint::Impl::new_xfer(XferKind kind, ConnHandle c, MrId mr,
     if (it != mrs.end()) data = reinterpret_cast<const void*>(it->second.addr);
   }
   UCCL_ASSIGN_OR_RETURN(MrHandle * mh, region_of(mr, data, len));
-  const bool two_sided = kind == XferKind::kSend || kind == XferKind::kRecv;
   const bool device = mh == nullptr;
   UCCL_ASSIGN_OR_RETURN(uint32_t s, take_slot());
   Xfer& x = slots[s];
@@ -140,7 +132,7 @@ Result<uint32_t> Endpoint::Impl::new_xfer(XferKind kind, ConnHandle c, MrId mr,
   x.mh = mh;
   x.mr = mr;
   x.device = device;
-  if (two_sided) start_segmented(s, *pc);
+  start_segmented(s, *pc);
   return s;
 }
 
@@ -199,20 +191,12 @@ Status Endpoint::Impl::post_one_sided_slot(uint32_t s, P2pConn* pc,
                                            const RegionDesc& remote,
                                            uint64_t remote_offset) {
   Xfer& x = slots[s];
-  if (!x.device || x.len == 0) {
-    return post_parts_one_sided(s, pc, remote, remote_offset);
-  }
+  if (!x.segmented) return post_parts_one_sided(s, pc, remote, remote_offset);
   // Device memory: segments through the staging buffers, made and posted
   // as buffers come free (progress_segments).
-  x.segmented = true;
-  x.seg_bytes = pc->stripe_bytes * pc->conns.size();
-  x.seg_last = x.seg_recv_out = false;
-  x.seg_next = 0;
-  x.seg_head = x.seg_count = 0;
   x.remote = remote.region;
   x.remote_off = remote_offset;
   x.owned = true;
-  seg_active.push_back(s);
   if (post_segments(s, pc)) x.posted = true;
   return Status::OK();
 }
@@ -288,7 +272,12 @@ Result<bool> Endpoint::Impl::poll_locked(uint32_t slot, size_t* bytes) {
       moved += x.reqs[j].size(0);
     }
   }
-  Status st = x.error;
+  return finish_xfer(slot, moved, bytes);
+}
+
+Result<bool> Endpoint::Impl::finish_xfer(uint32_t slot, size_t moved,
+                                         size_t* bytes) {
+  Status st = slots[slot].error;
   free_slot(slot);
   if (!st.ok()) return st;
   if (bytes != nullptr) *bytes = moved;

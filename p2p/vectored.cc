@@ -79,12 +79,7 @@ Result<bool> Endpoint::Impl::poll_vec(uint32_t slot, size_t* bytes) {
     *link = next;
   }
   if (x.first_child != kNoSlot) return false;
-  Status st = x.error;
-  const size_t moved = x.moved;
-  free_slot(slot);
-  if (!st.ok()) return st;
-  if (bytes != nullptr) *bytes = moved;
-  return true;
+  return finish_xfer(slot, x.moved, bytes);
 }
 
 Result<XferHandle> Endpoint::sendv_async(ConnHandle c,

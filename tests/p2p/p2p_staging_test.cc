@@ -76,14 +76,11 @@ class FakeDevice : public DeviceMemory {
     size_t n;
     int polls;
   };
-  std::pair<uint8_t*, size_t>* find(const void* p) {
+  // The allocation holding p, if any.
+  const std::pair<uint8_t* const, size_t>* find(const void* p) const {
     auto* a = static_cast<const uint8_t*>(p);
-    for (auto& e : allocs_) {
-      if (a >= e.first && a < e.first + e.second) {
-        static thread_local std::pair<uint8_t*, size_t> hit;
-        hit = e;
-        return &hit;
-      }
+    for (const auto& e : allocs_) {
+      if (a >= e.first && a < e.first + e.second) return &e;
     }
     return nullptr;
   }

@@ -342,14 +342,23 @@ std::string VerbsDevice::counters_text() const {
 
 VerbsPd::~VerbsPd() { api_->dealloc_pd(pd_); }
 
-Result<std::unique_ptr<MemoryRegion>> VerbsPd::reg_mr(void* addr, size_t len,
-                                                      uint32_t access) {
-  if (addr == nullptr || len == 0)
-    return InvalidArgument("reg_mr: empty region");
+namespace {
+
+int ibv_access(uint32_t access) {
   int flags = 0;
   if (access & kAccessLocalWrite) flags |= IBV_ACCESS_LOCAL_WRITE;
   if (access & kAccessRemoteWrite) flags |= IBV_ACCESS_REMOTE_WRITE;
   if (access & kAccessRemoteRead) flags |= IBV_ACCESS_REMOTE_READ;
+  return flags;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<MemoryRegion>> VerbsPd::reg_mr(void* addr, size_t len,
+                                                      uint32_t access) {
+  if (addr == nullptr || len == 0)
+    return InvalidArgument("reg_mr: empty region");
+  const int flags = ibv_access(access);
   ibv_mr* mr = api_->reg_mr(pd_, addr, len, flags);
   if (mr == nullptr) return verbs_errno("ibv_reg_mr");
   return std::unique_ptr<MemoryRegion>(new VerbsMr(api_, mr, access));
@@ -361,10 +370,7 @@ Result<std::unique_ptr<MemoryRegion>> VerbsPd::reg_dmabuf_mr(
     return NotSupported("rdma-core lacks ibv_reg_dmabuf_mr (before v34)");
   }
   if (fd < 0 || len == 0) return InvalidArgument("reg_dmabuf_mr: no buffer");
-  int flags = 0;
-  if (access & kAccessLocalWrite) flags |= IBV_ACCESS_LOCAL_WRITE;
-  if (access & kAccessRemoteWrite) flags |= IBV_ACCESS_REMOTE_WRITE;
-  if (access & kAccessRemoteRead) flags |= IBV_ACCESS_REMOTE_READ;
+  const int flags = ibv_access(access);
   ibv_mr* mr = api_->reg_dmabuf_mr(pd_, offset, len, iova, fd, flags);
   if (mr == nullptr) return verbs_errno("ibv_reg_dmabuf_mr");
   return std::unique_ptr<MemoryRegion>(new VerbsMr(api_, mr, access));

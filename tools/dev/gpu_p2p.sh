@@ -3,9 +3,11 @@
 # libraries into gpu_p2p_carry/; there, `build` compiles the Python module
 # against that machine's Python 3.12 and pybind11, `test` runs the p2p
 # Python tests (the CUDA ones included), `bench` the figures of
-# BENCHMARKS.md (results under $OUT). Usage: tools/dev/gpu_p2p.sh MODE
+# BENCHMARKS.md (results under $OUT), `latency` the 256 B ping-pong (C++
+# and Python) against raw UDP ping-pongs, $ROUNDS rounds interleaved.
+# Usage: tools/dev/gpu_p2p.sh MODE
 set -euo pipefail
-MODE=${1:?pack|build|test|bench}
+MODE=${1:?pack|build|test|bench|latency}
 CARRY=gpu_p2p_carry
 PY=${PY:-/opt/torch/.venv/bin/python3}
 LIBS="p2p p2p_knobs engine transport cc util unwind_shim"
@@ -71,20 +73,6 @@ PYEOF
     tail -3 | tee "$out/udp_pingpong.txt"
   "$CARRY/socket_bench" --lat --msize=256 --json 2>/dev/null |
     tail -1 | tee "$out/udp_pingpong_blocking.txt"
-  run_pair() {  # name, extra flags for both, server-only flags
-    local name=$1 flags=$2 sflags=${3:-}
-    $PY p2p/benchmark.py --role server --port 0 $flags $sflags \
-      >"$out/$name.server.txt" 2>&1 &
-    local spid=$! port=""
-    for _ in $(seq 100); do
-      port=$(sed -n 's/^listening on port //p' "$out/$name.server.txt")
-      [ -n "$port" ] && break
-      sleep 0.2
-    done
-    $PY p2p/benchmark.py --role client --port "$port" $flags \
-      --json "$out/$name.json" 2>&1 | tee "$out/$name.txt"
-    wait $spid
-  }
   local common="--num-cpus 4 --sizes $sizes --async-depth 4 --nic udp:lo"
   echo "== uccl.p2p, host memory"
   run_pair p2p_send "$common --mode send"
@@ -106,6 +94,37 @@ PYEOF
   fi
 }
 
+# server + client of p2p/benchmark.py; name, flags for both, server-only flags.
+run_pair() {
+  local name=$1 flags=$2 sflags=${3:-} out=${OUT:-/tmp/p2p_bench}
+  $PY p2p/benchmark.py --role server --port 0 $flags $sflags \
+    >"$out/$name.server.txt" 2>&1 &
+  local spid=$! port=""
+  for _ in $(seq 100); do
+    port=$(sed -n 's/^listening on port //p' "$out/$name.server.txt")
+    [ -n "$port" ] && break
+    sleep 0.2
+  done
+  $PY p2p/benchmark.py --role client --port "$port" $flags \
+    --json "$out/$name.json" 2>&1 | tee "$out/$name.txt"
+  wait $spid
+}
+
+latency() {
+  local out=${OUT:-/tmp/p2p_bench} rounds=${ROUNDS:-3} r
+  mkdir -p "$out"
+  export PYTHONPATH=$PWD/build_gpu/python
+  for r in $(seq "$rounds"); do
+    echo "== round $r: raw UDP ping-pong, 256 B (busy-polled, blocking)"
+    "$CARRY/socket_bench" --lat --lat_poll --msize=256 2>/dev/null | tail -1
+    "$CARRY/socket_bench" --lat --msize=256 2>/dev/null | tail -1
+    echo "== round $r: p2p_pingpong (C++), benchmark.py (Python)"
+    "$CARRY/p2p_pingpong" --iterations 20000 2>/dev/null | tail -2
+    run_pair "pingpong_r$r" "--num-cpus 4 --sizes 256 --mode send --nic udp:lo" |
+      grep -E '256 B'
+  done
+}
+
 case $MODE in
   pack) pack ;;
   build) build ;;
@@ -115,5 +134,6 @@ case $MODE in
       tests/p2p/test_p2p_gpu.py tests/p2p/test_p2p.py tests/p2p/test_benchmark.py
     ;;
   bench) bench ;;
+  latency) latency ;;
   *) echo "unknown mode $MODE" >&2; exit 2 ;;
 esac

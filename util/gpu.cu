@@ -76,6 +76,31 @@ Result<void*> gpu_alloc(int device, size_t len) {
 
 Status gpu_free(void* p) { return cuda_status("cudaFree", cudaFree(p)); }
 
+Result<void*> gpu_alloc_mapped(int device, size_t len) {
+  UCCL_RETURN_IF_ERROR(cuda_status("cudaSetDevice", cudaSetDevice(device)));
+  void* p = nullptr;
+  UCCL_RETURN_IF_ERROR(cuda_status(
+      "cudaHostAlloc",
+      cudaHostAlloc(&p, len, cudaHostAllocMapped | cudaHostAllocPortable)));
+  // With unified addressing (every 64-bit CUDA platform) the GPU uses the
+  // host address; refuse a platform where it would not.
+  void* dev = nullptr;
+  Status st = cuda_status("cudaHostGetDevicePointer",
+                          cudaHostGetDevicePointer(&dev, p, 0));
+  if (st.ok() && dev != p) {
+    st = NotSupported("mapped host memory has another address on the GPU");
+  }
+  if (!st.ok()) {
+    cudaFreeHost(p);
+    return st;
+  }
+  return p;
+}
+
+Status gpu_free_mapped(void* p) {
+  return cuda_status("cudaFreeHost", cudaFreeHost(p));
+}
+
 Status gpu_memcpy(void* dst, const void* src, size_t len) {
   return cuda_status("cudaMemcpy",
                      cudaMemcpy(dst, src, len, cudaMemcpyDefault));

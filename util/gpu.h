@@ -18,6 +18,9 @@ bool is_gpu_pointer(const void* p);
 
 Result<void*> gpu_alloc(int device, size_t len);
 Status gpu_free(void* p);
+// Page-locked host memory that GPU `device` reaches at the same address.
+Result<void*> gpu_alloc_mapped(int device, size_t len);
+Status gpu_free_mapped(void* p);
 Status gpu_memcpy(void* dst, const void* src, size_t len);  // any direction
 
 // util/pattern.h's pattern, produced and checked on the GPU.

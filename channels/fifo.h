@@ -1,0 +1,68 @@
+// The trigger FIFO's consumer side and its memory: one proxy thread pops,
+// in claim order, what GPU threads push with device/fifo.h's fifo_push.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "uccl/device/fifo.h"
+#include "uccl/status.h"
+
+namespace uccl::channels {
+
+enum class FifoPlacement {
+  kHost,  // plain host memory: CPU producers (tests, the CPU stand-in)
+  kGpu,   // ring mapped into GPU `gpu`, counters in its memory
+};
+
+struct FifoConfig {
+  uint32_t slots = 4096;  // a power of two, 2 .. 1 << 24
+  uint64_t full_timeout_ns = 5000000000ull;
+  FifoPlacement placement = FifoPlacement::kHost;
+  int gpu = 0;
+};
+
+class TriggerFifo {
+ public:
+  static Result<std::unique_ptr<TriggerFifo>> create(const FifoConfig& cfg);
+  ~TriggerFifo();
+  TriggerFifo(const TriggerFifo&) = delete;
+  TriggerFifo& operator=(const TriggerFifo&) = delete;
+
+  // What producers hold (by value; a kernel argument).
+  const device::FifoHandle& handle() const { return h_; }
+
+  // Consumer (one thread): the next trigger in ticket order once its
+  // producer has published it; false when it is not there yet.
+  bool pop(device::Trigger* out) {
+    device::Trigger* s = &h_.ring[tail_ & (h_.slots - 1)];
+    const uint64_t w0 = __atomic_load_n(&s->w[0], __ATOMIC_ACQUIRE);
+    if (w0 == 0) return false;
+    out->w[0] = w0;
+    for (int k = 1; k < 4; ++k) {
+      out->w[k] = __atomic_load_n(&s->w[k], __ATOMIC_RELAXED);
+    }
+    // Cleared before the tail moves past it (device/fifo.h, step 2).
+    __atomic_store_n(&s->w[0], uint64_t{0}, __ATOMIC_RELAXED);
+    ++tail_;
+    __atomic_store_n(&h_.shared->tail, tail_, __ATOMIC_RELEASE);
+    return true;
+  }
+
+  uint64_t popped() const { return tail_; }
+  // The producers' sticky FifoError (kFifoOk while healthy).
+  uint32_t error() const {
+    return __atomic_load_n(&h_.shared->error, __ATOMIC_ACQUIRE);
+  }
+  // Slots claimed by producers so far (a GPU FIFO: a device read).
+  Result<uint64_t> claimed() const;
+
+ private:
+  TriggerFifo() = default;
+  FifoConfig cfg_;
+  device::FifoHandle h_{};
+  void* host_block_ = nullptr;  // ring + FifoShared
+  uint64_t tail_ = 0;
+};
+
+}  // namespace uccl::channels

@@ -29,6 +29,10 @@ const std::vector<std::string>& knob_catalog() {
       "UCCL_TRACE_FILE",
       // p2p/ (transfer engine)
       "UCCL_CUDART",
+      // channels/ (GPU-initiated transfers)
+      "UCCL_CHANNEL_BUFFERS", "UCCL_CHANNEL_FIFO_SLOTS",
+      "UCCL_CHANNEL_PIECE_KB", "UCCL_CHANNEL_PROXY_CORE",
+      "UCCL_CHANNEL_TIMEOUT_MS",
       // collective/ (NCCL plugin and tuner)
       "UCCL_NCCL_CONNS", "UCCL_NCCL_DEVICES", "UCCL_NCCL_ENGINES",
       "UCCL_NCCL_LL_MAX_KB", "UCCL_NCCL_MAX_BYTES", "UCCL_NCCL_MAX_RECVS",

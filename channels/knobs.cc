@@ -1,0 +1,27 @@
+// The channels layer's UCCL_* knobs, in a library of their own so that
+// uccl_devinfo lists them without linking the p2p engine.
+#include "util/knobs.h"
+
+namespace uccl::channels {
+
+UCCL_KNOB(int64_t, knob_channel_timeout_ms, "UCCL_CHANNEL_TIMEOUT_MS", 5000,
+          "GPU channels: how long a kernel's push waits for room in a full "
+          "FIFO, and wait()/flush() for their condition, before returning "
+          "an error, ms.",
+          1, 3600000);
+UCCL_KNOB(int64_t, knob_channel_fifo_slots, "UCCL_CHANNEL_FIFO_SLOTS", 4096,
+          "GPU channels: triggers the proxy's FIFO holds (a power of two).", 2,
+          1 << 24);
+UCCL_KNOB(int64_t, knob_channel_piece_kb, "UCCL_CHANNEL_PIECE_KB", 1024,
+          "GPU channels: largest message a put travels in, KiB (a larger "
+          "put goes in pieces).",
+          4, 1 << 20);
+UCCL_KNOB(int64_t, knob_channel_buffers, "UCCL_CHANNEL_BUFFERS", 8,
+          "GPU channels: page-locked send and receive buffers per channel, "
+          "each.",
+          1, 64);
+UCCL_KNOB(int64_t, knob_channel_proxy_core, "UCCL_CHANNEL_PROXY_CORE", -1,
+          "GPU channels: core the proxy thread is pinned to; -1: unpinned.", -1,
+          4095);
+
+}  // namespace uccl::channels

@@ -1,0 +1,456 @@
+// ChannelProxy: setup (memory table, channels, descriptors), the thread's
+// loop, triggers taken from the FIFO and checked, and the send pipeline.
+#include "channels/proxy.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "channels/proxy_internal.h"
+#include "util/cpu.h"
+#include "util/gpu.h"
+#include "util/knobs.h"
+
+namespace uccl::channels {
+
+UCCL_DECLARE_KNOB(int64_t, knob_channel_timeout_ms);
+UCCL_DECLARE_KNOB(int64_t, knob_channel_fifo_slots);
+UCCL_DECLARE_KNOB(int64_t, knob_channel_piece_kb);
+UCCL_DECLARE_KNOB(int64_t, knob_channel_buffers);
+UCCL_DECLARE_KNOB(int64_t, knob_channel_proxy_core);
+
+namespace {
+
+constexpr uint32_t kDescMagic = 0x55434844;  // "UCHD"
+constexpr size_t kOpsPerChannel = 1024;
+
+struct DescHead {
+  uint32_t magic;
+  uint32_t num_semaphores;
+  uint32_t count;
+  uint32_t reserved;
+};
+
+// [off, off + n) inside a region of `len` bytes, without overflow.
+bool in_range(uint64_t off, uint64_t n, uint64_t len) {
+  return off <= len && n <= len - off;
+}
+
+}  // namespace
+
+ProxyConfig proxy_config_from_knobs() {
+  ProxyConfig c;
+  c.timeout_ns =
+      static_cast<uint64_t>(knob_channel_timeout_ms().get()) * 1000000;
+  c.fifo_slots = static_cast<uint32_t>(knob_channel_fifo_slots().get());
+  c.piece_bytes = static_cast<size_t>(knob_channel_piece_kb().get()) << 10;
+  c.buffers = static_cast<int>(knob_channel_buffers().get());
+  c.core = static_cast<int>(knob_channel_proxy_core().get());
+  return c;
+}
+
+Result<void*> HostMemory::alloc_host(size_t len) {
+  void* p = std::aligned_alloc(
+      4096, (std::max<size_t>(len, 1) + 4095) & ~size_t{4095});
+  if (p == nullptr) return ResourceExhausted("out of host memory");
+  return p;
+}
+
+void HostMemory::free_host(void* p) { std::free(p); }
+
+Result<uint64_t> HostMemory::copy_async(void* dst, const void* src,
+                                        size_t len) {
+  std::memcpy(dst, src, len);
+  return uint64_t{0};
+}
+
+Result<std::unique_ptr<ChannelProxy>> ChannelProxy::create(
+    p2p::Endpoint* ep, const ProxyConfig& cfg) {
+  if (ep == nullptr) return InvalidArgument("channels: no p2p endpoint");
+  if (cfg.num_semaphores == 0 || cfg.piece_bytes == 0 || cfg.buffers < 1 ||
+      cfg.piece_bytes > device::kMaxPutBytes) {
+    return InvalidArgument(
+        "channels: need semaphores, buffers and a piece size > 0");
+  }
+  std::unique_ptr<ChannelProxy> p(new ChannelProxy);
+  p->cfg_ = cfg;
+  p->ep_ = ep;
+  if (cfg.device_memory) {
+    p->dev_ = cfg.device_memory;
+  } else if (cfg.gpu >= 0) {
+    UCCL_ASSIGN_OR_RETURN(auto dev, p2p::open_cuda_memory(cfg.gpu));
+    p->dev_ = std::move(dev);
+  } else {
+    p->dev_ = std::make_shared<HostMemory>();
+  }
+  FifoConfig fc;
+  fc.slots = cfg.fifo_slots;
+  fc.full_timeout_ns = cfg.timeout_ns;
+  fc.placement = cfg.gpu >= 0 ? FifoPlacement::kGpu : FifoPlacement::kHost;
+  fc.gpu = std::max(cfg.gpu, 0);
+  UCCL_ASSIGN_OR_RETURN(p->fifo_, TriggerFifo::create(fc));
+  return p;
+}
+
+ChannelProxy::~ChannelProxy() {
+  (void)stop();
+  for (auto& c : channels_) {
+    if (c->tx_mr) (void)ep_->dereg(c->tx_mr);
+    if (c->rx_mr) (void)ep_->dereg(c->rx_mr);
+    if (c->tx) dev_->free_host(c->tx);
+    if (c->rx) dev_->free_host(c->rx);
+    if (c->block == nullptr) continue;
+    if (cfg_.gpu >= 0) {
+      (void)gpu_free_mapped(c->block);
+    } else {
+      std::free(c->block);
+    }
+  }
+}
+
+Result<uint32_t> ChannelProxy::register_memory(void* p, size_t len) {
+  if (started_) return InvalidArgument("channels: register before start");
+  if (p == nullptr && len > 0) return InvalidArgument("channels: null memory");
+  if (len > device::kOffsetMask) {
+    return InvalidArgument("channels: memory past 2^48 bytes");
+  }
+  if (mems_.size() >= device::kMaxMemIds) {
+    return ResourceExhausted("channels: memory table full");
+  }
+  mems_.push_back(Mem{static_cast<uint8_t*>(p), len});
+  return static_cast<uint32_t>(mems_.size() - 1);
+}
+
+std::string ChannelProxy::descriptor() const {
+  DescHead h{kDescMagic, cfg_.num_semaphores,
+             static_cast<uint32_t>(mems_.size()), 0};
+  std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
+  for (const Mem& m : mems_) {
+    const uint64_t len = m.len;
+    out.append(reinterpret_cast<const char*>(&len), sizeof(len));
+  }
+  return out;
+}
+
+Result<uint32_t> ChannelProxy::add_channel(p2p::ConnHandle conn,
+                                           const std::string& peer) {
+  if (started_) return InvalidArgument("channels: add before start");
+  DescHead h{};
+  if (peer.size() < sizeof(h)) {
+    return InvalidArgument("channels: peer descriptor too short");
+  }
+  std::memcpy(&h, peer.data(), sizeof(h));
+  if (h.magic != kDescMagic || h.reserved != 0 ||
+      h.count > device::kMaxMemIds ||
+      peer.size() != sizeof(h) + size_t{h.count} * 8) {
+    return InvalidArgument("channels: not a channel descriptor");
+  }
+  if (channels_.size() >= device::kMaxChannels) {
+    return ResourceExhausted("channels: channel table full");
+  }
+  auto c = std::make_unique<Channel>();
+  c->id = static_cast<uint32_t>(channels_.size());
+  c->conn = conn;
+  c->peer_semaphores = h.num_semaphores;
+  c->peer_mem_len.resize(h.count);
+  std::memcpy(c->peer_mem_len.data(), peer.data() + sizeof(h),
+              size_t{h.count} * 8);
+  const size_t block =
+      sizeof(device::ChannelShared) + size_t{cfg_.num_semaphores} * 8;
+  if (cfg_.gpu >= 0) {
+    UCCL_ASSIGN_OR_RETURN(c->block, gpu_alloc_mapped(cfg_.gpu, block));
+  } else {
+    c->block = std::aligned_alloc(64, (block + 63) & ~size_t{63});
+    if (c->block == nullptr) return ResourceExhausted("channels: no memory");
+  }
+  std::memset(c->block, 0, block);
+  c->shared = static_cast<device::ChannelShared*>(c->block);
+  c->sems = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(c->block) +
+                                        sizeof(device::ChannelShared));
+  // Buffers: the piece plus its header, each.
+  c->buf_bytes = sizeof(MsgHdr) + cfg_.piece_bytes;
+  const size_t all = c->buf_bytes * static_cast<size_t>(cfg_.buffers);
+  Channel* ch = c.get();
+  channels_.push_back(std::move(c));  // freed by the destructor from here
+  UCCL_ASSIGN_OR_RETURN(void* tx, dev_->alloc_host(all));
+  ch->tx = static_cast<uint8_t*>(tx);
+  UCCL_ASSIGN_OR_RETURN(void* rx, dev_->alloc_host(all));
+  ch->rx = static_cast<uint8_t*>(rx);
+  UCCL_ASSIGN_OR_RETURN(ch->tx_mr, ep_->reg(ch->tx, all));
+  UCCL_ASSIGN_OR_RETURN(ch->rx_mr, ep_->reg(ch->rx, all));
+  ch->ops = Ring<Op>(kOpsPerChannel);
+  ch->pieces = Ring<Piece>(static_cast<size_t>(cfg_.buffers));
+  for (int b = cfg_.buffers - 1; b >= 0; --b) ch->free_bufs.push_back(b);
+  ch->rx_bufs.assign(static_cast<size_t>(cfg_.buffers), RxBuf{});
+  return ch->id;
+}
+
+Result<device::ChannelHandle> ChannelProxy::handle(uint32_t channel) const {
+  if (channel >= channels_.size()) {
+    return InvalidArgument("channels: no channel " + std::to_string(channel));
+  }
+  const Channel& c = *channels_[channel];
+  device::ChannelHandle h{};
+  h.fifo = fifo_->handle();
+  h.id = c.id;
+  h.num_semaphores = cfg_.num_semaphores;
+  h.semaphores = c.sems;
+  h.shared = c.shared;
+  h.timeout_ns = cfg_.timeout_ns;
+  return h;
+}
+
+Status ChannelProxy::start() {
+  if (started_) return InvalidArgument("channels: started already");
+  for (auto& c : channels_) {
+    for (int b = 0; b < cfg_.buffers; ++b) {
+      UCCL_RETURN_IF_ERROR(post_recv(*c, b));
+    }
+  }
+  started_ = true;
+  thread_ = std::thread([this] { run(); });
+  return Status::OK();
+}
+
+Status ChannelProxy::stop() {
+  if (!thread_.joinable()) return Status::OK();
+  stop_.store(true, std::memory_order_release);
+  thread_.join();
+  // Receives still posted into our buffers end with their connections.
+  for (auto& c : channels_) (void)ep_->close(c->conn);
+  return Status::OK();
+}
+
+Status ChannelProxy::channel_status(uint32_t channel) const {
+  if (channel >= channels_.size()) {
+    return InvalidArgument("channels: no channel " + std::to_string(channel));
+  }
+  const Channel& c = *channels_[channel];
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.error;
+}
+
+ChannelProxy::Stats ChannelProxy::stats() const {
+  Stats s;
+  s.triggers = stats_.triggers.load(std::memory_order_relaxed);
+  s.puts = stats_.puts.load(std::memory_order_relaxed);
+  s.signals = stats_.signals.load(std::memory_order_relaxed);
+  s.flushes = stats_.flushes.load(std::memory_order_relaxed);
+  s.put_bytes = stats_.put_bytes.load(std::memory_order_relaxed);
+  s.bad_triggers = stats_.bad_triggers.load(std::memory_order_relaxed);
+  s.bad_messages = stats_.bad_messages.load(std::memory_order_relaxed);
+  return s;
+}
+
+void ChannelProxy::fail(Channel& c, const Status& st) {
+  if (c.failed) return;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.error = st.with_context("channel " + std::to_string(c.id));
+  }
+  c.failed = true;
+  __atomic_store_n(&c.shared->error, uint32_t{1}, __ATOMIC_RELEASE);
+}
+
+// ------------------------------------------------------------- the loop
+
+void ChannelProxy::run() {
+  if (cfg_.core >= 0) (void)pin_current_thread(cfg_.core);
+  uint32_t idle = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    bool work = take_triggers();
+    for (auto& c : channels_) {
+      if (c->failed) continue;
+      work |= stage(*c);
+      work |= post_sends(*c);
+      work |= progress_rx(*c);
+    }
+    idle = work ? 0 : idle + 1;
+    if (idle > 256) std::this_thread::yield();
+  }
+}
+
+bool ChannelProxy::take_triggers() {
+  bool any = false;
+  for (int i = 0; i < 64; ++i) {
+    if (!have_held_) {
+      if (!fifo_->pop(&held_)) break;
+      held_ticket_ = fifo_->popped() - 1;
+      have_held_ = true;
+      stats_.triggers.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (!on_trigger(held_, held_ticket_)) break;  // its channel is full
+    have_held_ = false;
+    any = true;
+  }
+  return any;
+}
+
+Status ChannelProxy::check_trigger(const device::TriggerFields& f,
+                                   const Channel& c) const {
+  const bool put = f.op == device::TriggerOp::kPut ||
+                   f.op == device::TriggerOp::kPutWithSignal;
+  const bool signal = f.op == device::TriggerOp::kSignal ||
+                      f.op == device::TriggerOp::kPutWithSignal;
+  if (put) {
+    if (f.src_mem >= mems_.size()) {
+      return InvalidArgument("put from unknown memory " +
+                             std::to_string(f.src_mem));
+    }
+    if (!in_range(f.src_off, f.bytes, mems_[f.src_mem].len)) {
+      return OutOfRange("put reads past memory " + std::to_string(f.src_mem));
+    }
+    if (f.dst_mem >= c.peer_mem_len.size()) {
+      return InvalidArgument("put into unknown peer memory " +
+                             std::to_string(f.dst_mem));
+    }
+    if (!in_range(f.dst_off, f.bytes, c.peer_mem_len[f.dst_mem])) {
+      return OutOfRange("put writes past peer memory " +
+                        std::to_string(f.dst_mem));
+    }
+  }
+  if (signal && f.arg >= c.peer_semaphores) {
+    return OutOfRange("signal of semaphore " + std::to_string(f.arg) +
+                      " (the peer has " + std::to_string(c.peer_semaphores) +
+                      ")");
+  }
+  return Status::OK();
+}
+
+bool ChannelProxy::on_trigger(const device::Trigger& t, uint64_t ticket) {
+  const device::TriggerFields f = device::decode_trigger(t);
+  if (f.channel >= channels_.size()) {
+    stats_.bad_triggers.fetch_add(1, std::memory_order_relaxed);
+    return true;  // no channel to tell; dropped and counted
+  }
+  Channel& c = *channels_[f.channel];
+  if (c.failed) return true;
+  Status st = device::trigger_well_formed(t)
+                  ? check_trigger(f, c)
+                  : InvalidArgument("malformed trigger");
+  if (!st.ok()) {
+    stats_.bad_triggers.fetch_add(1, std::memory_order_relaxed);
+    fail(c, st);
+    return true;
+  }
+  Op op{};
+  switch (f.op) {
+    case device::TriggerOp::kPut:
+    case device::TriggerOp::kPutWithSignal:
+      op.kind = MsgKind::kPut;
+      op.flags = f.op == device::TriggerOp::kPutWithSignal ? kSignalAfter : 0;
+      op.sem = f.arg;
+      op.dst_mem = f.dst_mem;
+      op.dst_off = f.dst_off;
+      op.src = mems_[f.src_mem].base + f.src_off;
+      op.bytes = f.bytes;
+      break;
+    case device::TriggerOp::kSignal:
+      op.kind = MsgKind::kSignal;
+      op.sem = f.arg;
+      break;
+    default:  // kFlush
+      op.kind = MsgKind::kFlush;
+      op.bytes = ticket;
+      break;
+  }
+  return enqueue(c, op);
+}
+
+bool ChannelProxy::enqueue(Channel& c, const Op& op) {
+  if (c.ops.full()) return false;
+  c.ops.push(op);
+  if (op.kind == MsgKind::kPut) {
+    stats_.puts.fetch_add(1, std::memory_order_relaxed);
+    stats_.put_bytes.fetch_add(op.bytes, std::memory_order_relaxed);
+    if (op.flags & kSignalAfter) {
+      stats_.signals.fetch_add(1, std::memory_order_relaxed);
+    }
+  } else if (op.kind == MsgKind::kSignal) {
+    stats_.signals.fetch_add(1, std::memory_order_relaxed);
+  } else if (op.kind == MsgKind::kFlush) {
+    stats_.flushes.fetch_add(1, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+// Ops in order into free send buffers: the header, and for a put the next
+// piece's copy started.
+bool ChannelProxy::stage(Channel& c) {
+  bool any = false;
+  while (!c.ops.empty() && !c.free_bufs.empty() && !c.pieces.full()) {
+    Op& op = c.ops.front();
+    const int b = c.free_bufs.back();
+    uint8_t* p = c.tx + static_cast<size_t>(b) * c.buf_bytes;
+    MsgHdr h{kMsgMagic, op.kind, 0, 0, op.dst_mem, op.sem, 0, op.bytes};
+    size_t n = 0;
+    if (op.kind == MsgKind::kPut) {
+      n = static_cast<size_t>(
+          std::min<uint64_t>(cfg_.piece_bytes, op.bytes - op.done));
+      h.dst_off = op.dst_off + op.done;
+      h.bytes_or_ticket = n;
+      if (op.done + n == op.bytes) h.flags = op.flags;
+    }
+    std::memcpy(p, &h, sizeof(h));
+    Piece pc{b, 0, false, sizeof(h) + n, 0, false};
+    if (n > 0) {
+      auto tok = dev_->copy_async(p + sizeof(h), op.src + op.done, n);
+      if (!tok.ok()) {
+        fail(c, tok.status().with_context("staging a put"));
+        return true;
+      }
+      pc.copy = *tok;
+      pc.copying = true;
+    }
+    c.free_bufs.pop_back();
+    c.pieces.push(pc);
+    op.done += n;
+    if (op.kind != MsgKind::kPut || op.done == op.bytes) c.ops.pop();
+    any = true;
+  }
+  return any;
+}
+
+// Staged pieces posted in order once their copies are done; sent ones
+// give their buffers back.
+bool ChannelProxy::post_sends(Channel& c) {
+  bool any = false;
+  while (!c.pieces.empty() && c.pieces.front().posted) {
+    Piece& pc = c.pieces.front();
+    auto done = ep_->poll(pc.send);
+    if (!done.ok()) {
+      fail(c, done.status().with_context("sending to the peer"));
+      return true;
+    }
+    if (!*done) break;
+    c.free_bufs.push_back(pc.buf);
+    c.pieces.pop();
+    any = true;
+  }
+  for (size_t i = 0; i < c.pieces.size(); ++i) {
+    Piece& pc = c.pieces.at(i);
+    if (pc.posted) continue;
+    if (pc.copying) {
+      auto done = dev_->copy_done(pc.copy);
+      if (!done.ok()) {
+        fail(c, done.status().with_context("staging a put"));
+        return true;
+      }
+      if (!*done) break;
+      pc.copying = false;
+    }
+    auto h = ep_->send_async(c.conn, c.tx_mr,
+                             c.tx + static_cast<size_t>(pc.buf) * c.buf_bytes,
+                             pc.len);
+    if (!h.ok()) {
+      fail(c, h.status().with_context("sending to the peer"));
+      return true;
+    }
+    pc.send = *h;
+    pc.posted = true;
+    any = true;
+  }
+  return any;
+}
+
+}  // namespace uccl::channels

@@ -1,0 +1,119 @@
+// The channel proxy: one pinned thread per GPU drains the trigger FIFO and
+// turns each trigger into messages to the peer's proxy over a p2p connection.
+//
+// How a put travels (the software NIC cannot reach GPU memory): the source
+// range is copied into one of the channel's page-locked send buffers behind
+// a MsgHdr (channels/wire.h), sent as one p2p message, received into one of
+// the peer channel's posted buffers and copied from there into the
+// destination. Large puts go in pieces of `piece_bytes`. Each side handles
+// its channel's messages in order, so a signal or flush is acted on only
+// after every earlier put's copy into the destination has finished: a
+// signal raises the peer's semaphore then, and a flush is answered then.
+// Every trigger is checked before anything moves (channel, op, memory ids,
+// ranges against both sides' tables, semaphore) and every message again
+// where it lands; a bad one is dropped, counted and recorded in its
+// channel, whose waiters then return kChannelFailed.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "channels/fifo.h"
+#include "channels/wire.h"
+#include "uccl/device/channel.h"
+#include "uccl/p2p.h"
+#include "uccl/p2p_device.h"
+
+namespace uccl::channels {
+
+struct ProxyConfig {
+  // GPU whose kernels push; -1: the CPU stand-in (host memory everywhere,
+  // copies by memcpy), for tests and machines without a GPU.
+  int gpu = -1;
+  uint32_t fifo_slots = 4096;
+  uint32_t num_semaphores = 64;          // per channel
+  size_t piece_bytes = size_t{1} << 20;  // largest message payload
+  int buffers = 8;  // send and receive buffers per channel, each
+  uint64_t timeout_ns = 5000000000ull;  // FIFO full, wait, flush
+  int core = -1;  // pin the proxy thread here; -1: unpinned
+  // How GPU memory is copied; null: CUDA's runtime for `gpu`.
+  std::shared_ptr<p2p::DeviceMemory> device_memory;
+};
+
+// ProxyConfig from the UCCL_CHANNEL_* knobs (channels/knobs.cc).
+ProxyConfig proxy_config_from_knobs();
+
+class ChannelProxy {
+ public:
+  static Result<std::unique_ptr<ChannelProxy>> create(p2p::Endpoint* ep,
+                                                      const ProxyConfig& cfg);
+  ~ChannelProxy();  // stops the thread
+  ChannelProxy(const ChannelProxy&) = delete;
+  ChannelProxy& operator=(const ChannelProxy&) = delete;
+
+  // Before start(): memory puts read from or write into, by id (0, 1, ...).
+  Result<uint32_t> register_memory(void* p, size_t len);
+  // This side's memory table (ids and sizes) for the peer's add_channel.
+  std::string descriptor() const;
+  // Before start(): a channel over `conn` (one channel per connection) to
+  // the peer whose descriptor() is `peer`. Returns its id.
+  Result<uint32_t> add_channel(p2p::ConnHandle conn, const std::string& peer);
+  Result<device::ChannelHandle> handle(uint32_t channel) const;
+
+  Status start();
+  Status stop();
+  // OK, or what failed the channel (a bad trigger or message, the peer).
+  Status channel_status(uint32_t channel) const;
+  // The FIFO's own failure (a producer found it full past the timeout).
+  uint32_t fifo_error() const { return fifo_->error(); }
+
+  struct Stats {
+    uint64_t triggers = 0, puts = 0, signals = 0, flushes = 0;
+    uint64_t put_bytes = 0, bad_triggers = 0, bad_messages = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Mem {
+    uint8_t* base;
+    size_t len;
+  };
+  struct Channel;
+  struct Op;
+  ChannelProxy() = default;
+  void run();
+  bool take_triggers();
+  bool on_trigger(const device::Trigger& t, uint64_t ticket);
+  Status check_trigger(const device::TriggerFields& f, const Channel& c) const;
+  bool enqueue(Channel& c, const Op& op);
+  bool stage(Channel& c);
+  bool post_sends(Channel& c);
+  bool progress_rx(Channel& c);
+  Status post_recv(Channel& c, int buf);
+  Status check_msg(const Channel& c, const MsgHdr& h, size_t got) const;
+  bool apply(Channel& c, int buf);
+  void fail(Channel& c, const Status& st);
+
+  ProxyConfig cfg_;
+  p2p::Endpoint* ep_ = nullptr;
+  std::shared_ptr<p2p::DeviceMemory> dev_;
+  std::unique_ptr<TriggerFifo> fifo_;
+  std::vector<Mem> mems_;
+  std::vector<std::unique_ptr<Channel>> channels_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  bool started_ = false;
+  bool have_held_ = false;  // a trigger whose channel's queue was full
+  device::Trigger held_{};
+  uint64_t held_ticket_ = 0;
+  struct {
+    std::atomic<uint64_t> triggers{0}, puts{0}, signals{0}, flushes{0};
+    std::atomic<uint64_t> put_bytes{0}, bad_triggers{0}, bad_messages{0};
+  } stats_;
+};
+
+}  // namespace uccl::channels

@@ -1,0 +1,140 @@
+// ChannelProxy's receive side: messages from the peer's proxy, checked and
+// applied in order (puts copied into place, then signals and flush answers).
+#include <cstring>
+
+#include "channels/proxy_internal.h"
+
+namespace uccl::channels {
+
+Status ChannelProxy::post_recv(Channel& c, int buf) {
+  UCCL_ASSIGN_OR_RETURN(
+      c.rx_bufs[buf].recv,
+      ep_->recv_async(c.conn, c.rx_mr,
+                      c.rx + static_cast<size_t>(buf) * c.buf_bytes,
+                      c.buf_bytes));
+  c.rx_bufs[buf].landed = false;
+  c.rx_bufs[buf].copying = false;
+  return Status::OK();
+}
+
+// A message as it landed: `got` bytes in a receive buffer.
+Status ChannelProxy::check_msg(const Channel& c, const MsgHdr& h,
+                               size_t got) const {
+  if (got < sizeof(MsgHdr) || h.magic != kMsgMagic || h.reserved != 0) {
+    return InvalidArgument("not a channel message");
+  }
+  const size_t payload = got - sizeof(MsgHdr);
+  switch (h.kind) {
+    case MsgKind::kPut:
+      if (h.flags & ~kSignalAfter) return InvalidArgument("unknown flags");
+      if (h.bytes_or_ticket != payload) {
+        return InvalidArgument("put length disagrees with its message");
+      }
+      if (h.dst_mem >= mems_.size() || h.dst_off > mems_[h.dst_mem].len ||
+          payload > mems_[h.dst_mem].len - h.dst_off) {
+        return OutOfRange("put outside memory " + std::to_string(h.dst_mem));
+      }
+      if ((h.flags & kSignalAfter) && h.sem >= cfg_.num_semaphores) {
+        return OutOfRange("signal of semaphore " + std::to_string(h.sem));
+      }
+      return Status::OK();
+    case MsgKind::kSignal:
+      if (payload != 0 || h.flags != 0 || h.sem >= cfg_.num_semaphores) {
+        return OutOfRange("bad signal");
+      }
+      return Status::OK();
+    case MsgKind::kFlush:
+    case MsgKind::kFlushAck:
+      if (payload != 0 || h.flags != 0) return InvalidArgument("bad flush");
+      return Status::OK();
+  }
+  (void)c;
+  return InvalidArgument("unknown message kind");
+}
+
+// The oldest buffer's message, once it landed: true when it is finished
+// (its buffer posted again), false while it waits (a copy running, or no
+// room to queue a flush's answer).
+bool ChannelProxy::apply(Channel& c, int buf) {
+  RxBuf& r = c.rx_bufs[buf];
+  const uint8_t* p = c.rx + static_cast<size_t>(buf) * c.buf_bytes;
+  MsgHdr h;
+  std::memcpy(&h, p, sizeof(h));
+  if (r.copying) {
+    auto done = dev_->copy_done(r.copy);
+    if (!done.ok()) {
+      fail(c, done.status().with_context("copying a put into place"));
+      return false;
+    }
+    if (!*done) return false;
+    r.copying = false;
+    if (h.flags & kSignalAfter) {
+      __atomic_fetch_add(&c.sems[h.sem], uint64_t{1}, __ATOMIC_RELEASE);
+    }
+  } else if (h.kind == MsgKind::kPut) {
+    if (h.bytes_or_ticket > 0) {
+      auto tok = dev_->copy_async(mems_[h.dst_mem].base + h.dst_off,
+                                  p + sizeof(h), h.bytes_or_ticket);
+      if (!tok.ok()) {
+        fail(c, tok.status().with_context("copying a put into place"));
+        return false;
+      }
+      r.copy = *tok;
+      r.copying = true;
+      return apply(c, buf);  // done at once (host memory) or later
+    }
+    if (h.flags & kSignalAfter) {
+      __atomic_fetch_add(&c.sems[h.sem], uint64_t{1}, __ATOMIC_RELEASE);
+    }
+  } else if (h.kind == MsgKind::kSignal) {
+    __atomic_fetch_add(&c.sems[h.sem], uint64_t{1}, __ATOMIC_RELEASE);
+  } else if (h.kind == MsgKind::kFlush) {
+    // Every earlier put of the peer is in place: answer behind our own.
+    Op ack{};
+    ack.kind = MsgKind::kFlushAck;
+    ack.bytes = h.bytes_or_ticket;
+    if (!enqueue(c, ack)) return false;
+  } else {  // kFlushAck: our flush `ticket` is complete
+    __atomic_store_n(&c.shared->flushed, h.bytes_or_ticket + 1,
+                     __ATOMIC_RELEASE);
+  }
+  Status st = post_recv(c, buf);
+  if (!st.ok()) {
+    fail(c, st.with_context("posting a receive"));
+    return false;
+  }
+  return true;
+}
+
+bool ChannelProxy::progress_rx(Channel& c) {
+  bool any = false;
+  for (int k = 0; k < cfg_.buffers && !c.failed; ++k) {
+    const int buf = static_cast<int>(c.rx_next);
+    RxBuf& r = c.rx_bufs[buf];
+    if (!r.landed) {
+      size_t got = 0;
+      auto done = ep_->poll(r.recv, &got);
+      if (!done.ok()) {
+        fail(c, done.status().with_context("receiving from the peer"));
+        return true;
+      }
+      if (!*done) break;
+      MsgHdr h;
+      std::memcpy(&h, c.rx + static_cast<size_t>(buf) * c.buf_bytes,
+                  std::min(got, sizeof(h)));
+      Status st = check_msg(c, h, got);
+      if (!st.ok()) {
+        stats_.bad_messages.fetch_add(1, std::memory_order_relaxed);
+        fail(c, st.with_context("from the peer"));
+        return true;
+      }
+      r.landed = true;  // the receive is spent: apply() now or later
+    }
+    if (!apply(c, buf)) return true;
+    c.rx_next = (c.rx_next + 1) % c.rx_bufs.size();
+    any = true;
+  }
+  return any;
+}
+
+}  // namespace uccl::channels

@@ -1,0 +1,225 @@
+// Channel proxies end to end on the CPU stand-in: two p2p endpoints on
+// loopback, CPU threads calling the device API as a kernel's threads would.
+#include "channels/proxy.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "../p2p/p2p_fixture.h"
+#include "util/pattern.h"
+
+namespace uccl::channels {
+namespace {
+
+using device::channel_flush;
+using device::channel_put;
+using device::channel_put_with_signal;
+using device::channel_signal;
+using device::channel_wait;
+using device::ChannelHandle;
+using device::kChannelFailed;
+using device::kChannelOk;
+
+ProxyConfig test_proxy_config() {
+  ProxyConfig c;
+  c.fifo_slots = 64;
+  c.num_semaphores = 8;
+  c.piece_bytes = 64 << 10;
+  c.buffers = 4;
+  c.timeout_ns = 20000000000ull;
+  return c;
+}
+
+// Two proxies over one p2p connection; memory 0 of each side: `bytes`.
+struct ProxyPair {
+  std::unique_ptr<p2p::Pair> p2p;
+  std::unique_ptr<ChannelProxy> a, b;  // client side, server side
+  std::vector<uint8_t> mem_a, mem_b;
+  ChannelHandle ha{}, hb{};
+
+  static std::unique_ptr<ProxyPair> make(
+      size_t bytes, const ProxyConfig& cfg = test_proxy_config()) {
+    auto p = std::make_unique<ProxyPair>();
+    p->p2p = p2p::Pair::make(p2p::test_config(1));
+    if (!p->p2p) return nullptr;
+    auto a = ChannelProxy::create(p->p2p->client.get(), cfg);
+    auto b = ChannelProxy::create(p->p2p->server.get(), cfg);
+    EXPECT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    if (!a.ok() || !b.ok()) return nullptr;
+    p->a = std::move(*a);
+    p->b = std::move(*b);
+    p->mem_a.assign(bytes, 0);
+    p->mem_b.assign(bytes, 0);
+    EXPECT_EQ(*p->a->register_memory(p->mem_a.data(), bytes), 0u);
+    EXPECT_EQ(*p->b->register_memory(p->mem_b.data(), bytes), 0u);
+    auto ca = p->a->add_channel(p->p2p->c_conn, p->b->descriptor());
+    auto cb = p->b->add_channel(p->p2p->s_conn, p->a->descriptor());
+    EXPECT_TRUE(ca.ok() && cb.ok()) << ca.status() << cb.status();
+    if (!ca.ok() || !cb.ok()) return nullptr;
+    p->ha = *p->a->handle(*ca);
+    p->hb = *p->b->handle(*cb);
+    return p;
+  }
+  bool start() { return a->start().ok() && b->start().ok(); }
+};
+
+// The ping-pong of the GPU demonstration, on CPU threads: each side puts a
+// message with a signal, then waits for the other's; data checked each
+// time.
+TEST(ChannelProxy, PingPongWithPutWithSignal) {
+  constexpr size_t kMsg = 4096;
+  constexpr uint64_t kIters = 200;
+  auto p = ProxyPair::make(4 * kMsg);
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(p->start());
+  // Side X writes its message i at its offset 0, puts it into the peer's
+  // offset kMsg; the peer checks and answers from its own offset 0.
+  std::thread pong([&] {
+    for (uint64_t i = 1; i <= kIters; ++i) {
+      ASSERT_EQ(channel_wait(p->hb, 0, i), kChannelOk) << i;
+      ASSERT_EQ(find_pattern_mismatch(p->mem_b.data() + kMsg, kMsg, i), -1);
+      fill_pattern(p->mem_b.data(), kMsg, i + 1000);
+      ASSERT_EQ(channel_put_with_signal(p->hb, 0, kMsg, 0, 0, kMsg, 1),
+                kChannelOk);
+    }
+  });
+  for (uint64_t i = 1; i <= kIters; ++i) {
+    fill_pattern(p->mem_a.data(), kMsg, i);
+    ASSERT_EQ(channel_put_with_signal(p->ha, 0, kMsg, 0, 0, kMsg, 0),
+              kChannelOk);
+    ASSERT_EQ(channel_wait(p->ha, 1, i), kChannelOk) << i;
+    ASSERT_EQ(find_pattern_mismatch(p->mem_a.data() + kMsg, kMsg, i + 1000),
+              -1);
+  }
+  pong.join();
+  auto s = p->a->stats();
+  EXPECT_EQ(s.puts, kIters);
+  EXPECT_EQ(s.signals, kIters);
+  EXPECT_EQ(s.bad_triggers, 0u);
+  EXPECT_TRUE(p->a->channel_status(0).ok());
+  EXPECT_TRUE(p->b->channel_status(0).ok());
+}
+
+// A put larger than a piece travels in pieces; the signal comes after the
+// last one, and a separate signal after later puts counts too.
+TEST(ChannelProxy, LargePutsGoInPiecesAndSignalAfterTheLast) {
+  constexpr size_t kBytes = (1 << 20) + 123;
+  auto p = ProxyPair::make(kBytes + 4096);
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(p->start());
+  fill_pattern(p->mem_a.data(), kBytes, 7);
+  ASSERT_EQ(channel_put_with_signal(p->ha, 0, 4096, 0, 0, kBytes, 3),
+            kChannelOk);
+  ASSERT_EQ(channel_wait(p->hb, 3, 1), kChannelOk);
+  EXPECT_EQ(find_pattern_mismatch(p->mem_b.data() + 4096, kBytes, 7), -1);
+  // A zero-byte put and a plain signal.
+  ASSERT_EQ(channel_put(p->ha, 0, 0, 0, 0, 0), kChannelOk);
+  ASSERT_EQ(channel_signal(p->ha, 3), kChannelOk);
+  ASSERT_EQ(channel_wait(p->hb, 3, 2), kChannelOk);
+  EXPECT_EQ(p->a->stats().put_bytes, kBytes);
+}
+
+// Many threads put, then each flushes: after its flush returns, its puts
+// are in the peer's memory.
+TEST(ChannelProxy, FlushReturnsOnceEveryEarlierPutLanded) {
+  constexpr int kThreads = 4;
+  constexpr size_t kSlice = 8192;
+  constexpr int kPuts = 16;
+  auto p = ProxyPair::make(kThreads * kPuts * kSlice);
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(p->start());
+  fill_pattern(p->mem_a.data(), p->mem_a.size(), 99);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      for (int k = 0; k < kPuts; ++k) {
+        const size_t off = (static_cast<size_t>(t) * kPuts + k) * kSlice;
+        ASSERT_EQ(channel_put(p->ha, 0, off, 0, off, kSlice), kChannelOk);
+      }
+      ASSERT_EQ(channel_flush(p->ha), kChannelOk);
+      for (int k = 0; k < kPuts; ++k) {
+        const size_t off = (static_cast<size_t>(t) * kPuts + k) * kSlice;
+        ASSERT_EQ(
+            std::memcmp(p->mem_b.data() + off, p->mem_a.data() + off, kSlice),
+            0)
+            << "thread " << t << " put " << k;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(p->a->stats().flushes, static_cast<uint64_t>(kThreads));
+}
+
+// A kernel that misuses its channel: the trigger is refused before any
+// byte moves, the channel records why, and its waiters fail instead of
+// spinning.
+TEST(ChannelProxy, BadTriggersFailTheChannelAndWriteNothing) {
+  struct Case {
+    const char* what;
+    uint32_t dst_mem;
+    uint64_t dst_off, src_off, bytes;
+    uint32_t sem;
+  };
+  const Case cases[] = {
+      {"unknown peer memory", 5, 0, 0, 16, 0},
+      {"past the peer's memory", 0, 4000, 0, 200, 0},
+      {"past our memory", 0, 0, 4090, 16, 0},
+      {"offset wrapping", 0, ~0ull >> 16, 0, 16, 0},
+      {"unknown semaphore", 0, 0, 0, 16, 8},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    auto p = ProxyPair::make(4096);
+    ASSERT_NE(p, nullptr);
+    ASSERT_TRUE(p->start());
+    std::memset(p->mem_a.data(), 0xab, 4096);
+    ASSERT_EQ(channel_put_with_signal(p->ha, k.dst_mem, k.dst_off, 0, k.src_off,
+                                      k.bytes, k.sem),
+              kChannelOk);  // the push itself succeeds
+    EXPECT_EQ(channel_flush(p->ha), kChannelFailed);
+    EXPECT_EQ(channel_wait(p->ha, 0, 1), kChannelFailed);
+    EXPECT_FALSE(p->a->channel_status(0).ok());
+    EXPECT_EQ(p->a->stats().bad_triggers, 1u);
+    for (uint8_t byte : p->mem_b) ASSERT_EQ(byte, 0);
+  }
+}
+
+// A forged message on the connection (not from a proxy) is dropped,
+// counted and fails the receiving channel; the memory is untouched.
+TEST(ChannelProxy, AForgedMessageFailsTheReceivingChannel) {
+  auto p = ProxyPair::make(4096);
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(p->b->start().ok());  // only the receiving side
+  MsgHdr h{kMsgMagic, MsgKind::kPut, 0, 0, 0, 0, 4000, 500};
+  std::vector<uint8_t> msg(sizeof(h) + 500, 0xee);
+  std::memcpy(msg.data(), &h, sizeof(h));
+  p2p::Mem m(p->p2p->client.get(), msg.size());
+  std::memcpy(m.ptr(), msg.data(), msg.size());
+  auto s =
+      p->p2p->client->send_async(p->p2p->c_conn, m.id, m.ptr(), msg.size());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE(p->p2p->client->wait(*s, 20000).ok());
+  EXPECT_EQ(channel_wait(p->hb, 0, 1), kChannelFailed);
+  EXPECT_EQ(p->b->stats().bad_messages, 1u);
+  for (uint8_t byte : p->mem_b) ASSERT_EQ(byte, 0);
+}
+
+TEST(ChannelProxy, SetupMistakesAreRefused) {
+  auto p = ProxyPair::make(64);
+  ASSERT_NE(p, nullptr);
+  EXPECT_FALSE(p->a->add_channel(p->p2p->c_conn, "short").ok());
+  std::string d = p->b->descriptor();
+  d[0] ^= 1;
+  EXPECT_FALSE(p->a->add_channel(p->p2p->c_conn, d).ok());
+  EXPECT_FALSE(p->a->handle(7).ok());
+  ASSERT_TRUE(p->start());
+  EXPECT_FALSE(p->a->start().ok());
+  EXPECT_FALSE(p->a->register_memory(p->mem_a.data(), 8).ok());
+  EXPECT_FALSE(ChannelProxy::create(nullptr, test_proxy_config()).ok());
+}
+
+}  // namespace
+}  // namespace uccl::channels

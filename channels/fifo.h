@@ -37,13 +37,15 @@ class TriggerFifo {
   bool pop(device::Trigger* out) {
     device::Trigger* s = &h_.ring[tail_ & (h_.slots - 1)];
     const uint64_t w0 = __atomic_load_n(&s->w[0], __ATOMIC_ACQUIRE);
-    if (w0 == 0) return false;
-    out->w[0] = w0;
+    // This lap's trigger, not the previous lap's (device/fifo.h, step 3).
+    if ((w0 & 0xff) == 0 || ((w0 & device::kLapMask) >> device::kLapShift) !=
+                                device::fifo_lap(tail_, h_.slots)) {
+      return false;
+    }
+    out->w[0] = w0 & ~device::kLapMask;
     for (int k = 1; k < 4; ++k) {
       out->w[k] = __atomic_load_n(&s->w[k], __ATOMIC_RELAXED);
     }
-    // Cleared before the tail moves past it (device/fifo.h, step 2).
-    __atomic_store_n(&s->w[0], uint64_t{0}, __ATOMIC_RELAXED);
     ++tail_;
     __atomic_store_n(&h_.shared->tail, tail_, __ATOMIC_RELEASE);
     return true;

@@ -14,7 +14,7 @@ PROBE="$BUILD/lib/libnccl-profiler-uccl-probe.so"
 if [ -f "$PROBE" ]; then
   strip --strip-debug -o "$OUTDIR/libnccl-profiler-uccl-probe.so" "$PROBE"
 fi
-for b in transport_test socket_bench nccl_plugin_conformance nic_bench engine_bench crc_bench late_recv_bench uccl_devinfo nccl_perf wake_bench; do
+for b in transport_test socket_bench nccl_plugin_conformance nic_bench engine_bench crc_bench late_recv_bench uccl_devinfo nccl_perf wake_bench channel_bench; do
   [ -x "$BUILD/bin/$b" ] && strip --strip-debug -o "$OUTDIR/bin/$b" "$BUILD/bin/$b"
 done
 EXCL="$(git rev-parse --git-dir)/info/exclude"

@@ -14,16 +14,19 @@
 //     never ahead of the real one, so the test is conservative) and reads
 //     the consumer's tail (a PCIe read) only when the cache says full. The
 //     read is an acquire at system scope, pairing with the consumer's
-//     release of the tail, which it makes after clearing the slot's word 0:
-//     the clear happens before this producer's writes, so it cannot wipe
-//     them. The cache is raised with a release and read with an acquire,
-//     so a producer that trusts it inherits that order too.
+//     release of the tail, which it makes after reading the slot: those
+//     reads happen before this producer's writes. The cache is raised with
+//     a release and read with an acquire, so a producer that trusts it
+//     inherits that order too.
 //  3. Publish: words 1-3, then word 0 with a release store at system scope
-//     (PCIe writes of one thread then arrive in order behind it). Word 0 is
-//     never 0 in a trigger, so the consumer's acquire load of a non-zero
-//     word 0 sees words 1-3 of the same trigger.
-//  4. Consume (host, one thread, channels/fifo.h): in ticket order, read the
-//     trigger, clear word 0, release tail + 1.
+//     (PCIe writes of one thread then arrive in order behind it). Word 0
+//     carries the op (never 0) and, in bits 24-31, the ticket's lap
+//     (ticket / slots, mod 256), so the consumer's acquire load of word 0
+//     tells this lap's trigger (whose words 1-3 it then sees) from the
+//     previous lap's still in the slot, and the consumer never writes the
+//     ring (no cache line goes back and forth with the GPU's writes).
+//  4. Consume (host, one thread, channels/fifo.h): in ticket order, wait
+//     for the lap's word 0, read the trigger, release tail + 1.
 // A producer that finds no room for `full_timeout_ns` (a consumer gone)
 // marks the FIFO failed and returns kPushFailed; its claimed slot is never
 // written, so every later push fails fast too and the host reads the error
@@ -71,6 +74,13 @@ struct FifoHandle {
 
 constexpr int64_t kPushFailed = -1;
 
+// Word 0's lap tag (trigger.h's bits 24-31, 0 in an encoded trigger).
+constexpr uint64_t kLapShift = 24;
+constexpr uint64_t kLapMask = uint64_t{0xff} << kLapShift;
+UCCL_HD uint64_t fifo_lap(uint64_t ticket, uint32_t slots) {
+  return (ticket / slots) & 0xff;
+}
+
 namespace fifo_detail {
 
 #if defined(__CUDA_ARCH__)
@@ -100,10 +110,7 @@ __device__ __forceinline__ void store_relaxed(uint64_t* p, uint64_t v) {
 // The tail cache passes the consumer's release on to the other producers:
 // a release max, read with an acquire (GPU scope: producers share a GPU).
 __device__ __forceinline__ void cache_max(unsigned long long* p, uint64_t v) {
-  unsigned long long old;
-  asm volatile("atom.release.gpu.global.max.u64 %0, [%1], %2;"
-               : "=l"(old)
-               : "l"(p), "l"(v)
+  asm volatile("red.release.gpu.global.max.u64 [%0], %1;" ::"l"(p), "l"(v)
                : "memory");
 }
 __device__ __forceinline__ uint64_t load_cache(const unsigned long long* p) {
@@ -189,7 +196,8 @@ UCCL_HD int64_t fifo_push(const FifoHandle& f, const Trigger& t) {
   d::store_relaxed(&s->w[1], t.w[1]);
   d::store_relaxed(&s->w[2], t.w[2]);
   d::store_relaxed(&s->w[3], t.w[3]);
-  d::store_release_sys(&s->w[0], t.w[0]);
+  d::store_release_sys(&s->w[0], (t.w[0] & ~kLapMask) |
+                                     (fifo_lap(ticket, f.slots) << kLapShift));
   return static_cast<int64_t>(ticket);
 }
 

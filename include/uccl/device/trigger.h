@@ -6,7 +6,7 @@
 //
 //   w[0]  bits  0-7   op (TriggerOp, never 0)
 //         bits  8-23  channel id (the channel table's index at the proxy)
-//         bits 24-31  0
+//         bits 24-31  0 (in the ring: the FIFO's lap tag, device/fifo.h)
 //         bits 32-63  arg: signal's semaphore id, flush's ticket
 //   w[1]  bits  0-47  bytes of a put (kMaxPutBytes at most)
 //         bits 48-63  0

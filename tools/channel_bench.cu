@@ -26,6 +26,8 @@ DEFINE_int32(gpu, 0, "GPU index.");
 DEFINE_int32(blocks, 132, "fifo: blocks of the pushing kernel.");
 DEFINE_int32(threads, 128, "fifo: threads per block.");
 DEFINE_int32(pushes, 64, "fifo: pushes per thread.");
+DEFINE_bool(warp, false, "fifo: push with fifo_push_warp (a warp at once).");
+DEFINE_int32(slots, 4096, "fifo: FIFO slots.");
 DEFINE_int32(iterations, 10000, "rtt and pingpong: round trips.");
 DEFINE_uint64(msg_bytes, 256, "pingpong: bytes each way.");
 DEFINE_string(role, "", "pingpong: server or client.");
@@ -73,7 +75,7 @@ int run_fifo() {
   FifoConfig cfg;
   cfg.placement = FifoPlacement::kGpu;
   cfg.gpu = FLAGS_gpu;
-  cfg.slots = 4096;
+  cfg.slots = static_cast<uint32_t>(FLAGS_slots);
   auto fifo = TriggerFifo::create(cfg);
   if (!fifo.ok()) {
     std::fprintf(stderr, "channel_bench: %s\n",
@@ -95,8 +97,11 @@ int run_fifo() {
   dev::Trigger t;
   uint64_t got = 0;
   const auto deadline = t0 + std::chrono::seconds(60);
-  while (got < total && Clock::now() < deadline) {
-    if (!(*fifo)->pop(&t)) continue;
+  for (uint32_t idle = 0; got < total;) {
+    if (!(*fifo)->pop(&t)) {
+      if (++idle % 4096 == 0 && Clock::now() > deadline) break;
+      continue;
+    }
     auto f = dev::decode_trigger(t);
     if (f.src_off >= producers || f.dst_off != next[f.src_off]) {
       ++bad;

@@ -11,13 +11,14 @@
 //  2. Room: the producer writes slot ticket % slots only once
 //     ticket < tail + slots, i.e. the consumer has taken ticket - slots (the
 //     slot's previous trigger). It tests its cached tail first (GPU memory,
-//     never ahead of the real one, so the test is conservative) and reads
-//     the consumer's tail (a PCIe read) only when the cache says full. The
-//     read is an acquire at system scope, pairing with the consumer's
-//     release of the tail, which it makes after reading the slot: those
-//     reads happen before this producer's writes. The cache is raised with
-//     a release and read with an acquire, so a producer that trusts it
-//     inherits that order too.
+//     never ahead of the real one, so the test is conservative) and, when
+//     the cache says full, one waiting producer at a time reads the
+//     consumer's tail (a PCIe read) into the cache. That read is an
+//     acquire at system scope, pairing with the consumer's release of the
+//     tail, which it makes after reading the slot: those reads happen
+//     before this producer's writes. The cache is raised with a release and
+//     read with an acquire, so a producer that trusts it inherits that
+//     order too. fifo_push_warp: one fence per warp, argued there.
 //  3. Publish: words 1-3, then word 0 with a release store at system scope
 //     (PCIe writes of one thread then arrive in order behind it). Word 0
 //     carries the op (never 0) and, in bits 24-31, the ticket's lap
@@ -60,7 +61,8 @@ struct FifoShared {
 struct FifoState {
   alignas(64) unsigned long long head;        // slots claimed
   alignas(64) unsigned long long tail_cache;  // newest tail a producer read
-  alignas(64) unsigned int error;  // FifoError: later pushes fail fast
+  alignas(64) unsigned int error;    // FifoError: later pushes fail fast
+  alignas(64) unsigned int polling;  // 1 while a producer reads the tail
 };
 
 // What a kernel (or producer thread) holds by value.
@@ -130,6 +132,11 @@ __device__ __forceinline__ void fail(FifoHandle f) {
   __threadfence_system();
 }
 __device__ __forceinline__ void relax() { __nanosleep(100); }
+__device__ __forceinline__ bool try_lock(unsigned int* p) {
+  return *reinterpret_cast<volatile unsigned int*>(p) == 0 &&
+         atomicCAS(p, 0u, 1u) == 0u;
+}
+__device__ __forceinline__ void unlock(unsigned int* p) { atomicExch(p, 0u); }
 #else
 inline uint64_t now_ns() {
   timespec ts;
@@ -167,9 +174,46 @@ inline void fail(FifoHandle f) {
 }
 // CPU producers share cores with the consumer (the tests): give it the core.
 inline void relax() { sched_yield(); }
+inline bool try_lock(unsigned int* p) {
+  unsigned int zero = 0;
+  return __atomic_load_n(p, __ATOMIC_RELAXED) == 0 &&
+         __atomic_compare_exchange_n(p, &zero, 1u, false, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_RELAXED);
+}
+inline void unlock(unsigned int* p) {
+  __atomic_store_n(p, 0u, __ATOMIC_RELEASE);
+}
 #endif
 
 }  // namespace fifo_detail
+
+// Waits until ticket `last` has room (the consumer has taken last - slots):
+// false when the FIFO failed or stayed full past the timeout.
+UCCL_HD bool fifo_wait_room(const FifoHandle& f, uint64_t last) {
+  namespace d = fifo_detail;
+  if (last < d::load_cache(&f.state->tail_cache) + f.slots) return true;
+  const uint64_t start = d::now_ns();
+  for (;;) {
+    // One waiting producer at a time reads the tail across PCIe (a read per
+    // waiter would crowd out the triggers' own writes); the others watch
+    // the cache it raises.
+    if (d::try_lock(&f.state->polling)) {
+      d::cache_max(&f.state->tail_cache, d::load_acquire_sys(&f.shared->tail));
+      d::unlock(&f.state->polling);
+    }
+    if (last < d::load_cache(&f.state->tail_cache) + f.slots) return true;
+    if (d::load_error(&f.state->error) != kFifoOk) return false;
+    if (d::now_ns() - start > f.full_timeout_ns) {
+      d::fail(f);
+      return false;
+    }
+    d::relax();
+  }
+}
+
+UCCL_HD uint64_t fifo_word0(const Trigger& t, uint64_t ticket, uint32_t slots) {
+  return (t.w[0] & ~kLapMask) | (fifo_lap(ticket, slots) << kLapShift);
+}
 
 // Pushes `t` (its word 0 must be non-zero: encode_trigger's is). Returns
 // its ticket (the order the consumer takes it in), or kPushFailed when the
@@ -178,27 +222,48 @@ UCCL_HD int64_t fifo_push(const FifoHandle& f, const Trigger& t) {
   namespace d = fifo_detail;
   if (d::load_error(&f.state->error) != kFifoOk) return kPushFailed;
   const uint64_t ticket = d::claim(&f.state->head);
-  if (ticket >= d::load_cache(&f.state->tail_cache) + f.slots) {
-    const uint64_t start = d::now_ns();
-    for (;;) {
-      const uint64_t tail = d::load_acquire_sys(&f.shared->tail);
-      d::cache_max(&f.state->tail_cache, tail);
-      if (ticket < tail + f.slots) break;
-      if (d::load_error(&f.state->error) != kFifoOk) return kPushFailed;
-      if (d::now_ns() - start > f.full_timeout_ns) {
-        d::fail(f);
-        return kPushFailed;
-      }
-      d::relax();
-    }
-  }
+  if (!fifo_wait_room(f, ticket)) return kPushFailed;
   Trigger* s = &f.ring[ticket & (f.slots - 1)];
   d::store_relaxed(&s->w[1], t.w[1]);
   d::store_relaxed(&s->w[2], t.w[2]);
   d::store_relaxed(&s->w[3], t.w[3]);
-  d::store_release_sys(&s->w[0], (t.w[0] & ~kLapMask) |
-                                     (fifo_lap(ticket, f.slots) << kLapShift));
+  d::store_release_sys(&s->w[0], fifo_word0(t, ticket, f.slots));
   return static_cast<int64_t>(ticket);
 }
+
+#if defined(__CUDA_ARCH__)
+// Every active lane of a warp pushes its `t` at once: one atomic claims the
+// warp's tickets (in lane order), one lane waits for room for all of them,
+// each lane writes words 1-3, and one system-scope fence (after a warp
+// barrier, so it covers every lane's writes) precedes the lanes' word 0s.
+// Same result as fifo_push per lane, a fence per warp instead of per
+// trigger. Call it from every active lane (no divergence between them).
+__device__ __forceinline__ int64_t fifo_push_warp(const FifoHandle& f,
+                                                  const Trigger& t) {
+  namespace d = fifo_detail;
+  const unsigned mask = __activemask();
+  const int lane = threadIdx.x & 31;
+  const int leader = __ffs(mask) - 1;
+  const unsigned n = __popc(mask);
+  const unsigned rank = __popc(mask & ((1u << lane) - 1));
+  unsigned long long base = ~0ull;
+  if (lane == leader && d::load_error(&f.state->error) == kFifoOk) {
+    base = atomicAdd(&f.state->head, static_cast<unsigned long long>(n));
+    if (!fifo_wait_room(f, base + n - 1)) base = ~0ull;
+  }
+  base = __shfl_sync(mask, base, leader);
+  if (base == ~0ull) return kPushFailed;
+  const uint64_t ticket = base + rank;
+  Trigger* s = &f.ring[ticket & (f.slots - 1)];
+  d::store_relaxed(&s->w[1], t.w[1]);
+  d::store_relaxed(&s->w[2], t.w[2]);
+  d::store_relaxed(&s->w[3], t.w[3]);
+  __syncwarp(mask);
+  if (lane == leader) __threadfence_system();
+  __syncwarp(mask);
+  d::store_relaxed(&s->w[0], fifo_word0(t, ticket, f.slots));
+  return static_cast<int64_t>(ticket);
+}
+#endif
 
 }  // namespace uccl::device

@@ -18,7 +18,7 @@
 //     tail, which it makes after reading the slot: those reads happen
 //     before this producer's writes. The cache is raised with a release and
 //     read with an acquire, so a producer that trusts it inherits that
-//     order too. fifo_push_warp: one fence per warp, argued there.
+//     order too.
 //  3. Publish: words 1-3, then word 0 with a release store at system scope
 //     (PCIe writes of one thread then arrive in order behind it). Word 0
 //     carries the op (never 0) and, in bits 24-31, the ticket's lap
@@ -102,6 +102,17 @@ __device__ __forceinline__ uint64_t load_acquire_sys(const uint64_t* p) {
                : "memory");
   return v;
 }
+__device__ __forceinline__ uint64_t load_relaxed_sys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];"
+               : "=l"(v)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ void fence_acquire_sys() {
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
 __device__ __forceinline__ void store_release_sys(uint64_t* p, uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v)
                : "memory");
@@ -150,6 +161,10 @@ inline uint64_t claim(unsigned long long* head) {
 inline uint64_t load_acquire_sys(const uint64_t* p) {
   return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }
+inline uint64_t load_relaxed_sys(const uint64_t* p) {
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+inline void fence_acquire_sys() { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
 inline void store_release_sys(uint64_t* p, uint64_t v) {
   __atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
@@ -230,40 +245,5 @@ UCCL_HD int64_t fifo_push(const FifoHandle& f, const Trigger& t) {
   d::store_release_sys(&s->w[0], fifo_word0(t, ticket, f.slots));
   return static_cast<int64_t>(ticket);
 }
-
-#if defined(__CUDA_ARCH__)
-// Every active lane of a warp pushes its `t` at once: one atomic claims the
-// warp's tickets (in lane order), one lane waits for room for all of them,
-// each lane writes words 1-3, and one system-scope fence (after a warp
-// barrier, so it covers every lane's writes) precedes the lanes' word 0s.
-// Same result as fifo_push per lane, a fence per warp instead of per
-// trigger. Call it from every active lane (no divergence between them).
-__device__ __forceinline__ int64_t fifo_push_warp(const FifoHandle& f,
-                                                  const Trigger& t) {
-  namespace d = fifo_detail;
-  const unsigned mask = __activemask();
-  const int lane = threadIdx.x & 31;
-  const int leader = __ffs(mask) - 1;
-  const unsigned n = __popc(mask);
-  const unsigned rank = __popc(mask & ((1u << lane) - 1));
-  unsigned long long base = ~0ull;
-  if (lane == leader && d::load_error(&f.state->error) == kFifoOk) {
-    base = atomicAdd(&f.state->head, static_cast<unsigned long long>(n));
-    if (!fifo_wait_room(f, base + n - 1)) base = ~0ull;
-  }
-  base = __shfl_sync(mask, base, leader);
-  if (base == ~0ull) return kPushFailed;
-  const uint64_t ticket = base + rank;
-  Trigger* s = &f.ring[ticket & (f.slots - 1)];
-  d::store_relaxed(&s->w[1], t.w[1]);
-  d::store_relaxed(&s->w[2], t.w[2]);
-  d::store_relaxed(&s->w[3], t.w[3]);
-  __syncwarp(mask);
-  if (lane == leader) __threadfence_system();
-  __syncwarp(mask);
-  d::store_relaxed(&s->w[0], fifo_word0(t, ticket, f.slots));
-  return static_cast<int64_t>(ticket);
-}
-#endif
 
 }  // namespace uccl::device

@@ -5,7 +5,9 @@
 // the same (the baseline). --mode pingpong --role server|client: two
 // processes, one kernel each, put_with_signal then wait, data checked in
 // the kernel; the same exchange by p2p from host memory is the baseline.
-// Exit 1 on any lost, doubled or wrong trigger or byte; 2 on bad flags.
+// --mode ep: expert-parallel dispatch and combine among --world processes
+// (tools/channel_ep.cu). Exit 1 on any lost, doubled or wrong trigger or byte;
+// 2 on bad flags.
 #include <cuda_runtime.h>
 #include <gflags/gflags.h>
 
@@ -21,7 +23,7 @@
 #include "uccl/device/fifo.h"
 #include "uccl/p2p.h"
 
-DEFINE_string(mode, "fifo", "fifo, rtt or pingpong.");
+DEFINE_string(mode, "fifo", "fifo, rtt, pingpong or ep.");
 DEFINE_int32(gpu, 0, "GPU index.");
 DEFINE_int32(blocks, 132, "fifo: blocks of the pushing kernel.");
 DEFINE_int32(threads, 128, "fifo: threads per block.");
@@ -224,6 +226,7 @@ int run_rtt() {
 }  // namespace
 
 int run_pingpong();  // tools/channel_pingpong.cu
+int run_ep();        // tools/channel_ep.cu
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
@@ -239,6 +242,7 @@ int main(int argc, char** argv) {
   if (FLAGS_mode == "fifo") return run_fifo();
   if (FLAGS_mode == "rtt") return run_rtt();
   if (FLAGS_mode == "pingpong") return run_pingpong();
+  if (FLAGS_mode == "ep") return run_ep();
   std::fprintf(stderr, "channel_bench: unknown --mode %s\n",
                FLAGS_mode.c_str());
   return 2;

@@ -31,22 +31,31 @@ if [ "$NGPU" -ge 2 ]; then
     rm -f "$out"
   done
 fi
+PY=${PY:-/opt/torch/.venv/bin/python3}
 for world in 2 4; do
   [ "$NGPU" -ge "$world" ] || continue
-  port=$((29600 + world * 16))
-  pids=()
-  for r in $(seq 1 $((world - 1))); do
-    timeout 300 "$B" --mode ep --world "$world" --rank "$r" --gpu "$r" \
-      --core $((4 + 2 * r)) --base_port "$port" --iterations "$ITERS" \
-      >"/tmp/ep_$r.txt" 2>&1 &
-    pids+=($!)
+  for tokens in ${TOKENS:-8 32 128}; do
+    port=$((29600 + world * 16))
+    pids=()
+    for r in $(seq 1 $((world - 1))); do
+      timeout 300 "$B" --mode ep --world "$world" --rank "$r" --gpu "$r" \
+        --core $((4 + 2 * r)) --base_port "$port" --iterations "$ITERS" \
+        --tokens "$tokens" >"/tmp/ep_$r.txt" 2>&1 &
+      pids+=($!)
+    done
+    run "$B" --mode ep --world "$world" --rank 0 --gpu 0 --core 4 \
+      --base_port "$port" --iterations "$ITERS" --tokens "$tokens"
+    for i in "${!pids[@]}"; do
+      r=$((i + 1))
+      wait "${pids[$i]}" || { echo "FAILED: ep rank $r"; fail=1; }
+      grep -v '^I20' "/tmp/ep_$r.txt" | tail -1
+    done
   done
-  run "$B" --mode ep --world "$world" --rank 0 --gpu 0 --core 4 \
-    --base_port "$port" --iterations "$ITERS"
-  for i in "${!pids[@]}"; do
-    r=$((i + 1))
-    wait "${pids[$i]}" || { echo "FAILED: ep rank $r"; fail=1; }
-    grep -v '^I20' "/tmp/ep_$r.txt" | tail -2
+  # The same exchange as torch.distributed all_to_all_single over NCCL.
+  for net in Socket UCCL; do
+    run "$PY" tools/ep_nccl_baseline.py --world "$world" --net "$net" \
+      --plugin gpu_carry/libnccl-net-uccl.so --iterations "$ITERS" \
+      --tokens "$(echo ${TOKENS:-8 32 128} | tr ' ' ,)"
   done
 done
 exit $fail

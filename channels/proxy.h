@@ -93,6 +93,7 @@ class ChannelProxy {
   bool stage(Channel& c);
   bool post_sends(Channel& c);
   bool progress_rx(Channel& c);
+  bool take_landed(Channel& c, int buf);
   Status post_recv(Channel& c, int buf);
   Status check_msg(const Channel& c, const MsgHdr& h, size_t got) const;
   bool apply(Channel& c, int buf);

@@ -54,6 +54,7 @@ struct RxBuf {
   p2p::XferHandle recv;
   bool landed;   // its message is in (the receive is spent)
   bool copying;  // its put's copy into the destination is running
+  bool copied;   // and has finished
   uint64_t copy;
 };
 

@@ -14,6 +14,7 @@ Status ChannelProxy::post_recv(Channel& c, int buf) {
                       c.buf_bytes));
   c.rx_bufs[buf].landed = false;
   c.rx_bufs[buf].copying = false;
+  c.rx_bufs[buf].copied = false;
   return Status::OK();
 }
 
@@ -52,9 +53,9 @@ Status ChannelProxy::check_msg(const Channel& c, const MsgHdr& h,
   return InvalidArgument("unknown message kind");
 }
 
-// The oldest buffer's message, once it landed: true when it is finished
-// (its buffer posted again), false while it waits (a copy running, or no
-// room to queue a flush's answer).
+// The oldest buffer's message, landed (take_landed): true when it is
+// finished (its buffer posted again), false while it waits (its copy
+// running, or no room to queue a flush's answer).
 bool ChannelProxy::apply(Channel& c, int buf) {
   RxBuf& r = c.rx_bufs[buf];
   const uint8_t* p = c.rx + static_cast<size_t>(buf) * c.buf_bytes;
@@ -68,21 +69,11 @@ bool ChannelProxy::apply(Channel& c, int buf) {
     }
     if (!*done) return false;
     r.copying = false;
+    r.copied = true;
     if (h.flags & kSignalAfter) {
       __atomic_fetch_add(&c.sems[h.sem], uint64_t{1}, __ATOMIC_RELEASE);
     }
-  } else if (h.kind == MsgKind::kPut) {
-    if (h.bytes_or_ticket > 0) {
-      auto tok = dev_->copy_async(mems_[h.dst_mem].base + h.dst_off,
-                                  p + sizeof(h), h.bytes_or_ticket);
-      if (!tok.ok()) {
-        fail(c, tok.status().with_context("copying a put into place"));
-        return false;
-      }
-      r.copy = *tok;
-      r.copying = true;
-      return apply(c, buf);  // done at once (host memory) or later
-    }
+  } else if (h.kind == MsgKind::kPut) {  // an empty put
     if (h.flags & kSignalAfter) {
       __atomic_fetch_add(&c.sems[h.sem], uint64_t{1}, __ATOMIC_RELEASE);
     }
@@ -106,32 +97,61 @@ bool ChannelProxy::apply(Channel& c, int buf) {
   return true;
 }
 
+// Buffer `buf` (`k` places after the oldest): its message if it has
+// landed, checked; its put's copy started at once, ahead of the older
+// messages' turn (copies run in order on the device's stream; only
+// signals and flush answers wait for the copies before them).
+bool ChannelProxy::take_landed(Channel& c, int buf) {
+  RxBuf& r = c.rx_bufs[buf];
+  if (!r.landed) {
+    size_t got = 0;
+    auto done = ep_->poll(r.recv, &got);
+    if (!done.ok()) {
+      fail(c, done.status().with_context("receiving from the peer"));
+      return false;
+    }
+    if (!*done) return false;
+    MsgHdr h;
+    std::memcpy(&h, c.rx + static_cast<size_t>(buf) * c.buf_bytes,
+                std::min(got, sizeof(h)));
+    Status st = check_msg(c, h, got);
+    if (!st.ok()) {
+      stats_.bad_messages.fetch_add(1, std::memory_order_relaxed);
+      fail(c, st.with_context("from the peer"));
+      return false;
+    }
+    r.landed = true;  // the receive is spent
+  }
+  if (!r.copying && !r.copied) {
+    const uint8_t* p = c.rx + static_cast<size_t>(buf) * c.buf_bytes;
+    MsgHdr h;
+    std::memcpy(&h, p, sizeof(h));
+    if (h.kind == MsgKind::kPut && h.bytes_or_ticket > 0) {
+      auto tok = dev_->copy_async(mems_[h.dst_mem].base + h.dst_off,
+                                  p + sizeof(h), h.bytes_or_ticket);
+      if (!tok.ok()) {
+        fail(c, tok.status().with_context("copying a put into place"));
+        return false;
+      }
+      r.copy = *tok;
+      r.copying = true;
+    }
+  }
+  return true;
+}
+
 bool ChannelProxy::progress_rx(Channel& c) {
   bool any = false;
-  for (int k = 0; k < cfg_.buffers && !c.failed; ++k) {
+  const size_t n = c.rx_bufs.size();
+  // Messages that landed, oldest first: checked, their copies started.
+  for (size_t k = 0; k < n && !c.failed; ++k) {
+    if (!take_landed(c, static_cast<int>((c.rx_next + k) % n))) break;
+  }
+  // Then finished in order.
+  for (size_t k = 0; k < n && !c.failed; ++k) {
     const int buf = static_cast<int>(c.rx_next);
-    RxBuf& r = c.rx_bufs[buf];
-    if (!r.landed) {
-      size_t got = 0;
-      auto done = ep_->poll(r.recv, &got);
-      if (!done.ok()) {
-        fail(c, done.status().with_context("receiving from the peer"));
-        return true;
-      }
-      if (!*done) break;
-      MsgHdr h;
-      std::memcpy(&h, c.rx + static_cast<size_t>(buf) * c.buf_bytes,
-                  std::min(got, sizeof(h)));
-      Status st = check_msg(c, h, got);
-      if (!st.ok()) {
-        stats_.bad_messages.fetch_add(1, std::memory_order_relaxed);
-        fail(c, st.with_context("from the peer"));
-        return true;
-      }
-      r.landed = true;  // the receive is spent: apply() now or later
-    }
-    if (!apply(c, buf)) return true;
-    c.rx_next = (c.rx_next + 1) % c.rx_bufs.size();
+    if (!c.rx_bufs[buf].landed || !apply(c, buf)) break;
+    c.rx_next = (c.rx_next + 1) % n;
     any = true;
   }
   return any;

@@ -30,6 +30,8 @@ DEFINE_int32(base_port, 29600, "ep: rank r listens on base_port + r.");
 DEFINE_int32(tokens, 128, "ep: tokens per rank.");
 DEFINE_int32(hidden, 1024, "ep: floats per token row.");
 DEFINE_int32(experts_per_rank, 4, "ep: experts each rank owns.");
+DEFINE_int32(num_cpus, 4, "ep: engines of each rank's p2p endpoint.");
+DEFINE_uint64(stripe_kb, 256, "ep: the p2p endpoint's stripe, KiB.");
 
 namespace {
 
@@ -240,7 +242,8 @@ int run_ep() {
     return 2;
   }
   p2p::Config pc;
-  pc.num_cpus = 1;
+  pc.num_cpus = FLAGS_num_cpus;
+  pc.stripe_bytes = FLAGS_stripe_kb << 10;
   pc.local_gpu_idx = FLAGS_gpu;
   pc.engine.device = FLAGS_nic;
   auto ep = p2p::Endpoint::create(pc);

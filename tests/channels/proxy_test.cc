@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -205,6 +207,82 @@ TEST(ChannelProxy, AForgedMessageFailsTheReceivingChannel) {
   EXPECT_EQ(channel_wait(p->hb, 0, 1), kChannelFailed);
   EXPECT_EQ(p->b->stats().bad_messages, 1u);
   for (uint8_t byte : p->mem_b) ASSERT_EQ(byte, 0);
+}
+
+// Copies into place that finish late, the first one latest (its bytes
+// land only when it is seen done): the receiver starts later copies early
+// but raises a signal only once every put before it has landed.
+class LateCopies : public p2p::DeviceMemory {
+ public:
+  bool is_device(const void*, size_t) override { return false; }
+  Result<void*> alloc_host(size_t len) override {
+    void* p = std::aligned_alloc(4096, (len + 4095) & ~size_t{4095});
+    if (p == nullptr) return ResourceExhausted("no memory");
+    return p;
+  }
+  void free_host(void* p) override { std::free(p); }
+  Result<uint64_t> copy_async(void* dst, const void* src, size_t len) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t delay_ms = copies_.empty() ? 50 : 1;
+    const auto* s = static_cast<const uint8_t*>(src);
+    copies_.push_back(Copy{static_cast<uint8_t*>(dst),
+                           std::vector<uint8_t>(s, s + len),
+                           monotonic_ns() + delay_ms * 1000000, false});
+    return uint64_t{copies_.size() - 1};
+  }
+  Result<bool> copy_done(uint64_t token) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Copy& c = copies_.at(token);
+    if (!c.done && monotonic_ns() < c.due_ns) return false;
+    if (!c.done) std::memcpy(c.dst, c.bytes.data(), c.bytes.size());
+    c.done = true;
+    return true;
+  }
+  size_t started() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return copies_.size();
+  }
+
+ private:
+  struct Copy {
+    uint8_t* dst;
+    std::vector<uint8_t> bytes;
+    uint64_t due_ns;
+    bool done;
+  };
+  std::mutex mu_;
+  std::vector<Copy> copies_;
+};
+
+TEST(ChannelProxy, SignalsWaitForEveryEarlierCopyEvenWhenLaterOnesStart) {
+  auto late = std::make_shared<LateCopies>();
+  ProxyConfig cb = test_proxy_config();
+  cb.device_memory = late;
+  auto p = std::make_unique<ProxyPair>();
+  // The pair by hand: the receiving side gets the late copies.
+  p->p2p = p2p::Pair::make(p2p::test_config(1));
+  ASSERT_NE(p->p2p, nullptr);
+  p->a = std::move(
+      *ChannelProxy::create(p->p2p->client.get(), test_proxy_config()));
+  p->b = std::move(*ChannelProxy::create(p->p2p->server.get(), cb));
+  p->mem_a.assign(3 * 4096, 0);
+  p->mem_b.assign(3 * 4096, 0);
+  ASSERT_TRUE(p->a->register_memory(p->mem_a.data(), 3 * 4096).ok());
+  ASSERT_TRUE(p->b->register_memory(p->mem_b.data(), 3 * 4096).ok());
+  ASSERT_TRUE(p->a->add_channel(p->p2p->c_conn, p->b->descriptor()).ok());
+  ASSERT_TRUE(p->b->add_channel(p->p2p->s_conn, p->a->descriptor()).ok());
+  p->ha = *p->a->handle(0);
+  p->hb = *p->b->handle(0);
+  ASSERT_TRUE(p->start());
+  fill_pattern(p->mem_a.data(), p->mem_a.size(), 21);
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_EQ(channel_put(p->ha, 0, k * 4096, 0, k * 4096, 4096), kChannelOk);
+  }
+  ASSERT_EQ(channel_signal(p->ha, 2), kChannelOk);
+  ASSERT_EQ(channel_wait(p->hb, 2, 1), kChannelOk);
+  // All three in place, though the first copy finished last.
+  EXPECT_EQ(find_pattern_mismatch(p->mem_b.data(), p->mem_b.size(), 21), -1);
+  EXPECT_EQ(late->started(), 3u);
 }
 
 TEST(ChannelProxy, SetupMistakesAreRefused) {

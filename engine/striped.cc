@@ -69,12 +69,13 @@ Status StripedConn::expand_receives() {
   return Status::OK();
 }
 
-bool StripedConn::next_all_parts(bool* wait) {
+bool StripedConn::next_all_parts(bool is_send, bool* wait) {
   *wait = false;
   if (k() < 2 || mode_ == PartsMode::kFirst) return false;
   if (mode_ == PartsMode::kAll) return true;
-  const int slot = static_cast<int>(seq_ % kPartsHistory);
-  if (striped_[slot] < 0) {  // a receive whose part 0 may still be out
+  const int dir = is_send ? 0 : 1;
+  const int slot = static_cast<int>(seq_[dir] % kPartsHistory);
+  if (striped_[dir][slot] < 0) {  // a receive whose part 0 may still be out
     StripedRequest* old = history_req_[slot];
     if (!old->reqs_[0].done()) {
       *wait = true;
@@ -82,7 +83,7 @@ bool StripedConn::next_all_parts(bool* wait) {
     }
     note_striped(old);
   }
-  return striped_[slot] == 1;
+  return striped_[dir][slot] == 1;
 }
 
 void StripedConn::note_posted(StripedRequest* r) {
@@ -90,12 +91,13 @@ void StripedConn::note_posted(StripedRequest* r) {
   ++counters_.messages;
   if (r->all_parts_) ++counters_.all_parts_messages;
   if (mode_ != PartsMode::kAuto) return;
-  const int slot = static_cast<int>(seq_ % kPartsHistory);
-  r->seq_ = seq_++;
+  const int dir = r->is_send_ ? 0 : 1;
+  const int slot = static_cast<int>(seq_[dir] % kPartsHistory);
+  r->seq_ = seq_[dir]++;
   if (r->is_send_) {
-    striped_[slot] = r->len_ >= stripe_ ? 1 : 0;
+    striped_[0][slot] = r->len_ >= stripe_ ? 1 : 0;
   } else {
-    striped_[slot] = -1;  // known once part 0 is done: note_striped
+    striped_[1][slot] = -1;  // known once part 0 is done: note_striped
     history_req_[slot] = r;
   }
 }
@@ -105,7 +107,7 @@ void StripedConn::note_striped(StripedRequest* r) {
   if (r->is_send_ || history_req_[slot] != r) return;
   // A sender stripes a message of at least a stripe, and its part 0 is
   // then exactly a stripe.
-  striped_[slot] =
+  striped_[1][slot] =
       r->reqs_[0].status().ok() && r->reqs_[0].size(0) == stripe_ ? 1 : 0;
   history_req_[slot] = nullptr;
 }
@@ -120,7 +122,7 @@ Status StripedConn::send(StripedRequest* r, const void* data, size_t len,
   r->is_send_ = true;
   r->expanding_ = false;
   r->finishing_ = false;
-  r->all_parts_ = next_all_parts(&wait_unused);
+  r->all_parts_ = next_all_parts(true, &wait_unused);
   // Shorter than a stripe: whole, on connection 0, unless the receiver
   // posts all parts of this message at once.
   r->parts_ = !r->all_parts_ && len < stripe_ ? 1 : k();
@@ -148,7 +150,7 @@ Status StripedConn::recv(StripedRequest* r, void* data, size_t len,
   if (backlog_) UCCL_RETURN_IF_ERROR(post_parts(backlog_));
   if (backlog_) return Status::OK();
   bool wait;
-  const bool all_parts = next_all_parts(&wait);
+  const bool all_parts = next_all_parts(false, &wait);
   if (wait) return Status::OK();
   r->is_send_ = false;
   r->all_parts_ = all_parts;

@@ -17,9 +17,10 @@
 //   empty parts finish in the background; the request is reusable once
 //   they have, StripedConn::reusable).
 // - kAuto: kAll for message m where message m - kPartsHistory was at least
-//   S, else kFirst. The sender knows that message's size; a receiver that
-//   keeps at most kPartsHistory requests outstanding has seen its part 0
-//   complete, or waits for it (recv() then takes nothing yet).
+//   S, else kFirst (messages counted per direction: a group that both
+//   sends and receives keeps two histories). The sender knows that message's
+//   size; a receiver that keeps at most kPartsHistory requests outstanding has
+//   seen its part 0 complete, or waits for it (recv() then takes nothing yet).
 // Both sides post every message's parts in the same order (receivers
 // expand in the order of part 0's completions, which is that order too,
 // and a message posting all parts waits behind those still expanding), so
@@ -145,7 +146,7 @@ class StripedConn {
   Status expand_receives();
   // Whether the next message goes with all K parts at once; a receiver that
   // cannot tell yet sets *wait.
-  bool next_all_parts(bool* wait);
+  bool next_all_parts(bool is_send, bool* wait);
   void note_posted(StripedRequest* r);
   void note_striped(StripedRequest* r);
 
@@ -157,12 +158,14 @@ class StripedConn {
   StripedRequest* backlog_ = nullptr;
   std::unique_ptr<StripedRequest*[]> expand_;  // ring of max_requests
   int expand_size_ = 0, expand_head_ = 0, expand_count_ = 0;
-  // kAuto: messages posted so far (both sides count alike) and by
-  // seq % kPartsHistory whether that one was striped: 1, 0, or at a
-  // receiver -1 while its part 0 is out (its request in history_req_).
-  uint64_t seq_ = 0;
-  int8_t striped_[kPartsHistory] = {};
-  StripedRequest* history_req_[kPartsHistory] = {};
+  // kAuto, per direction ([0] sends, [1] receives: a group used both ways
+  // pairs this side's sends with the peer's receives, and only those):
+  // messages posted so far that way (the peer counts the other way alike)
+  // and by seq % kPartsHistory whether that one was striped: 1, 0, or for
+  // a receive -1 while its part 0 is out (its request in history_req_).
+  uint64_t seq_[2] = {};
+  int8_t striped_[2][kPartsHistory] = {};
+  StripedRequest* history_req_[kPartsHistory] = {};  // receives
   Counters counters_;
 };
 

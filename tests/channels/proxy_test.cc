@@ -43,9 +43,10 @@ struct ProxyPair {
   ChannelHandle ha{}, hb{};
 
   static std::unique_ptr<ProxyPair> make(
-      size_t bytes, const ProxyConfig& cfg = test_proxy_config()) {
+      size_t bytes, const ProxyConfig& cfg = test_proxy_config(),
+      const p2p::Config& pc = p2p::test_config(1)) {
     auto p = std::make_unique<ProxyPair>();
-    p->p2p = p2p::Pair::make(p2p::test_config(1));
+    p->p2p = p2p::Pair::make(pc);
     if (!p->p2p) return nullptr;
     auto a = ChannelProxy::create(p->p2p->client.get(), cfg);
     auto b = ChannelProxy::create(p->p2p->server.get(), cfg);
@@ -122,6 +123,40 @@ TEST(ChannelProxy, LargePutsGoInPiecesAndSignalAfterTheLast) {
   ASSERT_EQ(channel_signal(p->ha, 3), kChannelOk);
   ASSERT_EQ(channel_wait(p->hb, 3, 2), kChannelOk);
   EXPECT_EQ(p->a->stats().put_bytes, kBytes);
+}
+
+// Both sides put blocks a little past the endpoint's segment (stripe x
+// engines) at once, each waiting for the other's signal, round after round
+// (the exchange of the expert-parallel demonstration).
+TEST(ChannelProxy, BothWaysLargePutsRoundAfterRound) {
+  ProxyConfig cfg = test_proxy_config();
+  cfg.piece_bytes = 1 << 20;
+  p2p::Config pc = p2p::test_config(4);
+  const size_t block = 1 << 20;  // a message of block + header > a segment
+  auto p = ProxyPair::make(2 * block, cfg, pc);
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(p->start());
+  constexpr int kRounds = 20;
+  auto side = [&](ChannelHandle h, std::vector<uint8_t>* mem, int id) {
+    for (int i = 1; i <= kRounds; ++i) {
+      fill_pattern(mem->data(), block, 1000 * id + i);
+      ASSERT_EQ(channel_put_with_signal(h, 0, block, 0, 0, block, 0),
+                kChannelOk);
+      ASSERT_EQ(channel_wait(h, 0, i), kChannelOk) << "round " << i;
+      ASSERT_EQ(find_pattern_mismatch(mem->data() + block, block,
+                                      1000 * (1 - id) + i),
+                -1)
+          << "round " << i;
+      // The peer may overwrite our block only after it has this round's.
+      ASSERT_EQ(channel_signal(h, 1), kChannelOk);
+      ASSERT_EQ(channel_wait(h, 1, i), kChannelOk);
+    }
+  };
+  std::thread b([&] { side(p->hb, &p->mem_b, 1); });
+  side(p->ha, &p->mem_a, 0);
+  b.join();
+  EXPECT_TRUE(p->a->channel_status(0).ok()) << p->a->channel_status(0);
+  EXPECT_TRUE(p->b->channel_status(0).ok()) << p->b->channel_status(0);
 }
 
 // Many threads put, then each flushes: after its flush returns, its puts

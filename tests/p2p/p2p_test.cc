@@ -24,6 +24,107 @@ TEST(P2p, SendRecvEverySizeByteForByte) {
   send_recv(p.get(), {0, 1, 4096, 1 << 20, 3 << 20, 5000}, 10);
 }
 
+// A message one segment (stripe x engines) and a little long, received
+// into a buffer of exactly its size and into a larger one: every byte, and
+// the size the receiver is told is the message's.
+TEST(P2p, MessagesJustPastASegmentArriveWhole) {
+  auto p = Pair::make(test_config(4));
+  ASSERT_TRUE(p);
+  const size_t seg = 4 * (256 << 10);
+  for (size_t len : {seg + 32, seg + 1, 2 * seg + 4097, seg - 1}) {
+    for (size_t cap : {len, len + 8192}) {
+      SCOPED_TRACE("len " + std::to_string(len) + " cap " +
+                   std::to_string(cap));
+      Mem sb(p->client.get(), len), rb(p->server.get(), cap);
+      fill_pattern(sb.ptr(), len, len + cap);
+      auto r = p->server->recv_async(p->s_conn, rb.id, rb.ptr(), cap);
+      auto s = p->client->send_async(p->c_conn, sb.id, sb.ptr(), len);
+      ASSERT_TRUE(r.ok() && s.ok()) << r.status() << s.status();
+      size_t sent = 0, got = 0;
+      wait_both(p.get(), *s, *r, &sent, &got);
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+      EXPECT_EQ(sent, len);
+      EXPECT_EQ(got, len);
+      EXPECT_EQ(find_pattern_mismatch(rb.ptr(), len, len + cap), -1);
+    }
+  }
+}
+
+// Receives longer than a segment posted ahead, messages of mixed sizes
+// (short ones end their receive early): each lands whole in its own
+// receive, in order.
+TEST(P2p, ShortAndLongMessagesIntoLongReceivesPostedAhead) {
+  auto p = Pair::make(test_config(4));
+  ASSERT_TRUE(p);
+  const size_t seg = 4 * (256 << 10), cap = seg + 32;
+  const std::vector<size_t> lens = {32, seg + 32, 32, 32, seg + 32, 7, seg};
+  const size_t n = lens.size();
+  Mem sb(p->client.get(), n * cap), rb(p->server.get(), n * cap);
+  std::vector<XferHandle> rs, ss;
+  for (size_t i = 0; i < n; ++i) {
+    auto r = p->server->recv_async(p->s_conn, rb.id, rb.ptr(i * cap), cap);
+    ASSERT_TRUE(r.ok()) << r.status();
+    rs.push_back(*r);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    fill_pattern(sb.ptr(i * cap), lens[i], 100 + i);
+    auto s = p->client->send_async(p->c_conn, sb.id, sb.ptr(i * cap), lens[i]);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ss.push_back(*s);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    SCOPED_TRACE("message " + std::to_string(i));
+    size_t sent = 0, got = 0;
+    wait_both(p.get(), ss[i], rs[i], &sent, &got);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    EXPECT_EQ(got, lens[i]);
+    EXPECT_EQ(find_pattern_mismatch(rb.ptr(i * cap), lens[i], 100 + i), -1);
+  }
+}
+
+// Both sides at once, each with receives posted ahead: a message a little
+// past a segment then a short one, each way, round after round, as two
+// channel proxies exchange them (each side polls only its own endpoint).
+TEST(P2p, LongAndShortMessagesBothWaysWithReceivesPostedAhead) {
+  auto p = Pair::make(test_config(4));
+  ASSERT_TRUE(p);
+  const size_t seg = 4 * (256 << 10), cap = seg + 32;
+  constexpr int kAhead = 4, kRounds = 24;
+  auto side = [&](Endpoint* ep, ConnHandle c, int id) {
+    Mem sb(ep, 2 * cap), rb(ep, kAhead * cap);
+    std::vector<XferHandle> rs(kAhead);
+    for (int i = 0; i < kAhead; ++i) {
+      rs[i] = *ep->recv_async(c, rb.id, rb.ptr(i * cap), cap);
+    }
+    int next = 0;  // the oldest receive
+    for (int i = 0; i < kRounds; ++i) {
+      fill_pattern(sb.ptr(0), cap, 1000 * id + i);
+      fill_pattern(sb.ptr(cap), 32, 5000 * id + i);
+      auto s1 = ep->send_async(c, sb.id, sb.ptr(0), cap);
+      auto s2 = ep->send_async(c, sb.id, sb.ptr(cap), 32);
+      ASSERT_TRUE(s1.ok() && s2.ok()) << s1.status() << s2.status();
+      for (int m = 0; m < 2; ++m) {
+        const size_t want = m == 0 ? cap : 32;
+        const uint64_t seed =
+            m == 0 ? 1000 * (1 - id) + i : 5000 * (1 - id) + i;
+        size_t got = 0;
+        ASSERT_TRUE(ep->wait(rs[next], 20000, &got).ok())
+            << "round " << i << " message " << m;
+        EXPECT_EQ(got, want);
+        ASSERT_EQ(find_pattern_mismatch(rb.ptr(next * cap), want, seed), -1)
+            << "round " << i << " message " << m;
+        rs[next] = *ep->recv_async(c, rb.id, rb.ptr(next * cap), cap);
+        next = (next + 1) % kAhead;
+      }
+      ASSERT_TRUE(ep->wait(*s1, 20000).ok()) << "round " << i;
+      ASSERT_TRUE(ep->wait(*s2, 20000).ok()) << "round " << i;
+    }
+  };
+  std::thread t([&] { side(p->server.get(), p->s_conn, 1); });
+  side(p->client.get(), p->c_conn, 0);
+  t.join();
+}
+
 TEST(P2p, ManyTransfersOutstandingCompleteInOrder) {
   auto p = Pair::make();
   ASSERT_TRUE(p);

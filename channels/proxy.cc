@@ -204,7 +204,11 @@ Status ChannelProxy::start() {
   if (started_) return InvalidArgument("channels: started already");
   for (auto& c : channels_) {
     for (int b = 0; b < cfg_.buffers; ++b) {
-      UCCL_RETURN_IF_ERROR(post_recv(*c, b));
+      Status st = post_recv(*c, b);
+      if (st.ok()) continue;
+      // Receives posted so far must not outlive our buffers.
+      for (auto& d : channels_) (void)ep_->close(d->conn);
+      return st.with_context("posting the channels' receives");
     }
   }
   started_ = true;

@@ -60,7 +60,9 @@ class ChannelProxy {
   // This side's memory table (ids and sizes) for the peer's add_channel.
   std::string descriptor() const;
   // Before start(): a channel over `conn` (one channel per connection) to
-  // the peer whose descriptor() is `peer`. Returns its id.
+  // the peer whose descriptor() is `peer`. Returns its id. The channel
+  // takes the connection over: nothing else may transfer on it once
+  // start() runs, and stop() closes it.
   Result<uint32_t> add_channel(p2p::ConnHandle conn, const std::string& peer);
   Result<device::ChannelHandle> handle(uint32_t channel) const;
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "channels/proxy.h"
+#include "tools/channel_bench.h"
 #include "uccl/device/channel.h"
 #include "uccl/device/fifo.h"
 #include "uccl/p2p.h"
@@ -38,6 +39,7 @@ DEFINE_int32(core, -1, "Core the proxy or consumer thread is pinned to.");
 
 namespace {
 
+using channel_bench::pct;
 using uccl::channels::FifoConfig;
 using uccl::channels::FifoPlacement;
 using uccl::channels::TriggerFifo;
@@ -53,12 +55,6 @@ using Clock = std::chrono::steady_clock;
       return 1;                                           \
     }                                                     \
   } while (0)
-
-double pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(p * (v.size() - 1))];
-}
 
 // ------------------------------------------------------------------ fifo
 
@@ -225,8 +221,11 @@ int run_rtt() {
 
 }  // namespace
 
-int run_pingpong();  // tools/channel_pingpong.cu
-int run_ep();        // tools/channel_ep.cu
+double channel_bench::pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(p * (v.size() - 1))];
+}
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
@@ -241,8 +240,8 @@ int main(int argc, char** argv) {
   cudaSetDevice(FLAGS_gpu);
   if (FLAGS_mode == "fifo") return run_fifo();
   if (FLAGS_mode == "rtt") return run_rtt();
-  if (FLAGS_mode == "pingpong") return run_pingpong();
-  if (FLAGS_mode == "ep") return run_ep();
+  if (FLAGS_mode == "pingpong") return channel_bench::run_pingpong();
+  if (FLAGS_mode == "ep") return channel_bench::run_ep();
   std::fprintf(stderr, "channel_bench: unknown --mode %s\n",
                FLAGS_mode.c_str());
   return 2;

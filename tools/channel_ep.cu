@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "channels/proxy.h"
+#include "tools/channel_bench.h"
 #include "uccl/device/channel.h"
 #include "uccl/p2p.h"
 
@@ -35,6 +36,7 @@ DEFINE_uint64(stripe_kb, 256, "ep: the p2p endpoint's stripe, KiB.");
 
 namespace {
 
+using channel_bench::pct;
 namespace dev = uccl::device;
 using Clock = std::chrono::steady_clock;
 constexpr int kTopK = 2;
@@ -201,12 +203,6 @@ bool connect_all(uccl::p2p::Endpoint* ep, const Shape& s,
   return ep->dereg(*mr_me).ok() && ep->dereg(*mr_peer).ok();
 }
 
-double pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(p * (v.size() - 1))];
-}
-
 // The baseline's exchange of one phase: the host posts p2p send/recv of
 // the same blocks to and from every peer and waits.
 bool host_exchange(uccl::p2p::Endpoint* ep, const Shape& s,
@@ -232,7 +228,7 @@ bool host_exchange(uccl::p2p::Endpoint* ep, const Shape& s,
 
 }  // namespace
 
-int run_ep() {
+int channel_bench::run_ep() {
   using namespace uccl;
   const Shape s{FLAGS_world, FLAGS_rank, FLAGS_tokens, FLAGS_hidden,
                 FLAGS_experts_per_rank * FLAGS_world};

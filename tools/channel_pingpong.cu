@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "channels/proxy.h"
+#include "tools/channel_bench.h"
 #include "uccl/device/channel.h"
 #include "uccl/p2p.h"
 
@@ -25,6 +26,7 @@ DEFINE_string(nic, "udp:lo", "pingpong: the p2p endpoint's NIC device.");
 
 namespace {
 
+using channel_bench::pct;
 namespace dev = uccl::device;
 using Clock = std::chrono::steady_clock;
 constexpr int kTimeoutMs = 60000;
@@ -89,12 +91,6 @@ __global__ void pingpong_kernel(dev::ChannelHandle c, uint8_t* buf,
   }
 }
 
-double pct(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(p * (v.size() - 1))];
-}
-
 bool fail(const char* what, const uccl::Status& st) {
   std::fprintf(stderr, "channel_bench: %s: %s\n", what, st.to_string().c_str());
   return false;
@@ -151,7 +147,7 @@ bool swap_descriptors(uccl::p2p::Endpoint* ep, uccl::p2p::ConnHandle conn,
 
 }  // namespace
 
-int run_pingpong() {
+int channel_bench::run_pingpong() {
   using namespace uccl;
   const bool client = FLAGS_role == "client";
   if (!client && FLAGS_role != "server") {

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "p2p/python/py_util.h"
 #include "uccl/p2p.h"
 
 namespace py = pybind11;
@@ -14,7 +15,7 @@ using uccl::Status;
 using uccl::StatusCode;
 namespace p2p = uccl::p2p;
 
-namespace {
+namespace uccl_py {
 
 // uccl.p2p.Error, set at import. A plain reference, never released: a
 // static py::object would be released after the interpreter is gone.
@@ -27,15 +28,13 @@ PyObject* g_error = nullptr;
   throw py::error_already_set();
 }
 
-void check(const Status& st) {
-  if (!st.ok()) raise(st);
-}
+}  // namespace uccl_py
 
-template <typename T>
-T value(Result<T> r) {
-  if (!r.ok()) raise(r.status());
-  return std::move(*r);
-}
+namespace {
+
+using uccl_py::check;
+using uccl_py::raise;
+using uccl_py::value;
 
 // Address and size of a GPU array from its __cuda_array_interface__ (CuPy,
 // Numba, ...): C-contiguous only.
@@ -77,8 +76,10 @@ std::pair<uintptr_t, size_t> buffer_memory(py::handle obj, bool writable) {
 // __cuda_array_interface__, or an object with the buffer protocol
 // (bytes-like, numpy). Read-only buffers are
 // accepted only where `writable` is false.
-std::pair<uintptr_t, size_t> memory_of(py::handle obj, bool writable,
-                                       bool* gpu) {
+}  // namespace
+
+std::pair<uintptr_t, size_t> uccl_py::memory_of(py::handle obj, bool writable,
+                                                bool* gpu) {
   *gpu = false;
   // The buffer protocol first: the common case (numpy), and the cheapest
   // (the attribute probes below fail slowly on objects without them).
@@ -104,6 +105,10 @@ std::pair<uintptr_t, size_t> memory_of(py::handle obj, bool writable,
   }
   raise(uccl::InvalidArgument("not a buffer, tensor or (ptr, nbytes)"));
 }
+
+namespace {
+
+using uccl_py::memory_of;
 
 void* ptr(uintptr_t a) { return reinterpret_cast<void*>(a); }
 
@@ -299,14 +304,20 @@ class PyEndpoint {
 
   std::unique_ptr<p2p::Endpoint> ep_;
   bool has_gpu_ = false;
+  friend p2p::Endpoint* uccl_py::endpoint_of(py::handle obj);
 };
 
 }  // namespace
 
+p2p::Endpoint* uccl_py::endpoint_of(py::handle obj) {
+  return obj.cast<PyEndpoint&>().ep_.get();
+}
+
 PYBIND11_MODULE(_p2p, m) {
   m.doc() = "UCCL point-to-point transfers (C++ engine: include/uccl/p2p.h)";
-  g_error = PyErr_NewException("uccl.p2p.Error", PyExc_RuntimeError, nullptr);
-  m.attr("Error") = py::reinterpret_borrow<py::object>(g_error);
+  uccl_py::g_error =
+      PyErr_NewException("uccl.p2p.Error", PyExc_RuntimeError, nullptr);
+  m.attr("Error") = py::reinterpret_borrow<py::object>(uccl_py::g_error);
   m.attr("REGION_DESC_BYTES") = p2p::kRegionDescBytes;
   m.attr("MAX_NOTIF_BYTES") = p2p::kMaxNotifBytes;
   py::class_<PyEndpoint>(m, "Endpoint")
@@ -346,4 +357,5 @@ PYBIND11_MODULE(_p2p, m) {
       .def("get_notifs", &PyEndpoint::get_notifs)
       .def("staging_stats", &PyEndpoint::staging_stats)
       .def_property_readonly("num_engines", &PyEndpoint::num_engines);
+  uccl_py::bind_channels(m);
 }

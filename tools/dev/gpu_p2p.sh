@@ -10,7 +10,7 @@ set -euo pipefail
 MODE=${1:?pack|build|test|bench|latency}
 CARRY=gpu_p2p_carry
 PY=${PY:-/opt/torch/.venv/bin/python3}
-LIBS="p2p p2p_knobs engine transport cc util unwind_shim"
+LIBS="channels channels_knobs p2p p2p_knobs engine transport cc util unwind_shim"
 
 pack() {
   local b=${BUILD:-build}
@@ -42,8 +42,9 @@ build() {
     $($PY -m pybind11 --includes) \
     "-I$($PY -c "import sysconfig; print(sysconfig.get_paths()['include'])")" \
     -I. -Iinclude -I/usr/local/cuda/include \
-    p2p/python/p2p_module.cc "$CARRY/gflags_shim.cc.o" \
-    "${archives[@]:0:6}" "$CARRY/libglog.a" "${archives[6]}" \
+    p2p/python/p2p_module.cc p2p/python/channels_binding.cc \
+    "$CARRY/gflags_shim.cc.o" \
+    "${archives[@]:0:8}" "$CARRY/libglog.a" "${archives[8]}" \
     /usr/local/cuda/lib64/libcudart_static.a -ldl -lrt -lpthread \
     -o "$out/_p2p$ext"
   cp p2p/python/uccl/*.py "$out/"
@@ -131,7 +132,8 @@ case $MODE in
   test)
     build
     PYTHONPATH=$PWD/build_gpu/python $PY -m pytest -q -p no:cacheprovider \
-      tests/p2p/test_p2p_gpu.py tests/p2p/test_p2p.py tests/p2p/test_benchmark.py
+      tests/p2p/test_p2p_gpu.py tests/p2p/test_p2p.py tests/p2p/test_benchmark.py \
+      tests/p2p/test_channels.py
     ;;
   bench) bench ;;
   latency) latency ;;

@@ -97,8 +97,8 @@ bool ChannelProxy::apply(Channel& c, int buf) {
   return true;
 }
 
-// Buffer `buf` (`k` places after the oldest): its message if it has
-// landed, checked; its put's copy started at once, ahead of the older
+// Receive buffer `buf` (the oldest or one after it): its message if it
+// has landed, checked; its put's copy started at once, ahead of the older
 // messages' turn (copies run in order on the device's stream; only
 // signals and flush answers wait for the copies before them).
 bool ChannelProxy::take_landed(Channel& c, int buf) {

@@ -110,8 +110,15 @@ bool run_one(const Experiment& e, const std::string& cc, const std::string& v,
 
 // Evaluates the experiment's checks over all runs, prints each verdict
 // (and writes them to --out): 0 if all passed, kExitFail otherwise.
-int report_checks(const Experiment& e, const std::vector<RunOutcome>& runs) {
+// `not_run` (checks whose runs --cc or --variant left out) are listed as
+// such, never counted as passed.
+int report_checks(const Experiment& e, const std::vector<RunOutcome>& runs,
+                  size_t not_run) {
   const std::vector<CheckResult> checks = uccl::sim::evaluate(e, runs);
+  const std::string skipped =
+      not_run == 0 ? ""
+                   : " (" + std::to_string(not_run) +
+                         " more not evaluated: their runs were left out)";
   if (checks.empty()) {
     // A run that expects nothing cannot pass (a --cc that leaves out every
     // controller the checks name lands here too).
@@ -135,11 +142,13 @@ int report_checks(const Experiment& e, const std::vector<RunOutcome>& runs) {
     if (!c.pass) failed.push_back(c.label);
   }
   if (!failed.empty()) {
-    std::printf("FAIL %s: %zu of %zu checks failed: %s\n", e.name.c_str(),
-                failed.size(), checks.size(), failed[0].c_str());
+    std::printf("FAIL %s: %zu of %zu checks failed: %s%s\n", e.name.c_str(),
+                failed.size(), checks.size(), failed[0].c_str(),
+                skipped.c_str());
     return kExitFail;
   }
-  std::printf("PASS %s: %zu checks\n", e.name.c_str(), checks.size());
+  std::printf("PASS %s: %zu checks%s\n", e.name.c_str(), checks.size(),
+              skipped.c_str());
   return 0;
 }
 
@@ -188,6 +197,13 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   std::printf("ccsim: %s: %s\n", e.name.c_str(), e.description.c_str());
+  std::vector<std::string> run_variants = variants;
+  if (e.variants.empty()) run_variants.clear();
+  const auto not_run = uccl::sim::checks_not_run(e, e.ccs, run_variants);
+  for (const auto* ch : not_run) {
+    std::printf("not evaluated (its runs were left out): %s\n",
+                ch->text.c_str());
+  }
   std::vector<RunOutcome> runs;
   for (const std::string& cc : e.ccs) {
     for (const std::string& v : variants) {
@@ -205,5 +221,5 @@ int main(int argc, char** argv) {
       }
     }
   }
-  return report_checks(e, runs);
+  return report_checks(e, runs, not_run.size());
 }

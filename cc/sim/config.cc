@@ -346,6 +346,11 @@ Result<Check> parse_check(const std::string& key, const std::string& v,
   }
   UCCL_ASSIGN_OR_RETURN(ch.value, to_num(key, trim(expr.substr(oplen))));
   if (ch.metric.empty()) return InvalidArgument(key + ": no metric");
+  const auto& names = metric_names();
+  if (std::find(names.begin(), names.end(), ch.metric) == names.end()) {
+    return InvalidArgument(key + ": no metric '" + ch.metric +
+                           "' (cc/sim/README.md lists them)");
+  }
   ch.text = key + " = " + v;
   return ch;
 }
@@ -400,12 +405,14 @@ Result<Experiment> parse_experiment(const std::string& text) {
         return at_line(InvalidArgument(k + ": " + kv.status().message()));
       }
       e.variants.push_back({k.substr(8), *kv});
+      e.variant_lines.push_back(n);
     } else if (k.rfind("check.", 0) == 0 || k.rfind("compare.", 0) == 0) {
       auto ch = parse_check(k, v, k[1] == 'o');
       if (!ch.ok()) return at_line(ch.status());
       e.checks.push_back(*ch);
     } else {
       e.base.push_back({k, v});
+      e.base_lines.push_back(n);
     }
   }
   // A check's scope must name a cc of the list, a variant, or cc/variant:
@@ -436,6 +443,28 @@ Result<Experiment> parse_experiment(const std::string& text) {
   return e;
 }
 
+std::vector<const Check*> checks_not_run(
+    const Experiment& e, const std::vector<std::string>& ccs,
+    const std::vector<std::string>& variants) {
+  std::vector<const Check*> out;
+  auto ran = [&](const std::string& v) {
+    return std::find(variants.begin(), variants.end(), v) != variants.end();
+  };
+  for (const Check& ch : e.checks) {
+    bool any = false;
+    for (const std::string& cc : ccs) {
+      if (ch.compare) {  // both sides with the same controller
+        any |= in_scope(ch.scope, cc, "") && ran(ch.a) && ran(ch.b);
+        continue;
+      }
+      if (variants.empty()) any |= in_scope(ch.scope, cc, "");
+      for (const std::string& v : variants) any |= in_scope(ch.scope, cc, v);
+    }
+    if (!any) out.push_back(&ch);
+  }
+  return out;
+}
+
 Result<Experiment> load_experiment(const std::string& path) {
   std::ifstream in(path);
   if (!in) return NotFound("cannot read experiment file '" + path + "'");
@@ -462,18 +491,36 @@ Result<SimConfig> make_config(const Experiment& e, const std::string& cc,
     if (k.rfind("cc_params.", 0) == 0) return Status::OK();  // other ccs
     return apply(&c, &w, k, v);
   };
-  for (const auto& [k, v] : e.base) UCCL_RETURN_IF_ERROR(one(k, v));
+  auto at_line = [](const std::vector<int>& lines, size_t i, Status st) {
+    if (st.ok() || i >= lines.size() || lines[i] == 0) return st;
+    return InvalidArgument("line " + std::to_string(lines[i]) + ": " +
+                           st.message());
+  };
+  for (size_t i = 0; i < e.base.size(); ++i) {
+    UCCL_RETURN_IF_ERROR(
+        at_line(e.base_lines, i, one(e.base[i].first, e.base[i].second)));
+  }
   if (!variant.empty()) {
     bool found = false;
-    for (const auto& [vn, kv] : e.variants) {
-      if (vn != variant) continue;
+    for (size_t i = 0; i < e.variants.size(); ++i) {
+      if (e.variants[i].first != variant) continue;
       found = true;
-      for (const auto& [k, v] : kv) UCCL_RETURN_IF_ERROR(one(k, v));
+      for (const auto& [k, v] : e.variants[i].second) {
+        UCCL_RETURN_IF_ERROR(at_line(e.variant_lines, i, one(k, v)));
+      }
     }
     if (!found) return InvalidArgument("no variant '" + variant + "'");
   }
   for (const auto& [k, v] : overrides) UCCL_RETURN_IF_ERROR(one(k, v));
   UCCL_RETURN_IF_ERROR(generate(&c, w));
+  // One delay per host, or none (a short list is not padded).
+  const uint32_t hosts = host_count(c);
+  if (!c.host_delay_us.empty() && hosts != 0 &&
+      c.host_delay_us.size() != hosts) {
+    return InvalidArgument(
+        "host_delay_us lists " + std::to_string(c.host_delay_us.size()) +
+        " delays for " + std::to_string(hosts) + " hosts (give one per host)");
+  }
   return c;
 }
 

@@ -29,10 +29,18 @@ struct Experiment {
   std::string name = "experiment";
   std::string description;
   std::vector<std::string> ccs{"swift"};
-  KeyValues base;  // in file order; "flow" may repeat
+  KeyValues base;               // in file order; "flow" may repeat
+  std::vector<int> base_lines;  // the file's line of each base key (0: none)
   std::vector<std::pair<std::string, KeyValues>> variants;
+  std::vector<int> variant_lines;
   std::vector<Check> checks;
 };
+
+// Checks whose scope names no run of `ccs` x `variants` (ccsim --cc or
+// --variant left those runs out): reported as not evaluated.
+std::vector<const Check*> checks_not_run(
+    const Experiment& e, const std::vector<std::string>& ccs,
+    const std::vector<std::string>& variants);
 
 Result<Experiment> parse_experiment(const std::string& text);
 

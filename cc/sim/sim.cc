@@ -91,8 +91,14 @@ Status Sim::build() {
 
 // Hosts, switches and links of the dumbbell or the leaf-spine fabric.
 Status Sim::build_topology(double bneck, double fabric) {
+  const uint32_t nh = host_count(c_);
+  if (!c_.host_delay_us.empty() && nh != 0 && c_.host_delay_us.size() != nh) {
+    return InvalidArgument(
+        "host_delay_us lists " + std::to_string(c_.host_delay_us.size()) +
+        " delays for " + std::to_string(nh) + " hosts (give one per host)");
+  }
   auto host_delay = [&](uint32_t h) {
-    return h < c_.host_delay_us.size() ? c_.host_delay_us[h] : c_.link_delay_us;
+    return c_.host_delay_us.empty() ? c_.link_delay_us : c_.host_delay_us[h];
   };
   char n1[64], n2[64];
   if (c_.topology == "dumbbell") {
@@ -372,6 +378,12 @@ double percentile(std::vector<double> v, double p) {
   const double rank = std::ceil(p / 100.0 * v.size());
   const size_t i = rank < 1 ? 0 : static_cast<size_t>(rank) - 1;
   return v[std::min(i, v.size() - 1)];
+}
+
+uint32_t host_count(const SimConfig& c) {
+  if (c.topology == "dumbbell") return c.senders + c.receivers;
+  if (c.topology == "leafspine") return c.leaves * c.hosts_per_leaf;
+  return 0;
 }
 
 Result<SimResult> run(const SimConfig& cfg) {

@@ -108,6 +108,13 @@ struct SimResult {
 // unknown congestion control or parameters.
 Result<SimResult> run(const SimConfig& cfg);
 
+// Every name SimResult::metrics may hold (a run sets those that apply), so
+// an experiment's checks are validated before anything runs.
+const std::vector<std::string>& metric_names();
+
+// Hosts of the configured topology (0 for an unknown one).
+uint32_t host_count(const SimConfig& cfg);
+
 // Jain's fairness index of `x` (1 = equal shares).
 double jain_index(const std::vector<double>& x);
 // The p-th percentile (0..100) of `v` by nearest rank; 0 when empty.

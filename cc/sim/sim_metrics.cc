@@ -278,3 +278,43 @@ void Sim::convergence(double share_bps,
 }
 
 }  // namespace uccl::sim::detail
+
+namespace uccl::sim {
+
+const std::vector<std::string>& metric_names() {
+  static const std::vector<std::string> kNames = {"flows",
+                                                  "unfinished_flows",
+                                                  "retransmissions",
+                                                  "rtos",
+                                                  "tail_loss_probes",
+                                                  "events",
+                                                  "wall_s",
+                                                  "events_per_s",
+                                                  "sim_ms",
+                                                  "fct_p50_us",
+                                                  "fct_p99_us",
+                                                  "slowdown_p50",
+                                                  "slowdown_p99",
+                                                  "short_slowdown_p50",
+                                                  "short_slowdown_p99",
+                                                  "completion_us",
+                                                  "completion_over_ideal",
+                                                  "jain",
+                                                  "window_tput_gbps",
+                                                  "window_min_over_max",
+                                                  "max_queue_kb",
+                                                  "bottleneck_max_queue_kb",
+                                                  "bottleneck_avg_queue_kb",
+                                                  "bottleneck_utilization",
+                                                  "drops",
+                                                  "most_drops_port",
+                                                  "ecn_marks",
+                                                  "bottleneck_port",
+                                                  "goodput_gbps",
+                                                  "convergence_max_us",
+                                                  "convergence_mean_us",
+                                                  "unconverged_phases"};
+  return kNames;
+}
+
+}  // namespace uccl::sim

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "cc/credit.h"
 #include "cc/recovery.h"
 #include "cc/sim/config.h"
@@ -401,6 +403,51 @@ TEST(Config, ErrorsNameTheKeyOrLine) {
   bad("cc = swift\ncheck.swfit.jain = >= 1\n");  // scope typo
   bad("pattern = zigzag\n");
   bad("just text\n");
+  // A misspelled metric is refused before anything runs, with its line.
+  const std::string jian = bad("senders = 2\n\ncheck.jian = >= 0.9\n");
+  EXPECT_NE(jian.find("line 3"), std::string::npos) << jian;
+  EXPECT_NE(jian.find("no metric 'jian'"), std::string::npos) << jian;
+  // An unknown key, and a bad value in a variant, name their lines.
+  EXPECT_NE(bad("senders = 2\nbogus_key = 1\n").find("line 2"),
+            std::string::npos);
+  EXPECT_NE(bad("senders = 2\nvariant.v = senders=two\n").find("line 2"),
+            std::string::npos);
+  // One delay per host or none: a short list is not padded.
+  const std::string pad =
+      bad("topology = dumbbell\nsenders = 3\nreceivers = 1\n"
+          "host_delay_us = 1,20\nflow = 0 3 0 0\n");
+  EXPECT_NE(pad.find("lists 2 delays for 4 hosts"), std::string::npos) << pad;
+}
+
+TEST(Config, ChecksWhoseRunsAreLeftOutAreNamed) {
+  auto e = parse_experiment(
+      "cc = swift,credit\nvariant.a = senders=2\nvariant.b = senders=4\n"
+      "check.jain = >= 0.9\ncheck.swift.drops = <= 1\n"
+      "check.credit/b.jain = >= 0.9\ncompare.credit.jain = a/b >= 0.5\n");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_TRUE(checks_not_run(*e, {"swift", "credit"}, {"a", "b"}).empty());
+  auto left = checks_not_run(*e, {"swift"}, {"a", "b"});
+  ASSERT_EQ(left.size(), 2u);  // credit/b and the credit compare
+  EXPECT_EQ(left[0]->scope, "credit/b");
+  EXPECT_TRUE(left[1]->compare);
+  left = checks_not_run(*e, {"credit"}, {"a"});
+  ASSERT_EQ(left.size(), 3u);  // swift's, credit/b, the compare (no b)
+}
+
+TEST(Metrics, EveryMetricARunSetsIsListed) {
+  // metric_names() validates checks before a run: it must hold whatever a
+  // run can produce (this run sets every optional group).
+  SimConfig c = dumbbell(2, "credit");
+  c.duration_ms = 3;
+  c.flows.push_back(FlowSpec{0, 2, 50000, 0, 0});
+  c.flows.push_back(FlowSpec{1, 2, 0, 1000000, 3000000});
+  auto r = run(c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& names = metric_names();
+  for (const auto& [k, v] : r->metrics) {
+    EXPECT_NE(std::find(names.begin(), names.end(), k), names.end()) << k;
+  }
+  EXPECT_GT(r->metrics.size(), 20u);
 }
 
 TEST(Workload, PoissonOffersTheLoadFromTheCdf) {
@@ -438,21 +485,21 @@ TEST(Workload, PoissonOffersTheLoadFromTheCdf) {
 TEST(Checks, EvaluateAndCompare) {
   auto e = parse_experiment(
       "cc = swift\nvariant.a = seed=1\nvariant.b = seed=2\n"
-      "check.x = <= 2\ncompare.x = a/b >= 1.5\n");
+      "check.drops = <= 2\ncompare.drops = a/b >= 1.5\n");
   ASSERT_TRUE(e.ok()) << e.status();
   std::vector<RunOutcome> runs(2);
   runs[0].cc = runs[1].cc = "swift";
   runs[0].variant = "a";
   runs[1].variant = "b";
-  runs[0].result.metrics["x"] = 3;
-  runs[1].result.metrics["x"] = 1;
+  runs[0].result.metrics["drops"] = 3;
+  runs[1].result.metrics["drops"] = 1;
   auto res = evaluate(*e, runs);
   ASSERT_EQ(res.size(), 3u);
   EXPECT_FALSE(res[0].pass);  // a: 3 <= 2 fails
   EXPECT_TRUE(res[1].pass);
   EXPECT_TRUE(res[2].pass);  // 3/1 >= 1.5
   EXPECT_DOUBLE_EQ(res[2].actual, 3);
-  runs[1].result.metrics.erase("x");
+  runs[1].result.metrics.erase("drops");
   res = evaluate(*e, runs);
   EXPECT_TRUE(res[1].missing);
   EXPECT_FALSE(res[1].pass);

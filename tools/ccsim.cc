@@ -21,6 +21,11 @@ DEFINE_string(cc, "",
 DEFINE_string(variant, "", "Run only this variant.");
 DEFINE_string(set, "", "Override keys: 'key=value;key=value' (applied last).");
 DEFINE_bool(quiet, false, "No progress lines on stderr.");
+DEFINE_string(substitute, "",
+              "Run this controller, 'name' or 'name:params' (e.g. 'none', "
+              "'swift:ai=20'), in place of every controller the file lists, "
+              "under their names, so their checks judge it: an experiment "
+              "whose targets a substitute also meets shows nothing.");
 
 namespace {
 
@@ -82,6 +87,12 @@ bool run_one(const Experiment& e, const std::string& cc, const std::string& v,
     return false;
   }
   cfg->progress = !FLAGS_quiet;
+  if (!FLAGS_substitute.empty()) {
+    const size_t colon = FLAGS_substitute.find(':');
+    cfg->cc = FLAGS_substitute.substr(0, colon);
+    cfg->cc_params =
+        colon == std::string::npos ? "" : FLAGS_substitute.substr(colon + 1);
+  }
   auto res = uccl::sim::run(*cfg);
   if (!res.ok()) {
     std::fprintf(stderr, "ccsim: %s\n", res.status().to_string().c_str());
@@ -197,6 +208,10 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   std::printf("ccsim: %s: %s\n", e.name.c_str(), e.description.c_str());
+  if (!FLAGS_substitute.empty()) {
+    std::printf("ccsim: running '%s' in place of every controller listed\n",
+                FLAGS_substitute.c_str());
+  }
   std::vector<std::string> run_variants = variants;
   if (e.variants.empty()) run_variants.clear();
   const auto not_run = uccl::sim::checks_not_run(e, e.ccs, run_variants);

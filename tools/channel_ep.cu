@@ -228,6 +228,126 @@ bool host_exchange(uccl::p2p::Endpoint* ep, const Shape& s,
 
 }  // namespace
 
+namespace {
+
+// The four exchanged buffers, in the order the proxy registers them (the
+// memory ids the exchange kernel names).
+float** big_buffers(Buffers* b, int i) {
+  float** bigs[] = {&b->send, &b->recv, &b->csend, &b->crecv};
+  return bigs[i];
+}
+
+bool alloc_buffers(const Shape& s, Buffers* b) {
+  const size_t big = size_t(s.world) * s.block_bytes();
+  const size_t row_bytes = size_t(s.tokens) * s.hidden * sizeof(float);
+  for (int i = 0; i < 4; ++i) {
+    if (cudaMalloc(big_buffers(b, i), big) != cudaSuccess) return false;
+    cudaMemset(*big_buffers(b, i), 0, big);
+  }
+  return cudaMalloc(&b->x, row_bytes) == cudaSuccess &&
+         cudaMalloc(&b->out, row_bytes) == cudaSuccess &&
+         cudaMalloc(&b->errors, sizeof(int)) == cudaSuccess &&
+         cudaMemset(b->errors, 0, sizeof(int)) == cudaSuccess;
+}
+
+// The baseline: the host posts each exchange as p2p send/recv of the GPU
+// blocks. Per-iteration times in *us; false on a failure or wrong result.
+bool baseline_rounds(uccl::p2p::Endpoint* ep, const Shape& s, Buffers& b,
+                     const std::vector<uccl::p2p::ConnHandle>& conns,
+                     std::vector<double>* us) {
+  const size_t big = size_t(s.world) * s.block_bytes();
+  uccl::p2p::MrId mr[4];
+  for (int i = 0; i < 4; ++i) {
+    auto m = ep->reg(*big_buffers(&b, i), big);
+    if (!m.ok()) {
+      std::fprintf(stderr, "channel_bench: %s\n",
+                   m.status().to_string().c_str());
+      return false;
+    }
+    mr[i] = *m;
+  }
+  for (int it = 1; it <= FLAGS_iterations; ++it) {
+    const auto t0 = Clock::now();
+    compute_front(s, b, it);
+    cudaDeviceSynchronize();
+    if (!host_exchange(ep, s, conns, mr[0], b.send, mr[1], b.recv)) {
+      return false;
+    }
+    expert_kernel<<<dim3(s.slots(), s.world), 256>>>(s, b.recv, b.csend,
+                                                     b.crecv);
+    cudaDeviceSynchronize();
+    if (!host_exchange(ep, s, conns, mr[2], b.csend, mr[3], b.crecv)) {
+      return false;
+    }
+    reduce_kernel<<<s.tokens, 256>>>(s, b.crecv, b.out);
+    cudaDeviceSynchronize();
+    us->push_back(
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (!check(s, b, it)) return false;
+  }
+  for (auto m : mr) (void)ep->dereg(m);
+  return true;
+}
+
+// The exchanges issued from kernels through a proxy's channels, one per
+// peer. Per-iteration times in *us; false on a failure or wrong result.
+bool channel_rounds(uccl::p2p::Endpoint* ep, const Shape& s, Buffers& b,
+                    const std::vector<uccl::p2p::ConnHandle>& conns,
+                    std::vector<double>* us) {
+  using namespace uccl;
+  auto cfg = channels::proxy_config_from_knobs();
+  cfg.gpu = FLAGS_gpu;
+  cfg.core = FLAGS_core;
+  auto proxy = channels::ChannelProxy::create(ep, cfg);
+  if (!proxy.ok()) return false;
+  const size_t big = size_t(s.world) * s.block_bytes();
+  for (int i = 0; i < 4; ++i) {
+    (void)(*proxy)->register_memory(*big_buffers(&b, i), big);
+  }
+  // Descriptors are equal on every rank (same sizes, same order).
+  std::vector<dev::ChannelHandle> hs(s.world);
+  for (int j = 0; j < s.world; ++j) {
+    if (j == s.rank) continue;
+    auto ch = (*proxy)->add_channel(conns[j], (*proxy)->descriptor());
+    if (!ch.ok()) return false;
+    hs[j] = *(*proxy)->handle(*ch);
+  }
+  dev::ChannelHandle* dhs = nullptr;
+  cudaMalloc(&dhs, sizeof(dev::ChannelHandle) * s.world);
+  cudaMemcpy(dhs, hs.data(), sizeof(dev::ChannelHandle) * s.world,
+             cudaMemcpyHostToDevice);
+  if (!(*proxy)->start().ok()) return false;
+  int errors = 0;
+  for (int it = 1; it <= FLAGS_iterations && errors == 0; ++it) {
+    const auto t0 = Clock::now();
+    compute_front(s, b, it);
+    exchange_kernel<<<1, 32>>>(s, dhs, 0, it, b.errors);
+    expert_kernel<<<dim3(s.slots(), s.world), 256>>>(s, b.recv, b.csend,
+                                                     b.crecv);
+    exchange_kernel<<<1, 32>>>(s, dhs, 1, it, b.errors);
+    reduce_kernel<<<s.tokens, 256>>>(s, b.crecv, b.out);
+    cudaDeviceSynchronize();
+    us->push_back(
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    cudaMemcpy(&errors, b.errors, sizeof(int), cudaMemcpyDeviceToHost);
+    if (errors == 0 && !check(s, b, it)) return false;
+  }
+  (void)(*proxy)->stop();
+  cudaFree(dhs);
+  if (errors == 0) return true;
+  Status why = Internal("a wait timed out");
+  for (uint32_t c = 0; c + 1 < uint32_t(s.world); ++c) {
+    Status st = (*proxy)->channel_status(c);
+    if (!st.ok()) why = st;
+  }
+  std::fprintf(stderr,
+               "channel_bench: ep rank %d: %d channel calls failed: %s\n",
+               s.rank, errors, why.to_string().c_str());
+  return false;
+}
+
+}  // namespace
+
 int channel_bench::run_ep() {
   using namespace uccl;
   const Shape s{FLAGS_world, FLAGS_rank, FLAGS_tokens, FLAGS_hidden,
@@ -254,102 +374,13 @@ int channel_bench::run_ep() {
     return 1;
   }
   Buffers b{};
-  const size_t big = size_t(s.world) * s.block_bytes();
-  const size_t row_bytes = size_t(s.tokens) * s.hidden * sizeof(float);
-  float** bigs[] = {&b.send, &b.recv, &b.csend, &b.crecv};
-  for (float** p : bigs) {
-    if (cudaMalloc(p, big) != cudaSuccess) return 1;
-    cudaMemset(*p, 0, big);
-  }
-  if (cudaMalloc(&b.x, row_bytes) != cudaSuccess ||
-      cudaMalloc(&b.out, row_bytes) != cudaSuccess ||
-      cudaMalloc(&b.errors, sizeof(int)) != cudaSuccess) {
-    return 1;
-  }
-  cudaMemset(b.errors, 0, sizeof(int));
-  const int iters = FLAGS_iterations;
-  // Baseline: host-posted p2p exchanges of the same blocks.
+  if (!alloc_buffers(s, &b)) return 1;
   std::vector<double> base_us, chan_us;
-  {
-    p2p::MrId mr[4];
-    for (int i = 0; i < 4; ++i) {
-      auto m = (*ep)->reg(*bigs[i], big);
-      if (!m.ok()) {
-        std::fprintf(stderr, "channel_bench: %s\n",
-                     m.status().to_string().c_str());
-        return 1;
-      }
-      mr[i] = *m;
-    }
-    for (int it = 1; it <= iters; ++it) {
-      const auto t0 = Clock::now();
-      compute_front(s, b, it);
-      cudaDeviceSynchronize();
-      if (!host_exchange(ep->get(), s, conns, mr[0], b.send, mr[1], b.recv)) {
-        return 1;
-      }
-      expert_kernel<<<dim3(s.slots(), s.world), 256>>>(s, b.recv, b.csend,
-                                                       b.crecv);
-      cudaDeviceSynchronize();
-      if (!host_exchange(ep->get(), s, conns, mr[2], b.csend, mr[3], b.crecv)) {
-        return 1;
-      }
-      reduce_kernel<<<s.tokens, 256>>>(s, b.crecv, b.out);
-      cudaDeviceSynchronize();
-      base_us.push_back(
-          std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-      if (!check(s, b, it)) return 1;
-    }
-    for (auto m : mr) (void)(*ep)->dereg(m);
-  }
-  // Channels: the exchanges issued from kernels.
-  auto cfg = channels::proxy_config_from_knobs();
-  cfg.gpu = FLAGS_gpu;
-  cfg.core = FLAGS_core;
-  auto proxy = channels::ChannelProxy::create(ep->get(), cfg);
-  if (!proxy.ok()) return 1;
-  for (float** p : bigs) (void)(*proxy)->register_memory(*p, big);
-  // Descriptors are equal on every rank (same sizes, same order).
-  std::vector<dev::ChannelHandle> hs(s.world);
-  for (int j = 0; j < s.world; ++j) {
-    if (j == s.rank) continue;
-    auto ch = (*proxy)->add_channel(conns[j], (*proxy)->descriptor());
-    if (!ch.ok()) return 1;
-    hs[j] = *(*proxy)->handle(*ch);
-  }
-  dev::ChannelHandle* dhs = nullptr;
-  cudaMalloc(&dhs, sizeof(dev::ChannelHandle) * s.world);
-  cudaMemcpy(dhs, hs.data(), sizeof(dev::ChannelHandle) * s.world,
-             cudaMemcpyHostToDevice);
-  if (!(*proxy)->start().ok()) return 1;
-  int errors = 0;
-  for (int it = 1; it <= iters && errors == 0; ++it) {
-    const auto t0 = Clock::now();
-    compute_front(s, b, it);
-    exchange_kernel<<<1, 32>>>(s, dhs, 0, it, b.errors);
-    expert_kernel<<<dim3(s.slots(), s.world), 256>>>(s, b.recv, b.csend,
-                                                     b.crecv);
-    exchange_kernel<<<1, 32>>>(s, dhs, 1, it, b.errors);
-    reduce_kernel<<<s.tokens, 256>>>(s, b.crecv, b.out);
-    cudaDeviceSynchronize();
-    chan_us.push_back(
-        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-    cudaMemcpy(&errors, b.errors, sizeof(int), cudaMemcpyDeviceToHost);
-    if (errors == 0 && !check(s, b, it)) return 1;
-  }
-  (void)(*proxy)->stop();
-  if (errors != 0) {
-    Status why = Internal("a wait timed out");
-    for (uint32_t c = 0; c + 1 < uint32_t(s.world); ++c) {
-      Status st = (*proxy)->channel_status(c);
-      if (!st.ok()) why = st;
-    }
-    std::fprintf(stderr,
-                 "channel_bench: ep rank %d: %d channel calls failed: "
-                 "%s\n",
-                 s.rank, errors, why.to_string().c_str());
+  if (!baseline_rounds(ep->get(), s, b, conns, &base_us) ||
+      !channel_rounds(ep->get(), s, b, conns, &chan_us)) {
     return 1;
   }
+  const int iters = FLAGS_iterations;
   std::vector<double> b_tail(base_us.begin() + iters / 10, base_us.end());
   std::vector<double> c_tail(chan_us.begin() + iters / 10, chan_us.end());
   std::printf(

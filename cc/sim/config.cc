@@ -513,14 +513,8 @@ Result<SimConfig> make_config(const Experiment& e, const std::string& cc,
   }
   for (const auto& [k, v] : overrides) UCCL_RETURN_IF_ERROR(one(k, v));
   UCCL_RETURN_IF_ERROR(generate(&c, w));
-  // One delay per host, or none (a short list is not padded).
-  const uint32_t hosts = host_count(c);
-  if (!c.host_delay_us.empty() && hosts != 0 &&
-      c.host_delay_us.size() != hosts) {
-    return InvalidArgument(
-        "host_delay_us lists " + std::to_string(c.host_delay_us.size()) +
-        " delays for " + std::to_string(hosts) + " hosts (give one per host)");
-  }
+  // Checked here too, so a file is refused before anything runs.
+  UCCL_RETURN_IF_ERROR(check_host_delays(c));
   return c;
 }
 

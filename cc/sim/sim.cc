@@ -91,12 +91,7 @@ Status Sim::build() {
 
 // Hosts, switches and links of the dumbbell or the leaf-spine fabric.
 Status Sim::build_topology(double bneck, double fabric) {
-  const uint32_t nh = host_count(c_);
-  if (!c_.host_delay_us.empty() && nh != 0 && c_.host_delay_us.size() != nh) {
-    return InvalidArgument(
-        "host_delay_us lists " + std::to_string(c_.host_delay_us.size()) +
-        " delays for " + std::to_string(nh) + " hosts (give one per host)");
-  }
+  UCCL_RETURN_IF_ERROR(check_host_delays(c_));
   auto host_delay = [&](uint32_t h) {
     return c_.host_delay_us.empty() ? c_.link_delay_us : c_.host_delay_us[h];
   };
@@ -384,6 +379,17 @@ uint32_t host_count(const SimConfig& c) {
   if (c.topology == "dumbbell") return c.senders + c.receivers;
   if (c.topology == "leafspine") return c.leaves * c.hosts_per_leaf;
   return 0;
+}
+
+Status check_host_delays(const SimConfig& c) {
+  const uint32_t hosts = host_count(c);
+  if (c.host_delay_us.empty() || hosts == 0 ||
+      c.host_delay_us.size() == hosts) {
+    return Status::OK();
+  }
+  return InvalidArgument(
+      "host_delay_us lists " + std::to_string(c.host_delay_us.size()) +
+      " delays for " + std::to_string(hosts) + " hosts (give one per host)");
 }
 
 Result<SimResult> run(const SimConfig& cfg) {

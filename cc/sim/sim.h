@@ -114,6 +114,9 @@ const std::vector<std::string>& metric_names();
 
 // Hosts of the configured topology (0 for an unknown one).
 uint32_t host_count(const SimConfig& cfg);
+// host_delay_us gives one delay per host or none (a short list is an error,
+// not padded).
+Status check_host_delays(const SimConfig& cfg);
 
 // Jain's fairness index of `x` (1 = equal shares).
 double jain_index(const std::vector<double>& x);

@@ -6,6 +6,7 @@ import threading
 
 import numpy as np
 import pytest
+from p2p_pair import connected_pair
 
 from uccl import channels, p2p
 
@@ -15,21 +16,14 @@ N = 64 << 10
 @pytest.fixture()
 def pair():
     """Two connected endpoints with a proxy each, memory 0 of N bytes."""
-    a = p2p.Endpoint(num_cpus=1, device="udp:lo")
-    b = p2p.Endpoint(num_cpus=1, device="udp:lo")
-    port = b.listen()
-    acc = {}
-    t = threading.Thread(target=lambda: acc.update(c=b.accept(20000)))
-    t.start()
-    ca = a.connect("127.0.0.1", port, 20000)
-    t.join()
+    a, b, ca, cb = connected_pair(num_cpus=1, device="udp:lo")
     pa = channels.ChannelProxy(a, num_semaphores=4, timeout_ms=20000)
     pb = channels.ChannelProxy(b, num_semaphores=4, timeout_ms=20000)
     ma, mb = np.zeros(N, np.uint8), np.zeros(N, np.uint8)
     assert pa.register_memory(ma) == 0
     assert pb.register_memory(mb) == 0
     ch_a = pa.add_channel(ca, pb.descriptor())
-    ch_b = pb.add_channel(acc["c"], pa.descriptor())
+    ch_b = pb.add_channel(cb, pa.descriptor())
     pa.start()
     pb.start()
     yield pa, pb, ch_a, ch_b, ma, mb

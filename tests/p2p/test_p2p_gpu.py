@@ -129,24 +129,18 @@ def test_channel_proxy_setup_on_a_gpu():
     """uccl.channels with a GPU proxy: CUDA tensors registered, descriptors
     swapped, a channel handle of the C++ layout's size, and host calls
     refused (a GPU FIFO's counters are GPU memory)."""
-    import threading
+    from p2p_pair import connected_pair
 
     from uccl import channels
-    a = p2p.Endpoint(local_gpu_idx=0, num_cpus=1, device="udp:lo")
-    b = p2p.Endpoint(local_gpu_idx=0, num_cpus=1, device="udp:lo")
-    port = b.listen()
-    acc = {}
-    t = threading.Thread(target=lambda: acc.update(c=b.accept(20000)))
-    t.start()
-    ca = a.connect("127.0.0.1", port, 20000)
-    t.join()
+    a, b, ca, cb = connected_pair(local_gpu_idx=0, num_cpus=1,
+                                  device="udp:lo")
     pa = channels.ChannelProxy(a, gpu=0)
     pb = channels.ChannelProxy(b, gpu=0)
     ta = torch.zeros(1 << 20, dtype=torch.uint8, device="cuda:0")
     tb = torch.zeros(1 << 20, dtype=torch.uint8, device="cuda:0")
     assert pa.register_memory(ta) == 0 and pb.register_memory(tb) == 0
     ch = pa.add_channel(ca, pb.descriptor())
-    pb.add_channel(acc["c"], pa.descriptor())
+    pb.add_channel(cb, pa.descriptor())
     pa.start()
     pb.start()
     assert len(pa.handle(ch)) == channels.CHANNEL_HANDLE_BYTES

@@ -1,6 +1,6 @@
-// NCCL's net-plugin ABI (versions 8 to 11) and tuner ABI (v4), declared by
-// us from the layout facts in docs/nccl-net-abi.md and NCCL's tuner_v4.h;
-// every size and offset is static_asserted.
+// NCCL's net-plugin ABI (versions 8 to 12) and tuner ABI (v4), declared by
+// us from the layout facts in docs/nccl-net-abi.md, NCCL's net_v12.h and
+// tuner_v4.h; every size and offset is static_asserted.
 #pragma once
 
 #include <cstddef>
@@ -61,7 +61,9 @@ constexpr int kPtrHost = 1;          // NCCL_PTR_HOST
 constexpr int kPtrCuda = 2;          // NCCL_PTR_CUDA
 constexpr int kPtrDmaBuf = 4;        // NCCL_PTR_DMABUF
 constexpr int kNetDeviceHost = 0;    // netDeviceType: no device offload
-constexpr int kMaxDevsPerNic = 4;    // NCCL_NET_MAX_DEVS_PER_NIC
+constexpr int kMaxDevsPerNic = 4;    // NCCL_NET_MAX_DEVS_PER_NIC (v9-v11)
+constexpr int kMaxDevsPerNicV12 = 8; // NCCL_NET_MAX_DEVS_PER_NIC_V12
+constexpr int16_t kNetIdUndef = -1;  // NCCL_NET_ID_UNDEF (railId, planeId)
 // Value NCCL pre-sets in *request for a receive whose completion it does
 // not need (LL/LL128); irecv must overwrite it.
 constexpr uintptr_t kOptionalRecvCompletion = 0x1;
@@ -170,6 +172,63 @@ static_assert(offsetof(PropertiesV11, maxCollBytes) == 96, "v11 props");
 static_assert(offsetof(PropertiesV11, maxMultiRequestSize) == 104, "v11 props");
 
 struct NetAttrV11;  // setNetAttr's argument: not used (we pass NULL)
+
+// v12 (NCCL 2.30): a virtual NIC of up to 8 devices, and the NIC's rail and
+// plane at the end of the properties.
+struct VDevicePropsV12 {  // ncclNetVDeviceProps_v12
+  int ndevs;
+  int devs[kMaxDevsPerNicV12];
+};
+static_assert(sizeof(VDevicePropsV12) == 36, "ncclNetVDeviceProps_v12");
+
+struct PropertiesV12 {
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+  int regIsGlobal;
+  int forceFlush;
+  int speed;
+  int port;
+  float latency;
+  int maxComms;
+  int maxRecvs;
+  int netDeviceType;
+  int netDeviceVersion;
+  VDevicePropsV12 vProps;
+  size_t maxP2pBytes;
+  size_t maxCollBytes;
+  int maxMultiRequestSize;
+  int16_t railId;   // kNetIdUndef: no rail
+  int16_t planeId;  // kNetIdUndef: no plane
+};
+static_assert(sizeof(PropertiesV12) == 128, "ncclNetProperties_v12");
+static_assert(offsetof(PropertiesV12, netDeviceVersion) == 60, "v12 props");
+static_assert(offsetof(PropertiesV12, vProps) == 64, "v12 props");
+static_assert(offsetof(PropertiesV12, maxP2pBytes) == 104, "v12 props");
+static_assert(offsetof(PropertiesV12, maxCollBytes) == 112, "v12 props");
+static_assert(offsetof(PropertiesV12, maxMultiRequestSize) == 120,
+              "v12 props");
+static_assert(offsetof(PropertiesV12, railId) == 124, "v12 props");
+static_assert(offsetof(PropertiesV12, planeId) == 126, "v12 props");
+
+// setNetAttr's hints (v12): expected peers and flows per direction and the
+// collective about to run; -1 (NCCL_NET_ATTR_UNDEF) where NCCL has none.
+struct NetCommAttrV12 {
+  int32_t maxConcurrentPeers;
+  int32_t minConcurrentPeers;
+  int32_t maxFlowsPerPeer;
+  int32_t minFlowsPerPeer;
+};
+struct NetAttrV12 {
+  NetCommAttrV12 sendCommAttr;
+  NetCommAttrV12 recvCommAttr;
+  uint32_t op;
+  uint32_t algo;
+  uint32_t proto;
+};
+static_assert(sizeof(NetAttrV12) == 44, "ncclNetAttr_v12");
+static_assert(offsetof(NetAttrV12, op) == 32, "ncclNetAttr_v12");
 
 // Function tables, in NCCL's field order.
 struct NetV8 {
@@ -297,6 +356,45 @@ static_assert(offsetof(NetV11, isend) == 80, "ncclNet_v11");
 static_assert(offsetof(NetV11, makeVDevice) == 152, "ncclNet_v11");
 static_assert(offsetof(NetV11, finalize) == 160, "ncclNet_v11");
 static_assert(offsetof(NetV11, setNetAttr) == 168, "ncclNet_v11");
+
+// v12: v11's functions with v12's properties, virtual-NIC props and
+// attributes.
+struct NetV12 {
+  const char* name;
+  int (*init)(void** ctx, uint64_t commId, CommConfig* config, Logger logger,
+              ProfilerCallback profiler);
+  int (*devices)(int* ndev);
+  int (*getProperties)(int dev, PropertiesV12* props);
+  int (*listen)(void* ctx, int dev, void* handle, void** listenComm);
+  int (*connect)(void* ctx, int dev, void* handle, void** sendComm,
+                 DeviceHandle** sendDevComm);
+  int (*accept)(void* listenComm, void** recvComm, DeviceHandle** recvDevComm);
+  int (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  int (*regMrDmaBuf)(void* comm, void* data, size_t size, int type,
+                     uint64_t offset, int fd, void** mhandle);
+  int (*deregMr)(void* comm, void* mhandle);
+  int (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+               void* phandle, void** request);
+  int (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,
+               void** mhandles, void** phandles, void** request);
+  int (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                void** request);
+  int (*test)(void* request, int* done, int* sizes);
+  int (*closeSend)(void* sendComm);
+  int (*closeRecv)(void* recvComm);
+  int (*closeListen)(void* listenComm);
+  int (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  int (*irecvConsumed)(void* recvComm, int n, void* request);
+  int (*makeVDevice)(int* d, VDevicePropsV12* props);
+  int (*finalize)(void* ctx);
+  int (*setNetAttr)(void* ctx, NetAttrV12* attr);
+};
+static_assert(sizeof(NetV12) == 176, "ncclNet_v12");
+static_assert(offsetof(NetV12, getProperties) == 24, "ncclNet_v12");
+static_assert(offsetof(NetV12, isend) == 80, "ncclNet_v12");
+static_assert(offsetof(NetV12, makeVDevice) == 152, "ncclNet_v12");
+static_assert(offsetof(NetV12, finalize) == 160, "ncclNet_v12");
+static_assert(offsetof(NetV12, setNetAttr) == 168, "ncclNet_v12");
 
 // ---------------------------------------------------------------- tuner
 // ncclTuner_v4_t (NCCL 2.23 and later load it; 2.28 still does). NCCL looks

@@ -1,5 +1,7 @@
-// The symbols NCCL looks up in libnccl-net-uccl.so: ncclNetPlugin_v11 (the
-// implementation), v8..v10 as thin shims over it, and ncclTunerPlugin_v4.
+// The symbols NCCL looks up in libnccl-net-uccl.so: ncclNetPlugin_v12 (the
+// implementation), v8..v11 as thin shims over it, and ncclTunerPlugin_v4.
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -15,23 +17,28 @@ using namespace ncclabi;  // NOLINT
 
 NetPlugin& P() { return NetPlugin::get(); }
 
-// Per-communicator context of v11's init/finalize.
+// Per-communicator context of v11's and v12's init/finalize, with the last
+// hints v12's setNetAttr gave (kept for the log; the engines' placement
+// does not depend on them).
 struct CommContext {
   uint64_t comm_id;
   int traffic_class;
+  NetAttrV12 attr;
+  bool has_attr;
 };
 
-// ------------------------------------------------------------------ v11
-int v11_init(void** ctx, uint64_t comm_id, CommConfig* config, Logger logger,
+// ------------------------------------------------------------------ v12
+int v12_init(void** ctx, uint64_t comm_id, CommConfig* config, Logger logger,
              ProfilerCallback profiler) {
   if (ctx == nullptr) return kInternalError;
   const NcclResult r = P().init(logger, profiler);
   if (r != kSuccess) return r;
-  *ctx = new CommContext{comm_id, config ? config->trafficClass : -1};
-  return kSuccess;
+  *ctx = new (std::nothrow)
+      CommContext{comm_id, config ? config->trafficClass : -1, {}, false};
+  return *ctx ? kSuccess : kSystemError;
 }
 int devices(int* n) { return P().devices(n); }
-int v11_props(int dev, PropertiesV11* p) { return P().properties(dev, p); }
+int v12_props(int dev, PropertiesV12* p) { return P().properties(dev, p); }
 int v11_listen(void*, int dev, void* handle, void** lc) {
   return P().listen(dev, handle, lc);
 }
@@ -70,11 +77,42 @@ int get_device_mr(void*, void*, void** dptr) {
 }
 int irecv_consumed(void*, int, void*) { return kSuccess; }
 int make_vdevice(int* d, VDeviceProps* props) {
-  return P().make_vdevice(d, props);
+  if (props == nullptr || props->ndevs < 1 || props->ndevs > kMaxDevsPerNic)
+    return kInternalError;
+  return P().make_vdevice(d, props->ndevs, props->devs);
+}
+int v12_make_vdevice(int* d, VDevicePropsV12* props) {
+  if (props == nullptr || props->ndevs < 1 || props->ndevs > kMaxDevsPerNicV12)
+    return kInternalError;
+  return P().make_vdevice(d, props->ndevs, props->devs);
 }
 int v11_finalize(void* ctx) {
   // Endpoints stay up for the next communicator; only the context goes.
   delete static_cast<CommContext*>(ctx);
+  return kSuccess;
+}
+int v12_set_net_attr(void* ctx, NetAttrV12* attr) {
+  if (ctx == nullptr || attr == nullptr) return kInternalError;
+  auto* c = static_cast<CommContext*>(ctx);
+  c->attr = *attr;
+  c->has_attr = true;
+  return kSuccess;
+}
+
+// ------------------------------------------------------------------ v11
+int v11_props(int dev, PropertiesV11* p) {
+  if (p == nullptr) return kInternalError;
+  PropertiesV12 a;
+  const int r = P().properties(dev, &a);
+  if (r != kSuccess) return r;
+  // v11 is v12 up to the virtual-NIC props, which hold 4 devices, not 8.
+  std::memcpy(p, &a, offsetof(PropertiesV11, vProps));
+  p->vProps.ndevs = std::min(a.vProps.ndevs, kMaxDevsPerNic);
+  for (int i = 0; i < p->vProps.ndevs; ++i) p->vProps.devs[i] = a.vProps.devs[i];
+  for (int i = p->vProps.ndevs; i < kMaxDevsPerNic; ++i) p->vProps.devs[i] = 0;
+  p->maxP2pBytes = a.maxP2pBytes;
+  p->maxCollBytes = a.maxCollBytes;
+  p->maxMultiRequestSize = a.maxMultiRequestSize;
   return kSuccess;
 }
 
@@ -83,19 +121,16 @@ int v10_init(Logger logger, ProfilerCallback profiler) {
   return P().init(logger, profiler);
 }
 int v9_init(Logger logger) { return P().init(logger, nullptr); }
-void to_v9(const PropertiesV11& a, PropertiesV9* b) {
-  std::memcpy(b, &a, sizeof(PropertiesV9));  // v9 is v11's prefix
-}
 int v9_props(int dev, PropertiesV9* p) {
   if (p == nullptr) return kInternalError;
   PropertiesV11 full;
-  const int r = P().properties(dev, &full);
-  if (r == kSuccess) to_v9(full, p);
+  const int r = v11_props(dev, &full);
+  if (r == kSuccess) std::memcpy(p, &full, sizeof(PropertiesV9));  // prefix
   return r;
 }
 int v8_props(int dev, PropertiesV8* p) {
   if (p == nullptr) return kInternalError;
-  PropertiesV11 a;
+  PropertiesV12 a;
   const int r = P().properties(dev, &a);
   if (r != kSuccess) return r;
   p->name = a.name;
@@ -186,6 +221,7 @@ namespace n = uccl::nccl;
 
 extern "C" {
 
+__attribute__((visibility("default"))) extern const NetV12 ncclNetPlugin_v12;
 __attribute__((visibility("default"))) extern const NetV11 ncclNetPlugin_v11;
 __attribute__((visibility("default"))) extern const NetV10 ncclNetPlugin_v10;
 __attribute__((visibility("default"))) extern const NetV9 ncclNetPlugin_v9;
@@ -196,8 +232,17 @@ __attribute__((visibility("default"))) extern const TunerV4 ncclTunerPlugin_v4;
 const TunerV4 ncclTunerPlugin_v4 = {"UCCL", n::tuner_init,
                                     n::tuner_get_coll_info, n::tuner_destroy};
 
+const NetV12 ncclNetPlugin_v12 = {
+    "UCCL",           n::v12_init,      n::devices,        n::v12_props,
+    n::v11_listen,    n::v11_connect,   n::accept,         n::reg_mr,
+    n::reg_mr_dmabuf, n::dereg_mr,      n::v11_isend,      n::v11_irecv,
+    n::iflush,        n::test,          n::close_comm,     n::close_comm,
+    n::close_listen,  n::get_device_mr, n::irecv_consumed, n::v12_make_vdevice,
+    n::v11_finalize,  n::v12_set_net_attr,
+};
+
 const NetV11 ncclNetPlugin_v11 = {
-    "UCCL",           n::v11_init,      n::devices,        n::v11_props,
+    "UCCL",           n::v12_init,      n::devices,        n::v11_props,
     n::v11_listen,    n::v11_connect,   n::accept,         n::reg_mr,
     n::reg_mr_dmabuf, n::dereg_mr,      n::v11_isend,      n::v11_irecv,
     n::iflush,        n::test,          n::close_comm,     n::close_comm,

@@ -262,7 +262,7 @@ NcclResult NetPlugin::devices(int* ndev) {
   return kSuccess;
 }
 
-NcclResult NetPlugin::properties(int dev, PropertiesV11* p) {
+NcclResult NetPlugin::properties(int dev, PropertiesV12* p) {
   std::lock_guard<std::mutex> lock(mu_);
   if (p == nullptr || dev < 0 || dev >= static_cast<int>(devs_.size())) {
     return kInternalError;
@@ -290,6 +290,8 @@ NcclResult NetPlugin::properties(int dev, PropertiesV11* p) {
   p->maxP2pBytes = max_bytes_;
   p->maxCollBytes = max_bytes_;
   p->maxMultiRequestSize = 1;
+  p->railId = kNetIdUndef;  // rails and planes: not known to the plugin
+  p->planeId = kNetIdUndef;
   return kSuccess;
 }
 
@@ -402,17 +404,21 @@ Endpoint* NetPlugin::endpoint_for_testing(int dev) {
   return devs_[dev]->ep.get();
 }
 
-NcclResult NetPlugin::make_vdevice(int* d, VDeviceProps* props) {
-  if (d == nullptr || props == nullptr) return kInternalError;
+NcclResult NetPlugin::make_vdevice(int* d, int ndevs, const int* devs) {
+  if (d == nullptr || devs == nullptr) return kInternalError;
   // A virtual device of one device is that device; merging NICs is not
   // supported (NCCL then uses each NIC on its own).
-  if (props->ndevs == 1 && props->devs[0] >= 0 &&
-      props->devs[0] < static_cast<int>(devs_.size())) {
-    *d = props->devs[0];
+  int known = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    known = static_cast<int>(devs_.size());
+  }
+  if (ndevs == 1 && devs[0] >= 0 && devs[0] < known) {
+    *d = devs[0];
     return kSuccess;
   }
   return fail("makeVDevice",
-              InvalidArgument("merging " + std::to_string(props->ndevs) +
+              InvalidArgument("merging " + std::to_string(ndevs) +
                               " devices is not supported"),
               kInvalidUsage);
 }

@@ -60,7 +60,8 @@ class NetPlugin {
   ncclabi::NcclResult init(ncclabi::Logger logger,
                            ncclabi::ProfilerCallback profiler);
   ncclabi::NcclResult devices(int* ndev);
-  ncclabi::NcclResult properties(int dev, ncclabi::PropertiesV11* props);
+  // The newest layout (v12); older versions' exports convert it.
+  ncclabi::NcclResult properties(int dev, ncclabi::PropertiesV12* props);
   ncclabi::NcclResult listen(int dev, void* handle, void** listen_comm);
   ncclabi::NcclResult connect(int dev, void* handle, void** send_comm);
   ncclabi::NcclResult accept(void* listen_comm, void** recv_comm);
@@ -81,7 +82,8 @@ class NetPlugin {
   // deregMr on another comm is an error (kInvalidUsage).
   ncclabi::NcclResult close_comm(void* comm);
   ncclabi::NcclResult close_listen(void* listen_comm);
-  ncclabi::NcclResult make_vdevice(int* d, ncclabi::VDeviceProps* props);
+  // A virtual NIC of devs[0..ndevs) (v9-v11: up to 4, v12: up to 8).
+  ncclabi::NcclResult make_vdevice(int* d, int ndevs, const int* devs);
 
   // Logs through NCCL's logger (or stderr before init).
   void log(int level, const char* file, int line, const std::string& msg);

@@ -183,13 +183,16 @@ int profiler(void** handle, int type, void* parent, int64_t plugin_id,
 int g_phandle_target;  // what we pass as NCCL's parent event handle
 std::string g_plugin;  // the .so under test (children load the same)
 
-// One ABI version, seen through v11-shaped calls.
+// One ABI version, seen through v12-shaped calls.
 struct Api {
   int version = 0;
   std::function<int()> init;
   std::function<int()> finalize;
   std::function<int(int*)> devices;
-  std::function<int(int, PropertiesV11*)> props;
+  std::function<int(int, PropertiesV12*)> props;
+  // v9+: makeVDevice over devs[0..n); v12: setNetAttr on the init context.
+  std::function<int(int*, int, const int*)> make_vdevice;
+  std::function<int(NetAttrV12*)> set_net_attr;
   std::function<int(int, void*, void**)> listen;
   std::function<int(int, void*, void**)> connect;
   std::function<int(void*, void**)> accept;
@@ -229,6 +232,29 @@ void profiled_io(Api* a, const T* t) {
   };
 }
 
+// v9-v11 properties in v12's shape: the fields up to the virtual-NIC props
+// are laid out alike; those props hold 4 devices before v12, not 8.
+template <typename V>
+void widen(const V& v, PropertiesV12* p) {
+  std::memset(p, 0, sizeof(*p));
+  std::memcpy(p, &v, offsetof(V, vProps));
+  p->vProps.ndevs = v.vProps.ndevs;
+  for (int i = 0; i < kMaxDevsPerNic; ++i) p->vProps.devs[i] = v.vProps.devs[i];
+  p->maxP2pBytes = v.maxP2pBytes;
+  p->maxCollBytes = v.maxCollBytes;
+  p->railId = p->planeId = kNetIdUndef;  // not in v9-v11
+}
+
+// makeVDevice of v9-v11 (4 devices at most).
+template <typename T>
+void vdevice_v9(Api* a, const T* t) {
+  a->make_vdevice = [t](int* d, int n, const int* devs) {
+    VDeviceProps v{n, {}};
+    for (int i = 0; i < n && i < kMaxDevsPerNic; ++i) v.devs[i] = devs[i];
+    return t->makeVDevice(d, &v);
+  };
+}
+
 bool load_api(const std::string& path, int version, Api* a) {
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
@@ -243,8 +269,8 @@ bool load_api(const std::string& path, int version, Api* a) {
   }
   a->version = version;
   a->finalize = [] { return 0; };
-  if (version == 11) {
-    auto* t = static_cast<const NetV11*>(s);
+  if (version == 12) {
+    auto* t = static_cast<const NetV12*>(s);
     if (std::strcmp(t->name, "UCCL") != 0 || t->finalize == nullptr)
       return false;
     common(a, t);
@@ -261,43 +287,83 @@ bool load_api(const std::string& path, int version, Api* a) {
     a->connect = [t, ctx](int d, void* h, void** s2) {
       return t->connect(*ctx, d, h, s2, nullptr);
     };
+    a->make_vdevice = [t](int* d, int n, const int* devs) {
+      VDevicePropsV12 v{n, {}};
+      for (int i = 0; i < n && i < kMaxDevsPerNicV12; ++i) v.devs[i] = devs[i];
+      return t->makeVDevice(d, &v);
+    };
+    a->set_net_attr = [t, ctx](NetAttrV12* attr) {
+      return t->setNetAttr ? t->setNetAttr(*ctx, attr) : -1;
+    };
+    profiled_io(a, t);
+  } else if (version == 11) {
+    auto* t = static_cast<const NetV11*>(s);
+    if (std::strcmp(t->name, "UCCL") != 0 || t->finalize == nullptr)
+      return false;
+    common(a, t);
+    auto ctx = std::make_shared<void*>(nullptr);
+    a->init = [t, ctx] {
+      CommConfig cfg{-1};
+      return t->init(ctx.get(), 42, &cfg, logger, profiler);
+    };
+    a->finalize = [t, ctx] { return t->finalize(*ctx); };
+    a->props = [t](int d, PropertiesV12* p) {
+      PropertiesV11 v11;
+      const int r = t->getProperties(d, &v11);
+      widen(v11, p);
+      p->maxMultiRequestSize = v11.maxMultiRequestSize;
+      return r;
+    };
+    a->listen = [t, ctx](int d, void* h, void** l) {
+      return t->listen(*ctx, d, h, l);
+    };
+    a->connect = [t, ctx](int d, void* h, void** s2) {
+      return t->connect(*ctx, d, h, s2, nullptr);
+    };
+    vdevice_v9(a, t);
     profiled_io(a, t);
   } else if (version == 10) {
     auto* t = static_cast<const NetV10*>(s);
     common(a, t);
     a->init = [t] { return t->init(logger, profiler); };
-    a->props = [t](int d, PropertiesV11* p) {
-      std::memset(p, 0, sizeof(*p));
-      return t->getProperties(d, reinterpret_cast<PropertiesV9*>(p));
+    a->props = [t](int d, PropertiesV12* p) {
+      PropertiesV9 v9;
+      const int r = t->getProperties(d, &v9);
+      widen(v9, p);
+      return r;
     };
     a->listen = t->listen;
     a->connect = [t](int d, void* h, void** s2) {
       CommConfig cfg{-1};
       return t->connect(d, &cfg, h, s2, nullptr);
     };
+    vdevice_v9(a, t);
     profiled_io(a, t);
   } else if (version == 9) {
     auto* t = static_cast<const NetV9*>(s);
     common(a, t);
     a->init = [t] { return t->init(logger); };
-    a->props = [t](int d, PropertiesV11* p) {
-      std::memset(p, 0, sizeof(*p));
-      return t->getProperties(d, reinterpret_cast<PropertiesV9*>(p));
+    a->props = [t](int d, PropertiesV12* p) {
+      PropertiesV9 v9;
+      const int r = t->getProperties(d, &v9);
+      widen(v9, p);
+      return r;
     };
     a->listen = t->listen;
     a->connect = [t](int d, void* h, void** s2) {
       return t->connect(d, h, s2, nullptr);
     };
+    vdevice_v9(a, t);
     a->isend = t->isend;
     a->irecv = t->irecv;
   } else if (version == 8) {
     auto* t = static_cast<const NetV8*>(s);
     common(a, t);
     a->init = [t] { return t->init(logger); };
-    a->props = [t](int d, PropertiesV11* p) {
+    a->props = [t](int d, PropertiesV12* p) {
       std::memset(p, 0, sizeof(*p));
       PropertiesV8 v8;
-      int r = t->getProperties(d, &v8);
+      const int r = t->getProperties(d, &v8);
       p->name = v8.name;
       p->pciPath = v8.pciPath;
       p->guid = v8.guid;
@@ -307,6 +373,7 @@ bool load_api(const std::string& path, int version, Api* a) {
       p->maxRecvs = v8.maxRecvs;
       p->maxP2pBytes = size_t{1} << 30;  // not in v8: NCCL assumes this
       p->maxCollBytes = size_t{1} << 30;
+      p->railId = p->planeId = kNetIdUndef;  // not in v8
       return r;
     };
     a->listen = t->listen;
@@ -365,12 +432,39 @@ size_t step_size(int s) {
 
 // --------------------------------------------------------------- scenarios
 
+// makeVDevice: a virtual NIC of one device is that device; merging several
+// (up to 4 before v12, 8 in v12) is refused, as are counts past the
+// version's limit and unknown devices. v12's setNetAttr takes NCCL's hints.
+void scenario_vdevice(Api& a, int ndev) {
+  if (!a.make_vdevice) return;  // v8 has no virtual NICs
+  const int limit = a.version >= 12 ? kMaxDevsPerNicV12 : kMaxDevsPerNic;
+  int devs[kMaxDevsPerNicV12] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int d = -7;
+  CHECK_THAT(a.make_vdevice(&d, 1, devs) == kSuccess && d == 0,
+             "makeVDevice of device 0: %d", d);
+  devs[0] = ndev;
+  CHECK_THAT(a.make_vdevice(&d, 1, devs) != kSuccess, "unknown device");
+  devs[0] = 0;
+  CHECK_THAT(a.make_vdevice(&d, limit, devs) != kSuccess,
+             "merging %d devices", limit);
+  if (a.version >= 12) {
+    CHECK_THAT(a.make_vdevice(&d, kMaxDevsPerNicV12 + 1, devs) != kSuccess,
+               "9 devices");
+    NetAttrV12 attr;
+    std::memset(&attr, 0xff, sizeof(attr));  // NCCL_NET_ATTR_INIT: all -1
+    attr.sendCommAttr.maxConcurrentPeers = 4;
+    attr.op = kFuncAllReduce;
+    CHECK_THAT(a.set_net_attr(&attr) == kSuccess, "setNetAttr");
+    CHECK_THAT(a.set_net_attr(nullptr) != kSuccess, "setNetAttr(NULL)");
+  }
+}
+
 void scenario_props(Api& a) {
   int n = 0;
   REQUIRE(a.devices(&n) == kSuccess && n >= 1, "devices: %d", n);
   std::vector<std::string> names;
   for (int d = 0; d < n; ++d) {
-    PropertiesV11 p;
+    PropertiesV12 p;
     REQUIRE(a.props(d, &p) == kSuccess, "getProperties(%d)", d);
     REQUIRE(p.name != nullptr, "name");
     for (const auto& x : names)
@@ -400,11 +494,16 @@ void scenario_props(Api& a) {
                  "maxCollBytes %zu", p.maxCollBytes);
       CHECK_THAT(p.vProps.ndevs == 1 && p.vProps.devs[0] == d, "vProps");
     }
+    // v12: no rail or plane (NCCL_NET_ID_UNDEF); the harness sets the same
+    // for older versions, which have neither field.
+    CHECK_THAT(p.railId == kNetIdUndef && p.planeId == kNetIdUndef,
+               "railId %d planeId %d", p.railId, p.planeId);
     std::printf("  device %d: %s speed %d Mb/s pci %s maxRecvs %d\n", d, p.name,
                 p.speed, p.pciPath ? p.pciPath : "(none)", p.maxRecvs);
   }
-  PropertiesV11 p;
+  PropertiesV12 p;
   CHECK_THAT(a.props(n, &p) != kSuccess, "getProperties(out of range)");
+  scenario_vdevice(a, n);
 }
 
 struct Buffers {
@@ -1025,7 +1124,7 @@ void scenario_idle(Api& a) {
 
 // maxRecvs > 1 (UCCL_NCCL_MAX_RECVS=8): grouped receives, tags pick buffers.
 void scenario_grouped(Api& a) {
-  PropertiesV11 p;
+  PropertiesV12 p;
   REQUIRE(a.props(0, &p) == kSuccess, "props");
   REQUIRE(p.maxRecvs == 8, "run with UCCL_NCCL_MAX_RECVS=8 (maxRecvs %d)",
           p.maxRecvs);
@@ -1735,7 +1834,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> env;
   };
   std::vector<Run> runs;
-  for (int v : {8, 9, 10, 11}) {
+  for (int v : {8, 9, 10, 11, 12}) {
     runs.push_back({"props", v, {}});
     runs.push_back({"data", v, {}});
   }
@@ -1805,6 +1904,8 @@ int main(int argc, char** argv) {
       {"tuner", 11, {"UCCL_NCCL_LL_MAX_KB=0", "UCCL_NCCL_TREE_MAX_BYTES=0"}});
   runs.push_back({"tuner", 11, {"UCCL_NCCL_TUNER=0"}});
   runs.push_back({"grouped", 8, {"UCCL_NCCL_MAX_RECVS=8"}});
+  runs.push_back({"grouped", 12, {"UCCL_NCCL_MAX_RECVS=8"}});
+  runs.push_back({"twoproc", 12, {}});
   runs.push_back(
       {"data", 11, {"UCCL_FAULT_TX=drop=0.01", "UCCL_FAULT_SEED=7"}});
   runs.push_back(

@@ -33,37 +33,24 @@ constexpr unsigned long kLogSubsysNet = 16;
 using Logger = void (*)(int level, unsigned long flags, const char* file,
                         int line, const char* fmt, ...);
 // ncclProfilerCallback_t: type 0 start (pHandle = the parent NCCL gave
-// isend/irecv), 1 stop. pluginId: bits 0-15 descriptor version, 16-31 type.
+// isend/irecv), 1 stop, 2 update (extData passed to the profiler's
+// recordEventState). pluginId: bits 0-15 descriptor version, 16-31 type;
+// the plugin's descriptor is collective/net_event.h.
 using ProfilerCallback = int (*)(void** eHandle, int type, void* pHandle,
                                  int64_t pluginId, void* extData);
 constexpr int kProfilerStart = 0;
 constexpr int kProfilerStop = 1;
-// NCCL's socket-style event descriptor (net type 2, version 1), which
-// profiler plugins decode: the closest match to a software-NIC transfer.
-constexpr int64_t kProfilerNetTypeSock = int64_t{2} << 16;
-constexpr int64_t kProfilerNetSockVersion = 1;
-constexpr uint8_t kProfileSocket = 1;
-struct ProfilerNetSockDescrV1 {
-  uint8_t type;  // kProfileSocket
-  struct {       // a union of one member on the C side
-    int fd;      // ours: the UCCL connection carrying the message
-    int op;      // 0 send, 1 receive
-    size_t length;
-  } sock;
-};
-static_assert(sizeof(ProfilerNetSockDescrV1) == 24, "profiler descriptor");
-static_assert(offsetof(ProfilerNetSockDescrV1, sock) == 8,
-              "profiler descriptor");
+constexpr int kProfilerUpdate = 2;
 
-constexpr int kHandleMaxSize = 128;  // NCCL_NET_HANDLE_MAXSIZE
-constexpr int kMaxRequests = 32;     // NCCL_NET_MAX_REQUESTS, per comm
-constexpr int kPtrHost = 1;          // NCCL_PTR_HOST
-constexpr int kPtrCuda = 2;          // NCCL_PTR_CUDA
-constexpr int kPtrDmaBuf = 4;        // NCCL_PTR_DMABUF
-constexpr int kNetDeviceHost = 0;    // netDeviceType: no device offload
-constexpr int kMaxDevsPerNic = 4;    // NCCL_NET_MAX_DEVS_PER_NIC (v9-v11)
-constexpr int kMaxDevsPerNicV12 = 8; // NCCL_NET_MAX_DEVS_PER_NIC_V12
-constexpr int16_t kNetIdUndef = -1;  // NCCL_NET_ID_UNDEF (railId, planeId)
+constexpr int kHandleMaxSize = 128;   // NCCL_NET_HANDLE_MAXSIZE
+constexpr int kMaxRequests = 32;      // NCCL_NET_MAX_REQUESTS, per comm
+constexpr int kPtrHost = 1;           // NCCL_PTR_HOST
+constexpr int kPtrCuda = 2;           // NCCL_PTR_CUDA
+constexpr int kPtrDmaBuf = 4;         // NCCL_PTR_DMABUF
+constexpr int kNetDeviceHost = 0;     // netDeviceType: no device offload
+constexpr int kMaxDevsPerNic = 4;     // NCCL_NET_MAX_DEVS_PER_NIC (v9-v11)
+constexpr int kMaxDevsPerNicV12 = 8;  // NCCL_NET_MAX_DEVS_PER_NIC_V12
+constexpr int16_t kNetIdUndef = -1;   // NCCL_NET_ID_UNDEF (railId, planeId)
 // Value NCCL pre-sets in *request for a receive whose completion it does
 // not need (LL/LL128); irecv must overwrite it.
 constexpr uintptr_t kOptionalRecvCompletion = 0x1;
@@ -207,8 +194,7 @@ static_assert(offsetof(PropertiesV12, netDeviceVersion) == 60, "v12 props");
 static_assert(offsetof(PropertiesV12, vProps) == 64, "v12 props");
 static_assert(offsetof(PropertiesV12, maxP2pBytes) == 104, "v12 props");
 static_assert(offsetof(PropertiesV12, maxCollBytes) == 112, "v12 props");
-static_assert(offsetof(PropertiesV12, maxMultiRequestSize) == 120,
-              "v12 props");
+static_assert(offsetof(PropertiesV12, maxMultiRequestSize) == 120, "v12 props");
 static_assert(offsetof(PropertiesV12, railId) == 124, "v12 props");
 static_assert(offsetof(PropertiesV12, planeId) == 126, "v12 props");
 

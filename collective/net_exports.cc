@@ -108,7 +108,8 @@ int v11_props(int dev, PropertiesV11* p) {
   // v11 is v12 up to the virtual-NIC props, which hold 4 devices, not 8.
   std::memcpy(p, &a, offsetof(PropertiesV11, vProps));
   p->vProps.ndevs = std::min(a.vProps.ndevs, kMaxDevsPerNic);
-  for (int i = 0; i < p->vProps.ndevs; ++i) p->vProps.devs[i] = a.vProps.devs[i];
+  for (int i = 0; i < p->vProps.ndevs; ++i)
+    p->vProps.devs[i] = a.vProps.devs[i];
   for (int i = p->vProps.ndevs; i < kMaxDevsPerNic; ++i) p->vProps.devs[i] = 0;
   p->maxP2pBytes = a.maxP2pBytes;
   p->maxCollBytes = a.maxCollBytes;
@@ -233,12 +234,28 @@ const TunerV4 ncclTunerPlugin_v4 = {"UCCL", n::tuner_init,
                                     n::tuner_get_coll_info, n::tuner_destroy};
 
 const NetV12 ncclNetPlugin_v12 = {
-    "UCCL",           n::v12_init,      n::devices,        n::v12_props,
-    n::v11_listen,    n::v11_connect,   n::accept,         n::reg_mr,
-    n::reg_mr_dmabuf, n::dereg_mr,      n::v11_isend,      n::v11_irecv,
-    n::iflush,        n::test,          n::close_comm,     n::close_comm,
-    n::close_listen,  n::get_device_mr, n::irecv_consumed, n::v12_make_vdevice,
-    n::v11_finalize,  n::v12_set_net_attr,
+    "UCCL",
+    n::v12_init,
+    n::devices,
+    n::v12_props,
+    n::v11_listen,
+    n::v11_connect,
+    n::accept,
+    n::reg_mr,
+    n::reg_mr_dmabuf,
+    n::dereg_mr,
+    n::v11_isend,
+    n::v11_irecv,
+    n::iflush,
+    n::test,
+    n::close_comm,
+    n::close_comm,
+    n::close_listen,
+    n::get_device_mr,
+    n::irecv_consumed,
+    n::v12_make_vdevice,
+    n::v11_finalize,
+    n::v12_set_net_attr,
 };
 
 const NetV11 ncclNetPlugin_v11 = {

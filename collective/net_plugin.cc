@@ -27,6 +27,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "collective/cuda_device.h"
 #include "collective/plugin_knobs.h"
 #include "collective/plugin_state.h"
 #include "collective/stripe.h"
@@ -89,7 +90,7 @@ NetPlugin& NetPlugin::get() {
 
 NetPlugin::~NetPlugin() {
   set_log_forwarder(nullptr);
-  for (auto& d : devs_) d->ep.reset();
+  for (auto& d : devs_) d->eps.clear();
 }
 
 void NetPlugin::log(int level, const char* file, int line,
@@ -295,9 +296,12 @@ NcclResult NetPlugin::properties(int dev, PropertiesV12* p) {
   return kSuccess;
 }
 
-uccl::Result<Endpoint*> NetPlugin::endpoint(PluginDevice* d) {
+uccl::Result<DeviceEndpoint*> NetPlugin::endpoint(PluginDevice* d) {
   // Called with mu_ held.
-  if (d->ep) return d->ep.get();
+  const int gpu = current_cuda_device();
+  for (auto& e : d->eps) {
+    if (e->gpu == gpu) return e.get();
+  }
   EndpointConfig cfg = EndpointConfig::from_knobs();
   cfg.device = d->ep_name;
   cfg.num_engines = engines_per_device_;
@@ -322,11 +326,13 @@ uccl::Result<Endpoint*> NetPlugin::endpoint(PluginDevice* d) {
   if (!ep.ok()) return ep.status().with_context("device " + d->name);
   auto port = (*ep)->listen(0);
   if (!port.ok()) return port.status().with_context("device " + d->name);
-  d->port = *port;
-  d->ep = std::move(*ep);
+  auto e = std::make_unique<DeviceEndpoint>();
+  e->gpu = gpu;
+  e->port = *port;
+  e->ep = std::move(*ep);
   // What the engines took (the knobs fill what cfg left unset).
   std::string idle = "idle engines never sleep";
-  const auto st = d->ep->engine_stats(0);  // all engines take the same
+  const auto st = e->ep->engine_stats(0);  // all engines take the same
   if (st.ok() && st->idle_sleep_ns > 0) {
     idle = "idle engines sleep after " +
            std::to_string(st->idle_sleep_after_ns / 1000000) + " ms, " +
@@ -334,18 +340,22 @@ uccl::Result<Endpoint*> NetPlugin::endpoint(PluginDevice* d) {
            (d->soft_nic ? " (woken early by datagrams and commands)" : "");
   }
   log(kLogInfo, __FILE__, __LINE__,
-      "device " + d->name + ": endpoint up, bootstrap on " + d->ip + ":" +
-          std::to_string(d->port) + "; " + idle);
-  return d->ep.get();
+      "device " + d->name +
+          (gpu >= 0 ? " for GPU " + std::to_string(gpu) : std::string()) +
+          ": endpoint up (" + std::to_string(e->ep->config().num_engines) +
+          " engines), bootstrap on " + d->ip + ":" + std::to_string(e->port) +
+          "; " + idle);
+  d->eps.push_back(std::move(e));
+  return d->eps.back().get();
 }
 
-uint32_t NetPlugin::next_lane(PluginDevice* d, bool send) {
-  return send ? d->next_send_lane++ : d->next_recv_lane++;
+uint32_t NetPlugin::next_lane(DeviceEndpoint* e, bool send) {
+  return send ? e->next_send_lane++ : e->next_recv_lane++;
 }
 
-int NetPlugin::comm_engine(const PluginDevice* d, bool send, uint32_t lane,
+int NetPlugin::comm_engine(const DeviceEndpoint* e, bool send, uint32_t lane,
                            int i, int k) {
-  return lane_engine(send, lane, i, k, d->ep->config().num_engines);
+  return lane_engine(send, lane, i, k, e->ep->config().num_engines);
 }
 
 void NetPlugin::log_comm(const PluginComm* c) {
@@ -401,7 +411,7 @@ void NetPlugin::steer(pid_t tid, const std::vector<int>& avoid,
 Endpoint* NetPlugin::endpoint_for_testing(int dev) {
   std::lock_guard<std::mutex> lock(mu_);
   if (dev < 0 || dev >= static_cast<int>(devs_.size())) return nullptr;
-  return devs_[dev]->ep.get();
+  return devs_[dev]->eps.empty() ? nullptr : devs_[dev]->eps[0]->ep.get();
 }
 
 NcclResult NetPlugin::make_vdevice(int* d, int ndevs, const int* devs) {

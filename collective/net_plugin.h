@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "collective/nccl_net_abi.h"
+#include "collective/net_event.h"
 #include "uccl/endpoint.h"
 #include "uccl/status.h"
 #include "uccl/striped.h"
@@ -31,6 +32,7 @@ namespace uccl::nccl {
 //   UCCL_NCCL_SPEED_MBPS, UCCL_NCCL_SPREAD: see there
 
 struct PluginDevice;
+struct DeviceEndpoint;
 struct PluginComm;
 struct PluginListen;
 
@@ -42,8 +44,9 @@ struct PluginRequest {
   Request grouped;
   PluginComm* comm = nullptr;
   std::atomic<bool> used{false};
-  int n = 0;              // NCCL buffers (grouped receives)
-  void* event = nullptr;  // profiler handle
+  int n = 0;                     // NCCL buffers (grouped receives)
+  void* event = nullptr;         // profiler handle
+  ncclabi::UcclNetEventV1 ev{};  // what the profiler event carries
 };
 
 // What a regMr returns: the registration on the comm's endpoint (owned by
@@ -98,22 +101,24 @@ class NetPlugin {
  private:
   NetPlugin() = default;
   ~NetPlugin();
-  Result<Endpoint*> endpoint(PluginDevice* d);
+  // d's endpoint for the calling thread's GPU, started on first use.
+  Result<DeviceEndpoint*> endpoint(PluginDevice* d);
   // init()'s steps.
   void add_devices();
   Status read_settings(std::string* engines_why);
   // A free request of c's pool (one done early is reused once its empty
   // parts finished), or nullptr.
   PluginRequest* alloc_request(PluginComm* c);
-  // NCCL's profiler (NetPlugin events): a socket-type event for r.
+  // NCCL's profiler (NetPlugin events, collective/net_event.h): started at
+  // the post, updated with the outcome and stopped at completion.
   void profile_start(PluginRequest* r, void* phandle, int op, size_t bytes);
-  void profile_stop(PluginRequest* r);
+  void profile_stop(PluginRequest* r, size_t bytes, ncclabi::NcclResult result);
   // Engine placement (UCCL_NCCL_SPREAD): a new comm's lane, send and
   // receive comms each taking turns per device (mu_ held), and the engine
   // of its connection i of k (lane_engine in collective/stripe.h).
-  static uint32_t next_lane(PluginDevice* d, bool send);
-  static int comm_engine(const PluginDevice* d, bool send, uint32_t lane, int i,
-                         int k);
+  static uint32_t next_lane(DeviceEndpoint* e, bool send);
+  static int comm_engine(const DeviceEndpoint* e, bool send, uint32_t lane,
+                         int i, int k);
   void log_comm(const PluginComm* c);  // where its connections run
   // Once per calling thread (NCCL's proxy threads), where
   // UCCL_NCCL_STEER_THREADS allows: keeps it off the cores engines run on;

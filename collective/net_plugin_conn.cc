@@ -41,18 +41,19 @@ NcclResult NetPlugin::listen(int dev, void* handle, void** listen_comm) {
   std::lock_guard<std::mutex> lock(mu_);
   if (dev < 0 || dev >= static_cast<int>(devs_.size())) return kInternalError;
   PluginDevice* d = devs_[dev].get();
-  auto ep = endpoint(d);
-  if (!ep.ok()) return fail("listen", ep.status());
+  auto de = endpoint(d);
+  if (!de.ok()) return fail("listen", de.status());
   auto* l = new PluginListen;
   l->dev = d;
-  l->ep = *ep;
+  l->ep = (*de)->ep.get();
   l->tag = next_tag_.fetch_add(1) & ((1ull << 56) - 1);
   l->conns.assign(conns_per_comm_, 0);
   if (spread_) {
-    const uint32_t lane = next_lane(d, false);
+    const uint32_t lane = next_lane(*de, false);
     for (int i = 0; i < conns_per_comm_; ++i) {
       Status st = l->ep->place_accepts(
-          conn_tag(l->tag, i), comm_engine(d, false, lane, i, conns_per_comm_));
+          conn_tag(l->tag, i),
+          comm_engine(*de, false, lane, i, conns_per_comm_));
       if (!st.ok()) {
         for (int j = 0; j < i; ++j)
           l->ep->place_accepts(conn_tag(l->tag, j), -1);
@@ -68,7 +69,7 @@ NcclResult NetPlugin::listen(int dev, void* handle, void** listen_comm) {
   h.version = kHandleVersion;
   h.nconns = static_cast<uint16_t>(conns_per_comm_);
   transport::udp::parse_ipv4(d->ip, &h.ipv4_be);
-  h.port = d->port;
+  h.port = (*de)->port;
   h.max_recvs = static_cast<uint16_t>(max_recvs_);
   h.tag = l->tag;
   l->stripe =
@@ -107,17 +108,17 @@ NcclResult NetPlugin::connect(int dev, void* handle, void** send_comm) {
     std::lock_guard<std::mutex> lock(mu_);
     if (dev < 0 || dev >= static_cast<int>(devs_.size())) return kInternalError;
     PluginDevice* d = devs_[dev].get();
-    auto ep = endpoint(d);
-    if (!ep.ok()) return fail("connect", ep.status());
+    auto de = endpoint(d);
+    if (!de.ok()) return fail("connect", de.status());
     auto st = std::make_unique<ConnectStage>();
     st->dev = d;
-    st->ep = *ep;
+    st->ep = (*de)->ep.get();
     const std::string ip = transport::udp::ipv4_to_string(h->ipv4_be);
-    const uint32_t lane = spread_ ? next_lane(d, true) : 0;
+    const uint32_t lane = spread_ ? next_lane(*de, true) : 0;
     for (int i = 0; i < h->nconns; ++i) {
       auto p = st->ep->connect_start(
           ip, h->port, conn_tag(h->tag, i),
-          spread_ ? comm_engine(d, true, lane, i, h->nconns) : -1);
+          spread_ ? comm_engine(*de, true, lane, i, h->nconns) : -1);
       if (!p.ok()) return fail("connect", p.status());
       st->pending.push_back(*p);
     }

@@ -85,19 +85,34 @@ void NetPlugin::profile_start(PluginRequest* r, void* phandle, int op,
                               size_t bytes) {
   ProfilerCallback prof = profiler_.load(std::memory_order_acquire);
   if (prof == nullptr || phandle == nullptr) return;
-  ProfilerNetSockDescrV1 e{};
-  e.type = kProfileSocket;
-  e.sock.fd = static_cast<int>(r->comm->conns[0] & 0x7fffffff);
-  e.sock.op = op;
-  e.sock.length = bytes;
-  prof(&r->event, kProfilerStart, phandle,
-       kProfilerNetTypeSock | kProfilerNetSockVersion, &e);
+  UcclNetEventV1& e = r->ev;
+  e = UcclNetEventV1{};
+  e.type = kUcclNetMessage;
+  e.op = static_cast<uint8_t>(op);
+  e.parts = static_cast<uint16_t>(r->comm->conns.size());
+  e.conn = static_cast<uint32_t>(r->comm->conns[0]);
+  e.bytes = bytes;
+  prof(&r->event, kProfilerStart, phandle, kNetTypeUccl | kNetUcclVersion, &e);
 }
 
-void NetPlugin::profile_stop(PluginRequest* r) {
+void NetPlugin::profile_stop(PluginRequest* r, size_t bytes,
+                             NcclResult result) {
   if (r->event == nullptr) return;
   ProfilerCallback prof = profiler_.load(std::memory_order_acquire);
-  if (prof) prof(&r->event, kProfilerStop, nullptr, 0, nullptr);
+  if (prof) {
+    UcclNetEventV1& e = r->ev;
+    const RequestCc cc = r->n > 1 ? r->grouped.cc() : r->s.cc();
+    e.bytes = bytes;
+    e.done = 1;
+    e.status = result;
+    e.retransmits = cc.retransmits;
+    e.paths = cc.paths;
+    e.rtt_ns = cc.rtt_ns;
+    e.cwnd_bytes = cc.cwnd_bytes;
+    e.rate_bps = cc.rate_bps;
+    prof(&r->event, kProfilerUpdate, nullptr, 0, &e);
+    prof(&r->event, kProfilerStop, nullptr, 0, nullptr);
+  }
   r->event = nullptr;
 }
 
@@ -214,6 +229,7 @@ NcclResult NetPlugin::test(void* request, int* done, int* sizes) {
   PluginComm* c = r->comm;
   *done = 0;
   Status st;
+  size_t moved = 0;
   if (r->n > 1) {
     st = c->group->progress();
     if (!st.ok()) return fail("test", st);
@@ -224,25 +240,27 @@ NcclResult NetPlugin::test(void* request, int* done, int* sizes) {
         sizes[i] = static_cast<int>(r->grouped.size(i));
       }
     }
+    for (int i = 0; i < r->n; ++i) moved += r->grouped.size(i);
   } else {
     bool d = false;
     size_t bytes = 0;
     st = c->group->test(&r->s, &d, &bytes);
     if (!d) return st.ok() ? kSuccess : fail("test", st);
     if (sizes) sizes[0] = static_cast<int>(bytes);
+    moved = bytes;
   }
   *done = 1;
   --c->held;
-  profile_stop(r);
+  const bool send = r->n == 1 && r->s.is_send();
+  const NcclResult result =
+      st.ok() ? kSuccess
+              : (st.code() == StatusCode::kTruncated ? kInternalError
+                                                     : kSystemError);
+  profile_stop(r, moved, result);
   // Done early (part 0 held the whole message): alloc_request reuses it
   // once its empty parts finish. Otherwise NCCL never tests it again.
   if (!r->s.finishing()) r->used.store(false, std::memory_order_release);
-  if (!st.ok()) {
-    const bool send = r->n == 1 && r->s.is_send();
-    return fail(
-        send ? "send" : "receive", st,
-        st.code() == StatusCode::kTruncated ? kInternalError : kSystemError);
-  }
+  if (!st.ok()) return fail(send ? "send" : "receive", st, result);
   return kSuccess;
 }
 

@@ -51,6 +51,20 @@ static_assert(offsetof(ConnectHandle, stage) == 32, "handle layout");
 static_assert(offsetof(ConnectHandle, stripe_bytes) == 40, "handle layout");
 static_assert(offsetof(ConnectHandle, flags) == 44, "handle layout");
 
+// One endpoint (engines, bootstrap port) of a device. A process that drives
+// several GPUs (one NCCL rank each) gets one per GPU, keyed by the CUDA
+// device current on NCCL's calling thread, so each rank has engines of its
+// own as it would in a process of its own; otherwise one (gpu -1 where
+// CUDA is not in use).
+struct DeviceEndpoint {
+  int gpu = -1;
+  std::unique_ptr<Endpoint> ep;
+  uint16_t port = 0;
+  // The next send / receive comm's lane (lane_engine, stripe.h); mu_.
+  uint32_t next_send_lane = 0;
+  uint32_t next_recv_lane = 0;
+};
+
 struct PluginDevice {
   std::string name;     // as NCCL sees it ("udp:eth0")
   std::string ep_name;  // UCCL device string
@@ -62,11 +76,7 @@ struct PluginDevice {
   // at the first datagram or command (UcclRDMAEngine::idle_wait); verbs
   // devices' engines sleep blind.
   bool soft_nic = false;
-  std::unique_ptr<Endpoint> ep;
-  uint16_t port = 0;
-  // The next send / receive comm's lane (lane_engine, stripe.h); mu_.
-  uint32_t next_send_lane = 0;
-  uint32_t next_recv_lane = 0;
+  std::vector<std::unique_ptr<DeviceEndpoint>> eps;  // mu_
   char name_c[64] = {};
   char pci_c[256] = {};
 };

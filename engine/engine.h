@@ -272,6 +272,8 @@ class UcclRDMAEngine {
                   uint64_t now);
   void ack_chunk(Conn* c, uint32_t csn);
   void complete_tx_msg(Conn* c, TxMsg& m);
+  // The connection's RTT sample, window and rate into a completing request.
+  void fill_cc(const Conn* c, RequestCc* out) const;
   void timers(uint64_t now);
   void check_rto(Conn* c, uint64_t now);
   void report_losses(Conn* c, const cc::LossReport& r, uint64_t now);
@@ -384,6 +386,7 @@ class RequestAccess {
     r->engine_ = engine;
     r->conn_ = conn;
     for (auto& s : r->sizes_) s = 0;
+    r->cc_ = RequestCc{};
     r->state_.store(Request::kPending, std::memory_order_relaxed);
   }
   static bool pending(const Request* r) {
@@ -391,6 +394,7 @@ class RequestAccess {
            Request::kPending;
   }
   static void set_size(Request* r, int i, size_t v) { r->sizes_[i] = v; }
+  static RequestCc& cc(Request* r) { return r->cc_; }
   static void complete(Request* r, Status st);
   static std::atomic<uint32_t>& state(Request* r) { return r->state_; }
   // Blocks until done or `timeout_ns` (true if done).

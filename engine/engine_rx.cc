@@ -173,6 +173,7 @@ void UcclRDMAEngine::finish_buf(Conn* c, int slot, int buf) {
   }
   s.active = false;
   c->rec->rx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+  fill_cc(c, &RequestAccess::cc(s.req));
   trace_now("recv_done", c->index, rx.win.rcv_cum());
   RequestAccess::complete(s.req, std::move(st));
 }

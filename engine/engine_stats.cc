@@ -172,6 +172,20 @@ Result<FlowStats> UcclRDMAEngine::conn_stats(uint32_t conn) {
   return q.flow;
 }
 
+void UcclRDMAEngine::fill_cc(const Conn* c, RequestCc* out) const {
+  out->rtt_ns = c->tx.last_rtt_ns;
+  double cwnd = 0, rate = 0;
+  for (const auto& pc : c->tx.ccs) {
+    const double w = pc.cc->cwnd_bytes();
+    cwnd += w >= cc::kUnlimited ? 0 : w;
+    rate += pc.cc->rate_bps();
+  }
+  // Clamped: a controller may report an unbounded rate.
+  constexpr double kMax = 1e18;
+  out->cwnd_bytes = static_cast<uint64_t>(std::min(cwnd, kMax));
+  out->rate_bps = static_cast<uint64_t>(rate > 0 ? std::min(rate, kMax) : 0);
+}
+
 EngineStats UcclRDMAEngine::stats() {
   Query q;
   if (!wait_query(&q).ok()) return EngineStats();

@@ -367,7 +367,10 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path, bool retx,
   if (!retx) {
     tx.tx_bytes += ch.len;
     ++tx.tx_chunks;
+  } else {
+    ++m.retx_chunks;
   }
+  m.paths_mask |= uint64_t{1} << (path % 64);
   trace(retx ? "retx" : "tx", c->index, csn, now);
   VLOG(kVlogChunk) << "conn " << c->index << (retx ? " retx" : " tx") << " csn "
                    << csn << " len " << ch.len << " path " << path;
@@ -396,6 +399,10 @@ void UcclRDMAEngine::complete_tx_msg(Conn* c, TxMsg& m) {
                      std::to_string(m.rsize) + " bytes");
     }
     c->rec->tx_outstanding.fetch_sub(1, std::memory_order_relaxed);
+    RequestCc& cc = RequestAccess::cc(m.req);
+    fill_cc(c, &cc);
+    cc.retransmits = m.retx_chunks;
+    cc.paths = static_cast<uint32_t>(__builtin_popcountll(m.paths_mask));
     VLOG(kVlogRequest) << "conn " << c->index << " send of " << m.len
                        << " bytes done";
     trace_now("send_done", c->index, 0);
@@ -452,6 +459,7 @@ void UcclRDMAEngine::on_ack(const AckPacket& a,
     const cc::SegRec& seg = sb.seg(t);
     const uint64_t endpoint = std::min<uint64_t>(a.rx_delay_ns, rtt);
     tx.rtt.add(rtt);
+    tx.last_rtt_ns = rtt;
     tx.paths->on_rtt(seg.path, rtt);
     cc::CcSample s;
     s.now_ns = now;

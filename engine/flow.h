@@ -80,6 +80,8 @@ struct TxMsg {
   uint32_t chunks_acked;
   bool all_chunked;
   uint64_t post_ns;
+  uint32_t retx_chunks;  // resends of its chunks (RequestCc)
+  uint64_t paths_mask;   // bit p: a chunk went on path p
 };
 
 // What a chunk carries (its recovery state is in TxFlow::sb).
@@ -151,6 +153,7 @@ struct TxFlow {
   uint64_t credit_seen = 0;
   // Statistics.
   Histogram rtt;
+  uint64_t last_rtt_ns = 0;  // the latest sample (RequestCc)
   uint64_t tx_bytes = 0, tx_chunks = 0, acks_rx = 0;
   // Sends matched with a receive descriptor; those that had to wait for one
   // (receiver-driven: the peer had not posted yet) and the total wait.

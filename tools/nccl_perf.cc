@@ -11,15 +11,13 @@
 // The parent process only forks: for each round, for each --nets entry (the
 // first is the subject; the rest its baselines, its variants (UCCL+VAR=value)
 // and floors (SHM, P2P: no network)), it sets that transport's
-// NCCL environment and forks one rank per GPU. Rank 0 makes the unique id and
+// NCCL environment and forks one rank per GPU (--procs=one: one process for
+// every GPU, tools/nccl_perf_ranks.cc). Rank 0 makes the unique id and
 // pipes it to the others; each rank times every size with CUDA events,
 // checks every element of its output, and rank 0 pipes the rows back. The
 // table gives each net's median over the rounds, and the ratio of the best
 // baseline's time to the subject's (> 1: the subject is faster).
-#include <cuda_runtime.h>
-#include <dlfcn.h>
 #include <gflags/gflags.h>
-#include <nccl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -33,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/nccl_perf_ranks.h"
 #include "tools/nccl_perf_util.h"
 
 DEFINE_string(nets, "UCCL,Socket,Socket4x4,SHM",
@@ -65,7 +64,12 @@ DEFINE_uint32(lat_calls, 50,
 DEFINE_uint64(lat_max_bytes, 64 << 10,
               "Latency is measured for sizes up to this many bytes.");
 DEFINE_uint32(rounds, 3, "Rounds; each runs every net once, in turn.");
-DEFINE_uint32(gpus, 2, "Ranks (one process and GPU each).");
+DEFINE_uint32(gpus, 2, "Ranks, one GPU each.");
+DEFINE_string(procs, "per_gpu",
+              "per_gpu: one process per GPU (torchrun's way); one: one "
+              "process drives every GPU, one communicator each "
+              "(ncclCommInitAll, each call a group over them: JAX's way), "
+              "with LOCAL_WORLD_SIZE unset as such programs leave it.");
 DEFINE_uint32(timeout_s, 300, "One net's run is killed after this long.");
 DEFINE_string(json, "", "Also write every round's rows here.");
 DEFINE_string(coll, "all_reduce",
@@ -80,224 +84,6 @@ namespace {
 
 using uccl::tools::PerfRow;
 
-// NCCL entry points, resolved with dlsym (the GPU machine ships no
-// unversioned libnccl.so to link against).
-struct Nccl {
-  decltype(&ncclGetUniqueId) get_unique_id;
-  decltype(&ncclCommInitRank) comm_init_rank;
-  decltype(&ncclAllReduce) all_reduce;
-  decltype(&ncclSend) send;
-  decltype(&ncclRecv) recv;
-  decltype(&ncclGroupStart) group_start;
-  decltype(&ncclGroupEnd) group_end;
-  decltype(&ncclCommDestroy) comm_destroy;
-  decltype(&ncclGetErrorString) error_string;
-};
-
-[[noreturn]] void die(int rank, const std::string& what) {
-  std::fprintf(stderr, "nccl_perf rank %d: %s\n", rank, what.c_str());
-  std::fflush(stderr);
-  _exit(2);
-}
-
-#define CUDA_OK(rank, x)                                          \
-  do {                                                            \
-    cudaError_t e_ = (x);                                         \
-    if (e_ != cudaSuccess)                                        \
-      die(rank, std::string(#x) + ": " + cudaGetErrorString(e_)); \
-  } while (0)
-#define NCCL_OK(rank, nccl, x)                                     \
-  do {                                                             \
-    ncclResult_t r_ = (x);                                         \
-    if (r_ != ncclSuccess)                                         \
-      die(rank, std::string(#x) + ": " + (nccl).error_string(r_)); \
-  } while (0)
-
-Nccl load_nccl(int rank) {
-  void* h = dlopen(FLAGS_nccl_lib.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) {
-    die(rank, "dlopen " + FLAGS_nccl_lib + ": " + dlerror() +
-                  " (give --nccl_lib=<path of libnccl.so.2>)");
-  }
-  Nccl n{};
-  auto sym = [&](const char* name) {
-    void* p = dlsym(h, name);
-    if (p == nullptr) die(rank, std::string("dlsym ") + name);
-    return p;
-  };
-  n.get_unique_id =
-      reinterpret_cast<decltype(n.get_unique_id)>(sym("ncclGetUniqueId"));
-  n.comm_init_rank =
-      reinterpret_cast<decltype(n.comm_init_rank)>(sym("ncclCommInitRank"));
-  n.all_reduce = reinterpret_cast<decltype(n.all_reduce)>(sym("ncclAllReduce"));
-  n.send = reinterpret_cast<decltype(n.send)>(sym("ncclSend"));
-  n.recv = reinterpret_cast<decltype(n.recv)>(sym("ncclRecv"));
-  n.group_start =
-      reinterpret_cast<decltype(n.group_start)>(sym("ncclGroupStart"));
-  n.group_end = reinterpret_cast<decltype(n.group_end)>(sym("ncclGroupEnd"));
-  n.comm_destroy =
-      reinterpret_cast<decltype(n.comm_destroy)>(sym("ncclCommDestroy"));
-  n.error_string =
-      reinterpret_cast<decltype(n.error_string)>(sym("ncclGetErrorString"));
-  return n;
-}
-
-bool write_all(int fd, const void* p, size_t n) {
-  auto* b = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t w = write(fd, b, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    b += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool read_all(int fd, void* p, size_t n) {
-  auto* b = static_cast<char*>(p);
-  while (n > 0) {
-    ssize_t r = read(fd, b, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    b += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-// One rank: never returns. id_fd[0] is read by ranks > 0, id_fd[1] written
-// by rank 0 (once per other rank); rows go to out_fd from rank 0 only.
-[[noreturn]] void rank_main(int rank, int nranks, int id_fd[2], int out_fd,
-                            const std::vector<uint64_t>& sizes,
-                            uccl::tools::PerfColl coll) {
-  CUDA_OK(rank, cudaSetDevice(rank));
-  Nccl nccl = load_nccl(rank);
-  ncclUniqueId id;
-  if (rank == 0) {
-    NCCL_OK(rank, nccl, nccl.get_unique_id(&id));
-    for (int r = 1; r < nranks; ++r) {
-      if (!write_all(id_fd[1], &id, sizeof(id))) die(rank, "id pipe write");
-    }
-  } else if (!read_all(id_fd[0], &id, sizeof(id))) {
-    die(rank, "id pipe read (rank 0 failed?)");
-  }
-  ncclComm_t comm;
-  NCCL_OK(rank, nccl, nccl.comm_init_rank(&comm, nranks, id, rank));
-  cudaStream_t stream;
-  CUDA_OK(rank, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaEvent_t start, stop;
-  CUDA_OK(rank, cudaEventCreate(&start));
-  CUDA_OK(rank, cudaEventCreate(&stop));
-
-  const uint64_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
-  const size_t max_n = max_bytes / sizeof(float);
-  std::vector<float> host(max_n);
-  for (size_t i = 0; i < max_n; ++i) {
-    host[i] = uccl::tools::perf_input(rank, i);
-  }
-  float *send = nullptr, *recv = nullptr;
-  CUDA_OK(rank, cudaMalloc(&send, max_bytes));
-  // recv also carries one error count per size at the end.
-  CUDA_OK(rank,
-          cudaMalloc(&recv, std::max<size_t>(max_bytes,
-                                             sizes.size() * sizeof(float))));
-  CUDA_OK(rank,
-          cudaMemcpy(send, host.data(), max_bytes, cudaMemcpyHostToDevice));
-
-  auto barrier = [&] {
-    NCCL_OK(rank, nccl,
-            nccl.all_reduce(recv, recv, 1, ncclFloat32, ncclSum, comm, stream));
-    CUDA_OK(rank, cudaStreamSynchronize(stream));
-  };
-  const bool sendrecv = coll == uccl::tools::PerfColl::kSendRecv;
-  const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
-  auto op = [&](size_t n) {
-    if (!sendrecv) {
-      NCCL_OK(
-          rank, nccl,
-          nccl.all_reduce(send, recv, n, ncclFloat32, ncclSum, comm, stream));
-      return;
-    }
-    NCCL_OK(rank, nccl, nccl.group_start());
-    NCCL_OK(rank, nccl, nccl.send(send, n, ncclFloat32, next, comm, stream));
-    NCCL_OK(rank, nccl, nccl.recv(recv, n, ncclFloat32, prev, comm, stream));
-    NCCL_OK(rank, nccl, nccl.group_end());
-  };
-  std::vector<PerfRow> rows;
-  for (uint64_t bytes : sizes) {
-    const size_t n = bytes / sizeof(float);
-    const uint32_t iters =
-        uccl::tools::perf_iters(bytes, FLAGS_iters, FLAGS_bytes_per_size);
-    for (uint32_t i = 0; i < FLAGS_warmup; ++i) op(n);
-    barrier();
-    // NaN everywhere, so an element the timed loop never wrote fails.
-    CUDA_OK(rank, cudaMemsetAsync(recv, 0xff, bytes, stream));
-    CUDA_OK(rank, cudaEventRecord(start, stream));
-    auto t0 = std::chrono::steady_clock::now();
-    for (uint32_t i = 0; i < iters; ++i) op(n);
-    auto t1 = std::chrono::steady_clock::now();
-    CUDA_OK(rank, cudaEventRecord(stop, stream));
-    CUDA_OK(rank, cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_OK(rank, cudaEventElapsedTime(&ms, start, stop));
-    CUDA_OK(rank, cudaMemcpy(host.data(), recv, bytes, cudaMemcpyDeviceToHost));
-    PerfRow row;
-    row.bytes = bytes;
-    row.iters = iters;
-    row.time_us = ms * 1e3 / iters;
-    row.host_us =
-        std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
-    row.errors = sendrecv ? uccl::tools::perf_check_recv(host.data(), n, prev)
-                          : uccl::tools::perf_check(host.data(), n, nranks);
-    if (FLAGS_lat_calls > 0 && bytes <= FLAGS_lat_max_bytes) {
-      // Isolated calls: the pipeline is empty when each one is issued, so
-      // this is what one call costs end to end (the host's issue in C is a
-      // few us, unlike the torch loop's).
-      barrier();
-      std::vector<double> lat(std::min(FLAGS_lat_calls, iters));
-      for (double& l : lat) {
-        auto c0 = std::chrono::steady_clock::now();
-        op(n);
-        CUDA_OK(rank, cudaStreamSynchronize(stream));
-        l = std::chrono::duration<double, std::micro>(
-                std::chrono::steady_clock::now() - c0)
-                .count();
-      }
-      row.lat_us = uccl::tools::median(std::move(lat));
-    }
-    rows.push_back(row);
-  }
-  // Every rank's errors count: one all_reduce folds them into rank 0's rows
-  // (capped at 2^24 per size, where float counts stay exact).
-  std::vector<float> errs(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    errs[i] = static_cast<float>(std::min<uint64_t>(rows[i].errors, 1u << 24));
-  }
-  const size_t err_bytes = errs.size() * sizeof(float);
-  CUDA_OK(rank,
-          cudaMemcpy(recv, errs.data(), err_bytes, cudaMemcpyHostToDevice));
-  NCCL_OK(rank, nccl,
-          nccl.all_reduce(recv, recv, errs.size(), ncclFloat32, ncclSum, comm,
-                          stream));
-  CUDA_OK(rank, cudaStreamSynchronize(stream));
-  CUDA_OK(rank,
-          cudaMemcpy(errs.data(), recv, err_bytes, cudaMemcpyDeviceToHost));
-  for (size_t i = 0; i < rows.size(); ++i) {
-    rows[i].errors = static_cast<uint64_t>(errs[i]);
-  }
-  NCCL_OK(rank, nccl, nccl.comm_destroy(comm));
-  if (rank == 0) {
-    uint32_t count = static_cast<uint32_t>(rows.size());
-    if (!write_all(out_fd, &count, sizeof(count)) ||
-        !write_all(out_fd, rows.data(), rows.size() * sizeof(PerfRow))) {
-      die(rank, "result pipe write");
-    }
-  }
-  std::fflush(stdout);
-  _exit(0);
-}
-
 // Variables some --nets entry sets for its own run, unset before the others.
 std::vector<std::string> g_variant_vars;
 
@@ -311,7 +97,11 @@ void set_net_env(const uccl::tools::NetSpec& spec, const std::string& plugin) {
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   // What torchrun sets: ranks on this host (the plugin sizes its engines
   // from it, else from the host's GPU count).
-  setenv("LOCAL_WORLD_SIZE", std::to_string(FLAGS_gpus).c_str(), 1);
+  if (FLAGS_procs == "one") {
+    unsetenv("LOCAL_WORLD_SIZE");
+  } else {
+    setenv("LOCAL_WORLD_SIZE", std::to_string(FLAGS_gpus).c_str(), 1);
+  }
   setenv("NCCL_P2P_DISABLE", "1", 1);
   setenv("NCCL_SHM_DISABLE", "1", 1);
   if (net == "UCCL") {
@@ -335,15 +125,16 @@ void set_net_env(const uccl::tools::NetSpec& spec, const std::string& plugin) {
 // Forks the ranks for one net and collects rank 0's rows; an error message
 // (empty on success) says what failed.
 std::string run_net(const uccl::tools::NetSpec& net, const std::string& plugin,
-                    const std::vector<uint64_t>& sizes,
-                    uccl::tools::PerfColl coll, std::vector<PerfRow>* rows) {
+                    const uccl::tools::PerfRunConfig& cfg,
+                    std::vector<PerfRow>* rows) {
   set_net_env(net, plugin);
   int id_fd[2], out_fd[2];
   if (pipe(id_fd) != 0 || pipe(out_fd) != 0) return "pipe failed";
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids;
-  for (uint32_t r = 0; r < FLAGS_gpus; ++r) {
+  const bool one = FLAGS_procs == "one";
+  for (uint32_t r = 0; r < (one ? 1 : FLAGS_gpus); ++r) {
     pid_t pid = fork();
     if (pid == 0) {
       // Each end stays open only where it is used, so a rank that dies
@@ -351,8 +142,12 @@ std::string run_net(const uccl::tools::NetSpec& net, const std::string& plugin,
       close(out_fd[0]);
       if (r != 0) close(out_fd[1]);
       close(r == 0 ? id_fd[0] : id_fd[1]);
-      rank_main(static_cast<int>(r), static_cast<int>(FLAGS_gpus), id_fd,
-                out_fd[1], sizes, coll);
+      if (one) {
+        close(id_fd[1]);
+        uccl::tools::procs_main(static_cast<int>(FLAGS_gpus), out_fd[1], cfg);
+      }
+      uccl::tools::rank_main(static_cast<int>(r), static_cast<int>(FLAGS_gpus),
+                             id_fd, out_fd[1], cfg);
     }
     if (pid < 0) return "fork failed";
     pids.push_back(pid);
@@ -482,15 +277,15 @@ bool parse_specs(const std::vector<std::string>& nets,
 // (empty for a failed run, so rounds stay aligned). True if any failed.
 bool run_rounds(const std::vector<std::string>& nets,
                 const std::vector<uccl::tools::NetSpec>& specs,
-                const std::string& plugin, const std::vector<uint64_t>& sizes,
-                uccl::tools::PerfColl coll,
+                const std::string& plugin,
+                const uccl::tools::PerfRunConfig& cfg,
                 std::vector<std::vector<std::vector<PerfRow>>>* results) {
   bool failed = false;
   for (uint32_t round = 0; round < FLAGS_rounds; ++round) {
     for (size_t k = 0; k < nets.size(); ++k) {
       auto t0 = std::chrono::steady_clock::now();
       std::vector<PerfRow> rows;
-      std::string err = run_net(specs[k], plugin, sizes, coll, &rows);
+      std::string err = run_net(specs[k], plugin, cfg, &rows);
       double s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
               .count();
@@ -573,6 +368,11 @@ int main(int argc, char** argv) {
                  "nccl_perf: need --nets, --gpus >= 2, --rounds >= 1\n");
     return 1;
   }
+  if (FLAGS_procs != "one" && FLAGS_procs != "per_gpu") {
+    std::fprintf(stderr, "nccl_perf: --procs=%s: give one or per_gpu\n",
+                 FLAGS_procs.c_str());
+    return 1;
+  }
   std::string plugin =
       FLAGS_plugin.empty() ? default_plugin(argv[0]) : FLAGS_plugin;
   std::vector<uccl::tools::NetSpec> specs;
@@ -586,14 +386,25 @@ int main(int argc, char** argv) {
   }
   if (has_uccl) std::printf("# plugin %s\n", plugin.c_str());
   std::printf(
-      "# %s, %u ranks (one process per GPU); time per call from CUDA events "
-      "over back-to-back calls\n",
+      "# %s, %u ranks (%s); time per call from CUDA events over "
+      "back-to-back calls\n",
       *coll == uccl::tools::PerfColl::kSendRecv
           ? "sendrecv ring, float32, each rank to the next"
           : "all_reduce, float32 sum, out-of-place",
-      FLAGS_gpus);
+      FLAGS_gpus,
+      FLAGS_procs == "one" ? "one process drives every GPU"
+                           : "one process per GPU");
+  uccl::tools::PerfRunConfig cfg;
+  cfg.sizes = *sizes;
+  cfg.coll = *coll;
+  cfg.nccl_lib = FLAGS_nccl_lib;
+  cfg.iters = FLAGS_iters;
+  cfg.warmup = FLAGS_warmup;
+  cfg.lat_calls = FLAGS_lat_calls;
+  cfg.bytes_per_size = FLAGS_bytes_per_size;
+  cfg.lat_max_bytes = FLAGS_lat_max_bytes;
   std::vector<std::vector<std::vector<PerfRow>>> results(nets.size());
-  bool failed = run_rounds(nets, specs, plugin, *sizes, *coll, &results);
+  bool failed = run_rounds(nets, specs, plugin, cfg, &results);
   bool any = false;
   for (const auto& net : results) {
     for (const auto& run : net) any = any || !run.empty();

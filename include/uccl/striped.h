@@ -63,6 +63,21 @@ class StripedRequest {
   size_t len() const { return len_; }
   // Done for the caller while empty parts still finish (kAll, kAuto).
   bool finishing() const { return finishing_; }
+  // Its parts' congestion state, once done: resends and paths added up,
+  // the slowest part's RTT, the windows and rates of their connections
+  // added up.
+  RequestCc cc() const {
+    RequestCc t;
+    for (int i = 0; i < posted_; ++i) {
+      const RequestCc& c = reqs_[i].cc();
+      t.retransmits += c.retransmits;
+      t.paths += c.paths;
+      t.rtt_ns = c.rtt_ns > t.rtt_ns ? c.rtt_ns : t.rtt_ns;
+      t.cwnd_bytes += c.cwnd_bytes;
+      t.rate_bps += c.rate_bps;
+    }
+    return t;
+  }
 
  private:
   friend class StripedConn;

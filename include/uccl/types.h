@@ -22,6 +22,20 @@ constexpr int kMaxRecvsPerRequest = 8;   // grouped receives (NCCL maxRecvs)
 constexpr int kMaxRequestsPerFlow = 32;  // outstanding receives per direction
 constexpr int kMaxPaths = 64;            // QPs per connection
 
+// What the engine saw of a request's connection when the request completed
+// (profilers show it per message: the NCCL plugin's NetPlugin events).
+// Sends count their own chunks' resends and the paths those chunks took;
+// receives leave both 0 (a receiver cannot tell a resend from a late
+// chunk). Both carry the connection's latest RTT sample and its congestion
+// controller's window and rate then.
+struct RequestCc {
+  uint32_t retransmits = 0;  // chunks of this message sent again
+  uint32_t paths = 0;        // distinct paths (QPs) its chunks took
+  uint64_t rtt_ns = 0;       // the connection's latest RTT sample (0: none)
+  uint64_t cwnd_bytes = 0;   // window over its paths (0: unlimited)
+  uint64_t rate_bps = 0;     // pacing rate over its paths
+};
+
 // One outstanding operation. The caller owns it and must keep it alive (and
 // not move it) until test() reports done. Reusable after completion.
 class Request {
@@ -43,6 +57,8 @@ class Request {
   // Received (or sent) bytes per buffer, valid once done().
   size_t size(int i = 0) const { return sizes_[i]; }
   int count() const { return n_; }
+  // The connection's congestion state at completion, valid once done().
+  const RequestCc& cc() const { return cc_; }
 
  private:
   friend class Endpoint;
@@ -61,6 +77,7 @@ class Request {
   Status status_;
   int n_ = 0;
   size_t sizes_[kMaxRecvsPerRequest] = {};
+  RequestCc cc_;
   // Engine-private routing.
   uint32_t engine_ = 0;
   uint32_t conn_ = 0;

@@ -7,7 +7,8 @@
 //   nccl_plugin_conformance --scenario=NAME [--version=N]   one scenario
 //
 // Scenarios: props, data, backpressure, truncation, grouped, close, twoproc
-// (sender in a second process), tuner (ncclTunerPlugin_v4), parts (each
+// (sender in a second process), per_gpu (one process, two GPUs: an
+// endpoint each), tuner (ncclTunerPlugin_v4), parts (each
 // UCCL_NCCL_PARTS mode), steer (NCCL's threads off engine cores), idle
 // (the engines' sleep policy, and commands waking a sleeping engine), and
 // data/twoproc again under 1% injected loss.
@@ -38,6 +39,7 @@
 #include <vector>
 
 #include "collective/nccl_net_abi.h"
+#include "collective/net_event.h"
 #include "collective/stripe.h"
 #include "tests/engine_threads.h"
 #include "tests/subprocess.h"
@@ -91,6 +93,8 @@ void note_closed_mrs(const char* fmt, va_list ap) {
 // ("12 engine(s) on cores"), the connections of the last comm logged
 // ("6 connections, "); -1 until seen.
 std::atomic<int> g_chosen_engines{-1}, g_started_engines{-1}, g_comm_conns{-1};
+// Endpoints started for no GPU, GPU 0 and GPU 1 ("endpoint up" lines).
+std::atomic<int> g_endpoints_up[3];
 // The endpoint's idle policy and, from comms' close lines, the most sleeps
 // and early wakes their engine reported; -1 until seen.
 std::atomic<int> g_idle_after_ms{-1}, g_idle_wait_us{-1}, g_idle_sleeps{-1},
@@ -123,6 +127,13 @@ void note_counts(const char* fmt, va_list ap) {
   if (n >= 0) g_started_engines = n;
   n = number_before(msg, " connections, ");
   if (n >= 0) g_comm_conns = n;
+  // "device udp:lo for GPU 1: endpoint up" (an endpoint per GPU), or
+  // without " for GPU" where the caller had no CUDA context.
+  if (std::strstr(msg, ": endpoint up") != nullptr) {
+    const char* g = std::strstr(msg, " for GPU ");
+    const int gpu = g ? std::atoi(g + 9) : -1;
+    if (gpu >= -1 && gpu < 2) ++g_endpoints_up[gpu + 1];
+  }
   // "idle engines sleep after A ms, W us per wait" (the endpoint), and
   // "its engine E slept S times, K woken early" (each comm's close).
   n = number_before(msg, " ms, ");
@@ -162,18 +173,30 @@ void logger(int level, unsigned long, const char* file, int line,
   std::fprintf(stderr, "\n");
 }
 
+// NCCL's side of the NetPlugin events (collective/net_event.h): a start
+// with the message's descriptor, one update with its outcome, a stop.
 std::atomic<int> g_prof_start{0}, g_prof_stop{0}, g_prof_bad{0};
+std::atomic<int> g_prof_update{0}, g_prof_rtt{0};
+std::atomic<long> g_prof_retx{0};
 int profiler(void** handle, int type, void* parent, int64_t plugin_id,
              void* ext) {
+  auto* d = static_cast<UcclNetEventV1*>(ext);
   if (type == kProfilerStart) {
-    auto* d = static_cast<ProfilerNetSockDescrV1*>(ext);
-    if (parent == nullptr || d == nullptr || d->type != kProfileSocket ||
-        (plugin_id & 0xffff) != kProfilerNetSockVersion ||
-        (plugin_id & ~int64_t{0xffff}) != kProfilerNetTypeSock ||
-        (d->sock.op != 0 && d->sock.op != 1)) {
+    if (parent == nullptr || d == nullptr || d->type != kUcclNetMessage ||
+        plugin_id != (kNetTypeUccl | kNetUcclVersion) || d->done != 0 ||
+        d->parts < 1 || (d->op != 0 && d->op != 1)) {
       ++g_prof_bad;
     }
     *handle = reinterpret_cast<void*>(0x1000 + g_prof_start.fetch_add(1));
+  } else if (type == kProfilerUpdate) {
+    if (handle == nullptr || *handle == nullptr || d == nullptr ||
+        d->done != 1 || (d->op != 0 && d->op != 1)) {
+      ++g_prof_bad;
+      return 0;
+    }
+    ++g_prof_update;
+    g_prof_retx += d->retransmits;
+    if (d->rtt_ns > 0) ++g_prof_rtt;
   } else if (type == kProfilerStop) {
     if (handle == nullptr || *handle == nullptr) ++g_prof_bad;
     ++g_prof_stop;
@@ -395,6 +418,10 @@ bool load_api(const std::string& path, int version, Api* a) {
   return true;
 }
 
+// UCCL_FAKE_CUDA (fake_libcuda.cc), loaded before the plugin: sets the
+// calling thread's "current CUDA device"; nullptr where not loaded.
+void (*g_fake_set_device)(int) = nullptr;
+
 // Loops connect/accept (neither may block) until both comms exist.
 bool connect_pair(Api& a, int dev, void** sc, void** rc, void** lc) {
   char handle[kHandleMaxSize];
@@ -445,8 +472,8 @@ void scenario_vdevice(Api& a, int ndev) {
   devs[0] = ndev;
   CHECK_THAT(a.make_vdevice(&d, 1, devs) != kSuccess, "unknown device");
   devs[0] = 0;
-  CHECK_THAT(a.make_vdevice(&d, limit, devs) != kSuccess,
-             "merging %d devices", limit);
+  CHECK_THAT(a.make_vdevice(&d, limit, devs) != kSuccess, "merging %d devices",
+             limit);
   if (a.version >= 12) {
     CHECK_THAT(a.make_vdevice(&d, kMaxDevsPerNicV12 + 1, devs) != kSuccess,
                "9 devices");
@@ -1122,6 +1149,87 @@ void scenario_idle(Api& a) {
   }
 }
 
+// One process driving two GPUs (ncclCommInitAll): each GPU's calls get an
+// endpoint of their own, keyed by the caller's CUDA device, and comms
+// between them carry data. A caller with no CUDA context shares a third.
+void scenario_per_gpu(Api& a) {
+  REQUIRE(g_fake_set_device != nullptr, "fake libcuda not loaded");
+  g_fake_set_device(0);
+  char handle[kHandleMaxSize];
+  void *lc = nullptr, *rc = nullptr, *sc = nullptr;
+  REQUIRE(a.listen(0, handle, &lc) == kSuccess, "listen on GPU 0");
+  std::atomic<bool> connected{false};
+  std::thread gpu1([&] {  // GPU 1's proxy thread connects
+    g_fake_set_device(1);
+    const uint64_t until = uccl::monotonic_ns() + 20000000000ull;
+    while (sc == nullptr && uccl::monotonic_ns() < until) {
+      if (a.connect(0, handle, &sc) != kSuccess) break;
+    }
+    connected = sc != nullptr;
+  });
+  const uint64_t until = uccl::monotonic_ns() + 20000000000ull;
+  while (rc == nullptr && uccl::monotonic_ns() < until) {
+    if (a.accept(lc, &rc) != kSuccess) break;
+  }
+  gpu1.join();
+  CloseOnReturn closer(a, {sc}, {rc}, {lc});
+  REQUIRE(connected.load() && rc != nullptr, "GPU 1 -> GPU 0 comm");
+  CHECK_THAT(g_endpoints_up[1] == 1 && g_endpoints_up[2] == 1,
+             "endpoints: GPU 0 %d, GPU 1 %d", g_endpoints_up[1].load(),
+             g_endpoints_up[2].load());
+  // GPU 0 again: its endpoint; a thread without a context: a shared one.
+  char h2[kHandleMaxSize];
+  void* lc2 = nullptr;
+  REQUIRE(a.listen(0, h2, &lc2) == kSuccess, "second listen on GPU 0");
+  CHECK_THAT(g_endpoints_up[1] == 1, "GPU 0 got a second endpoint");
+  a.close_listen(lc2);
+  std::thread none([&] {
+    char h3[kHandleMaxSize];
+    void* lc3 = nullptr;
+    if (a.listen(0, h3, &lc3) == kSuccess) a.close_listen(lc3);
+  });
+  none.join();
+  CHECK_THAT(g_endpoints_up[0] == 1, "no-context endpoint: %d",
+             g_endpoints_up[0].load());
+  // Data across the two GPUs' endpoints, every byte checked.
+  std::vector<uint8_t> sbuf(1 << 20), rbuf(1 << 20);
+  void *smh = nullptr, *rmh = nullptr;
+  REQUIRE(
+      a.reg_mr(sc, sbuf.data(), sbuf.size(), kPtrHost, &smh) == kSuccess &&
+          a.reg_mr(rc, rbuf.data(), rbuf.size(), kPtrHost, &rmh) == kSuccess,
+      "regMr");
+  for (int m = 0; m < 20; ++m) {
+    const size_t len = (m * 77773) % sbuf.size();
+    uccl::fill_pattern(sbuf.data(), len, 40 + m);
+    void *sr = nullptr, *rr = nullptr;
+    void* data = rbuf.data();
+    size_t size = rbuf.size();
+    int tag = 0;
+    while (rr == nullptr) {
+      REQUIRE(a.irecv(rc, 1, &data, &size, &tag, &rmh, &rr) == kSuccess,
+              "irecv");
+    }
+    while (sr == nullptr) {
+      REQUIRE(a.isend(sc, sbuf.data(), len, 0, smh, &sr) == kSuccess, "isend");
+    }
+    // Both sides tested in turn: a striped receive posts its later parts
+    // from test() (uccl/striped.h).
+    int got = -1, sdone = 0, rdone = 0;
+    const uint64_t until = uccl::monotonic_ns() + 60000000000ull;
+    while ((!sdone || !rdone) && uccl::monotonic_ns() < until) {
+      if (!sdone)
+        REQUIRE(a.test(sr, &sdone, nullptr) == kSuccess, "send %d", m);
+      if (!rdone) REQUIRE(a.test(rr, &rdone, &got) == kSuccess, "recv %d", m);
+    }
+    REQUIRE(sdone && rdone, "message %d timed out", m);
+    CHECK_THAT(got == static_cast<int>(len), "message %d: %d bytes", m, got);
+    CHECK_THAT(uccl::find_pattern_mismatch(rbuf.data(), len, 40 + m) == -1,
+               "message %d corrupted", m);
+  }
+  a.dereg_mr(sc, smh);
+  a.dereg_mr(rc, rmh);
+}
+
 // maxRecvs > 1 (UCCL_NCCL_MAX_RECVS=8): grouped receives, tags pick buffers.
 void scenario_grouped(Api& a) {
   PropertiesV12 p;
@@ -1755,6 +1863,15 @@ int run_scenario(const std::string& plugin, const std::string& name,
                  const std::string& role) {
   Api a;
   g_plugin = plugin;
+  if (name == "per_gpu") {  // CUDA's driver as the plugin will find it
+    void* cuda = dlopen(UCCL_FAKE_CUDA_PATH, RTLD_NOW | RTLD_GLOBAL);
+    if (cuda == nullptr) {
+      std::fprintf(stderr, "dlopen %s: %s\n", UCCL_FAKE_CUDA_PATH, dlerror());
+      return 2;
+    }
+    g_fake_set_device =
+        reinterpret_cast<void (*)(int)>(dlsym(cuda, "fake_cuda_set_device"));
+  }
   if (!load_api(plugin, version, &a)) return 2;
   if (a.init() != kSuccess) {
     std::fprintf(stderr, "FAIL init\n");
@@ -1794,6 +1911,8 @@ int run_scenario(const std::string& plugin, const std::string& name,
     scenario_killed_peer(a, self);
   else if (name == "killed_child")
     killed_child(a, role, hexh);
+  else if (name == "per_gpu")
+    scenario_per_gpu(a);
   else {
     std::fprintf(stderr, "unknown scenario %s\n", name.c_str());
     return 2;
@@ -1805,9 +1924,18 @@ int run_scenario(const std::string& plugin, const std::string& name,
                    name == "truncation",
                "profiler: %d starts, %d stops", g_prof_start.load(),
                g_prof_stop.load());
+    CHECK_THAT(g_prof_update.load() == g_prof_stop.load(),
+               "profiler: %d updates, %d stops", g_prof_update.load(),
+               g_prof_stop.load());
     if (name == "data") {
       CHECK_THAT(g_prof_start.load() >= 400, "profiler: %d events",
                  g_prof_start.load());
+      CHECK_THAT(g_prof_rtt.load() > 0, "no update carried an RTT sample");
+      // Under injected loss the messages' own resends show.
+      if (std::getenv("UCCL_FAULT_TX") != nullptr) {
+        CHECK_THAT(g_prof_retx.load() > 0, "no resends in %d updates",
+                   g_prof_update.load());
+      }
     }
   }
   a.finalize();
@@ -1905,6 +2033,7 @@ int main(int argc, char** argv) {
   runs.push_back({"tuner", 11, {"UCCL_NCCL_TUNER=0"}});
   runs.push_back({"grouped", 8, {"UCCL_NCCL_MAX_RECVS=8"}});
   runs.push_back({"grouped", 12, {"UCCL_NCCL_MAX_RECVS=8"}});
+  runs.push_back({"per_gpu", 11, {}});
   runs.push_back({"twoproc", 12, {}});
   runs.push_back(
       {"data", 11, {"UCCL_FAULT_TX=drop=0.01", "UCCL_FAULT_SEED=7"}});

@@ -225,6 +225,73 @@ TEST(DirectPlacementTest, CorruptedResendsOfDeliveredChunksNeverLand) {
             0u);
 }
 
+// Each completed request carries its connection's congestion state (the
+// NCCL plugin's NetPlugin profiler events show it): a send's own resends
+// and the paths its chunks took, the latest RTT sample, the window.
+TEST(RequestCcTest, SendsCountTheirOwnResendsAndPaths) {
+  EndpointConfig sc = test_config(1, 4), cc = test_config(1, 4);
+  sc.fault_tx = cc.fault_tx = "drop=0.1";
+  sc.fault_seed = 3;
+  cc.fault_seed = 4;
+  auto p = Pair::make(sc, cc);
+  ASSERT_TRUE(p);
+  const size_t kLen = 1 << 20;
+  Buf sb(p->client.get(), kLen), rb(p->server.get(), kLen);
+  uint64_t resent = 0;
+  for (int i = 0; i < 4; ++i) {
+    Request rr, sr;
+    ASSERT_TRUE(
+        p->server->recv_async(p->s_conns[0], rb.ptr(), kLen, rb.mh, &rr).ok());
+    ASSERT_TRUE(
+        p->client->send_async(p->c_conns[0], sb.ptr(), kLen, sb.mh, &sr).ok());
+    ASSERT_TRUE(p->server->wait(&rr, 120000).ok());
+    ASSERT_TRUE(p->client->wait(&sr, 120000).ok());
+    resent += sr.cc().retransmits;
+    EXPECT_GE(sr.cc().paths, 2u) << "18 chunks over 4 paths";
+    EXPECT_LE(sr.cc().paths, 4u);
+    if (i == 3) {
+      EXPECT_GT(sr.cc().rtt_ns, 0u) << "no RTT sample by now";
+    }
+    // A receiver cannot tell resends apart: it reports neither.
+    EXPECT_EQ(rr.cc().retransmits, 0u);
+    EXPECT_EQ(rr.cc().paths, 0u);
+  }
+  // 10% of 72 chunks lost: the sends' own resends add up to at most the
+  // flow's (whose probes may carry new data; a count of the flow's total
+  // so far in each send would add up to more).
+  auto st = p->client->conn_stats(p->c_conns[0]);
+  ASSERT_TRUE(st.ok());
+  EXPECT_GT(resent, 0u);
+  EXPECT_LE(resent,
+            st->fast_retransmits + st->rto_retransmits + st->tlp_retransmits);
+}
+
+// The window and rate are the controller's: none reports 0 (unlimited),
+// Swift its window.
+TEST(RequestCcTest, WindowAndRateAreTheControllers) {
+  for (const char* cc : {"none", "swift"}) {
+    EndpointConfig c = test_config(1, 2);
+    c.cc = cc;
+    auto p = Pair::make(c, c);
+    ASSERT_TRUE(p);
+    const size_t kLen = 256 << 10;
+    Buf sb(p->client.get(), kLen), rb(p->server.get(), kLen);
+    Request rr, sr;
+    ASSERT_TRUE(
+        p->server->recv_async(p->s_conns[0], rb.ptr(), kLen, rb.mh, &rr).ok());
+    ASSERT_TRUE(
+        p->client->send_async(p->c_conns[0], sb.ptr(), kLen, sb.mh, &sr).ok());
+    ASSERT_TRUE(p->server->wait(&rr, 60000).ok());
+    ASSERT_TRUE(p->client->wait(&sr, 60000).ok());
+    if (std::string(cc) == "none") {
+      EXPECT_EQ(sr.cc().cwnd_bytes, 0u);
+      EXPECT_EQ(sr.cc().rate_bps, 0u);
+    } else {
+      EXPECT_GT(sr.cc().cwnd_bytes, 0u) << cc;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Faults, FaultTest,
     ::testing::Combine(

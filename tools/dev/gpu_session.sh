@@ -17,6 +17,13 @@
 #                                 drop, corruption, reordering and duplicates
 #                                 (one fault each, $FAULTS), then nccl_perf
 #                                 with 0.1% and 1% drop against no faults
+#   tools/dev/gpu_session.sh profile  the profiler plugin under real NCCL
+#                                 (tools/nccl_test.py profile, its traces to
+#                                 $OUT/profile), then its overhead: nccl_perf
+#                                 all_reduce with and without it, same rounds
+#   tools/dev/gpu_session.sh procs    nccl_perf one process per GPU against
+#                                 one process driving every GPU, UCCL and
+#                                 Socket 4x4, $ROUNDS interleaved rounds
 # GPUS=N runs N ranks (one GPU each) in the NCCL modes; default 2.
 set -u
 PART=${1:-nccl}
@@ -49,7 +56,7 @@ case "$PART" in
       >"$OUT/conformance.txt" 2>&1
     echo "rc=$?"
     tail -18 "$OUT/conformance.txt"
-    echo "== NetPlugin profiler events (profiler probe loaded by NCCL)"
+    echo "== UCCL's profiler plugin loaded by NCCL (NetPlugin events under proxy steps)"
     timeout 200 "$PY" tools/nccl_test.py profile --world "${GPUS:-2}" --plugin "$C/libnccl-net-uccl.so" \
       2>&1 | tee "$OUT/profile.md" | grep -v "^\[" | tail -12
     echo "== NCCL suite"
@@ -148,6 +155,37 @@ case "$PART" in
       --json="$OUT/faults_perf.json" 2>&1 | tee "$OUT/faults_perf.md"
     echo "fault checks failed: $fails"
     [ $fails -eq 0 ]
+    ;;
+  profile)
+    echo "== UCCL's profiler plugin under NCCL"
+    timeout 300 "$PY" tools/nccl_test.py profile \
+      --world "${GPUS:-2}" --plugin "$C/libnccl-net-uccl.so" 2>&1 |
+      tee "$OUT/profile.md" | grep -v "^\[" | tail -60
+    d=$(ls -td /tmp/uccl-nccl-* | head -1)
+    mkdir -p "$OUT/profile" && cp "$d"/profile/*.summary.txt "$OUT/profile/" 2>/dev/null
+    # One rank's trace, compressed, as an example to open in Perfetto.
+    t=$(ls "$d"/profile/*-r0.trace.json 2>/dev/null | head -1)
+    [ -n "$t" ] && gzip -c "$t" >"$OUT/profile/rank0.trace.json.gz"
+    NCCL_LIB=$(nccl_lib)
+    echo "== profiler overhead: nccl_perf all_reduce with and without it"
+    rm -rf /tmp/uccl-prof-perf
+    timeout 500 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" \
+      --rounds="${ROUNDS:-3}" --sizes="${SIZES:-4,64K,1M,16M,256M}" --iters="${ITERS:-200}" \
+      --nets="UCCL,UCCL+NCCL_PROFILER_PLUGIN=$C/libnccl-profiler-uccl.so+UCCL_PROFILER_DIR=/tmp/uccl-prof-perf+UCCL_PROFILER_EVENTS=8388608" \
+      --json="$OUT/profile_perf.json" 2>&1 | tee "$OUT/profile_perf.md"
+    grep -h "events\|dropped" /tmp/uccl-prof-perf/*.summary.txt 2>/dev/null | sort | uniq -c | head -6
+    ;;
+  procs)
+    NCCL_LIB=$(nccl_lib)
+    for r in $(seq "${ROUNDS:-3}"); do
+      for mode in per_gpu one; do
+        echo "== round $r, --procs=$mode"
+        timeout 300 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" \
+          --procs=$mode --rounds=1 --nets="${NETS:-UCCL,Socket4x4}" --gpus="${GPUS:-2}" \
+          --sizes="${SIZES:-8,1K,32K,64K,16M,64M,256M}" ${ITERS:+--iters=$ITERS} \
+          --json="$OUT/procs_${mode}_$r.json" 2>&1 | tee "$OUT/procs_${mode}_$r.md" | grep -E "^\||round"
+      done
+    done
     ;;
   tune)
     # Configurations separated by ';' in $TUNE (default: a few knobs); one

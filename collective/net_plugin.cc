@@ -28,6 +28,7 @@
 #include <unordered_set>
 
 #include "collective/cuda_device.h"
+#include "collective/nic_select.h"
 #include "collective/plugin_knobs.h"
 #include "collective/plugin_state.h"
 #include "collective/stripe.h"
@@ -118,29 +119,23 @@ bool NetPlugin::software_nic_only() {
   return true;
 }
 
-// The devices NCCL sees: UCCL_NCCL_DEVICES, else every active verbs device
-// and every software-NIC interface but lo (lo alone where there is none).
-void NetPlugin::add_devices() {
-  std::vector<std::string> names;
-  const std::string want = knob_devices().get();
+// The devices NCCL sees (collective/nic_select.h): UCCL_NCCL_DEVICES, else
+// NCCL's own NCCL_IB_HCA / NCCL_SOCKET_IFNAME (by default every active
+// verbs device, then every interface but lo and docker*, lo alone where
+// there is none), nearest the calling thread's GPU first.
+Status NetPlugin::add_devices(std::string* why) {
   const std::vector<transport::DeviceInfo> all = transport::list_devices();
-  if (!want.empty()) {
-    size_t pos = 0;
-    while (pos <= want.size()) {
-      size_t e = want.find(',', pos);
-      if (e == std::string::npos) e = want.size();
-      if (e > pos) names.push_back(want.substr(pos, e - pos));
-      pos = e + 1;
-    }
-  } else {
-    for (const auto& d : all) {
-      if (d.backend == "verbs" && d.active) names.push_back(d.name);
-    }
-    for (const auto& d : all) {
-      if (d.backend == "udp" && d.netdev != "lo") names.push_back(d.name);
-    }
-    if (names.empty()) names.push_back("udp:lo");
-  }
+  UCCL_ASSIGN_OR_RETURN(DeviceChoice choice,
+                        choose_devices(all, knob_devices().get(),
+                                       [](const char* n) -> const char* {
+                                         return std::getenv(n);
+                                       }));
+  std::vector<std::string>& names = choice.names;
+  // UCCL_NCCL_DEVICES keeps the order it gives.
+  const std::string gpu =
+      knob_devices().get().empty() ? current_gpu_pci_path() : "";
+  order_by_distance(all, gpu, &names);
+  *why = choice.why + (gpu.empty() ? "" : "; nearest " + gpu + " first");
   // Where peers reach us: the device's own address, else the first
   // non-loopback one (verbs devices: the bootstrap runs over TCP/IP).
   std::string host_ip = "127.0.0.1";
@@ -156,6 +151,7 @@ void NetPlugin::add_devices() {
     d->ep_name = n;
     d->ip = host_ip;
     d->soft_nic = n.compare(0, 3, "udp") == 0;
+    if (!d->soft_nic) d->nic_params = choice.verbs_params;
     for (const auto& info : all) {
       if (info.name != n && !(n == "udp" && info.netdev == "lo")) continue;
       if (!info.ip.empty() && info.backend == "udp" && n != "udp") {
@@ -174,6 +170,7 @@ void NetPlugin::add_devices() {
     std::snprintf(d->pci_c, sizeof(d->pci_c), "%s", d->pci.c_str());
     devs_.push_back(std::move(d));
   }
+  return Status::OK();
 }
 
 // Every plugin knob but the devices, read once (mu_ held).
@@ -236,7 +233,9 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
   Status kst = check_knobs();
   if (!kst.ok()) return fail("bad UCCL_* setting", kst, kInvalidArgument);
 
-  add_devices();
+  std::string devices_why;
+  Status dst = add_devices(&devices_why);
+  if (!dst.ok()) return fail("choosing devices", dst, kInvalidArgument);
   std::string engines_why;
   Status st = read_settings(&engines_why);
   if (!st.ok()) return fail("bad UCCL_* setting", st, kInvalidArgument);
@@ -245,9 +244,10 @@ NcclResult NetPlugin::init(Logger logger, ProfilerCallback profiler) {
   std::string list;
   for (const auto& d : devs_) list += " " + d->name + "(" + d->ip + ")";
   log(kLogInfo, __FILE__, __LINE__,
-      "devices:" + list + "; " + std::to_string(engines_per_device_) +
-          " engines per device (" + engines_why + "), " +
-          std::to_string(conns_per_comm_) + " connections per comm (" +
+      "devices:" + list + " (" + devices_why + "); " +
+          std::to_string(engines_per_device_) + " engines per device (" +
+          engines_why + "), " + std::to_string(conns_per_comm_) +
+          " connections per comm (" +
           (stripe_kb_ > 0
                ? std::to_string(stripe_kb_ * 1024) + " B stripes"
                : std::string("stripes of 1 MiB / K in whole chunks")) +
@@ -304,6 +304,7 @@ uccl::Result<DeviceEndpoint*> NetPlugin::endpoint(PluginDevice* d) {
   }
   EndpointConfig cfg = EndpointConfig::from_knobs();
   cfg.device = d->ep_name;
+  if (!d->nic_params.empty()) cfg.nic_params = d->nic_params;
   cfg.num_engines = engines_per_device_;
   // Unless UCCL_IDLE_SLEEP_AFTER_MS / UCCL_IDLE_SLEEP_US say otherwise, an
   // engine on the software NIC sleeps once it has had nothing to do for

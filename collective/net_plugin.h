@@ -104,7 +104,7 @@ class NetPlugin {
   // d's endpoint for the calling thread's GPU, started on first use.
   Result<DeviceEndpoint*> endpoint(PluginDevice* d);
   // init()'s steps.
-  void add_devices();
+  Status add_devices(std::string* why);
   Status read_settings(std::string* engines_why);
   // A free request of c's pool (one done early is reused once its empty
   // parts finished), or nullptr.

@@ -76,6 +76,7 @@ struct PluginDevice {
   // at the first datagram or command (UcclRDMAEngine::idle_wait); verbs
   // devices' engines sleep blind.
   bool soft_nic = false;
+  std::string nic_params;  // the backend's options (verbs: gid_index=N)
   std::vector<std::unique_ptr<DeviceEndpoint>> eps;  // mu_
   char name_c[64] = {};
   char pci_c[256] = {};

@@ -1873,6 +1873,11 @@ int run_scenario(const std::string& plugin, const std::string& name,
         reinterpret_cast<void (*)(int)>(dlsym(cuda, "fake_cuda_set_device"));
   }
   if (!load_api(plugin, version, &a)) return 2;
+  if (name == "init_refused") {  // a bad setting: init fails, with a warning
+    const bool refused = a.init() != kSuccess;
+    CHECK_THAT(refused && g_warnings.load() > 0, "init took a bad setting");
+    return g_failures ? 1 : 0;
+  }
   if (a.init() != kSuccess) {
     std::fprintf(stderr, "FAIL init\n");
     return 1;
@@ -1974,6 +1979,11 @@ int main(int argc, char** argv) {
   runs.push_back({"props",
                   11,
                   {"UCCL_NCCL_DEVICES=udp:lo", "UCCL_NCCL_SPEED_MBPS=123000"}});
+  // NCCL's own interface choice, as NCCL's Socket transport reads it.
+  runs.push_back({"props", 11, {"NCCL_SOCKET_IFNAME=lo"}});
+  runs.push_back({"data", 11, {"NCCL_SOCKET_IFNAME==lo"}});
+  runs.push_back({"init_refused", 11, {"NCCL_SOCKET_IFNAME=no_such_if"}});
+  runs.push_back({"init_refused", 11, {"NCCL_IB_GID_INDEX=x"}});
   // 12 engines: lo reports 300000 (6 NCCL channels), not 400000.
   runs.push_back(
       {"props", 11, {"UCCL_NCCL_DEVICES=udp:lo", "UCCL_NCCL_ENGINES=12"}});

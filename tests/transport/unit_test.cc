@@ -240,6 +240,21 @@ TEST(VerbsUtilTest, GidChoicePrefersRoceV2Ipv4) {
             7);
 }
 
+TEST(VerbsUtilTest, BackendParamsTakeAGidIndexOnly) {
+  auto p = verbs::VerbsParams::parse("");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->gid_index, -1);
+  p = verbs::VerbsParams::parse("gid_index=3");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->gid_index, 3);
+  for (const char* bad : {"gid_index=", "gid_index=-1", "gid_index=256",
+                          "gid_index=3x", "mtu=1024", "gid_index"}) {
+    EXPECT_EQ(verbs::VerbsParams::parse(bad).status().code(),
+              StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
 TEST(VerbsUtilTest, StatusAndMtuMapping) {
   EXPECT_EQ(verbs::map_wc_status(IBV_WC_SUCCESS), WcStatus::kSuccess);
   EXPECT_EQ(verbs::map_wc_status(IBV_WC_RETRY_EXC_ERR),

@@ -161,6 +161,8 @@ std::vector<DeviceInfo> list_verbs_devices(std::string* why_none) {
 
 Result<std::unique_ptr<Device>> open_verbs_device(const std::string& spec,
                                                   const DeviceOptions& opts) {
+  UCCL_ASSIGN_OR_RETURN(VerbsParams params,
+                        VerbsParams::parse(opts.backend_params));
   std::string why;
   const IbvApi* api = ibv_api(&why);
   if (api == nullptr) return NotFound("verbs device " + spec + ": " + why);
@@ -191,9 +193,10 @@ Result<std::unique_ptr<Device>> open_verbs_device(const std::string& spec,
   }
   int gid_index = 0;
   if (pa.link_layer == IBV_LINK_LAYER_ETHERNET) {
-    gid_index =
-        choose_gid_index(read_gid_table(api, ctx, name, port, pa.gid_tbl_len),
-                         static_cast<int>(knob_ib_gid_index().get()));
+    gid_index = choose_gid_index(
+        read_gid_table(api, ctx, name, port, pa.gid_tbl_len),
+        params.gid_index >= 0 ? params.gid_index
+                              : static_cast<int>(knob_ib_gid_index().get()));
     if (gid_index < 0) {
       api->close_device(ctx);
       return NotFound(name +

@@ -2,6 +2,7 @@
 // is covered by unit tests on machines without RDMA NICs.
 #include "transport/verbs/verbs_util.h"
 
+#include <cstdlib>
 #include <cstring>
 
 namespace uccl::transport::verbs {
@@ -24,6 +25,32 @@ bool is_link_local(const uint8_t g[16]) {
 }
 
 }  // namespace
+
+Result<VerbsParams> VerbsParams::parse(const std::string& text) {
+  VerbsParams p;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(',', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const std::string val = eq == std::string::npos ? "" : item.substr(eq + 1);
+    if (key != "gid_index") {
+      return InvalidArgument("verbs device option '" + item +
+                             "': the verbs backend takes gid_index=N");
+    }
+    char* stop = nullptr;
+    const long v = val.empty() ? -1 : std::strtol(val.c_str(), &stop, 10);
+    if (val.empty() || *stop != '\0' || v < 0 || v > 255) {
+      return InvalidArgument("verbs device option '" + item +
+                             "': gid_index takes 0 to 255");
+    }
+    p.gid_index = static_cast<int>(v);
+  }
+  return p;
+}
 
 int choose_gid_index(const std::vector<GidEntry>& table, int preferred) {
   if (preferred >= 0) {

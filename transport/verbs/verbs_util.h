@@ -24,6 +24,15 @@ struct GidEntry {
 // any non-zero GID. -1 when the table has no usable entry.
 int choose_gid_index(const std::vector<GidEntry>& table, int preferred);
 
+// The verbs backend's own options (DeviceOptions::backend_params,
+// "key=value,..."): gid_index=N (0-255) overrides UCCL_IB_GID_INDEX (the
+// NCCL plugin passes NCCL_IB_GID_INDEX this way). -1: not given. Any other
+// key, or a bad value, is InvalidArgument.
+struct VerbsParams {
+  int gid_index = -1;
+  static Result<VerbsParams> parse(const std::string& text);
+};
+
 // verbs completion status -> ours.
 WcStatus map_wc_status(ibv_wc_status s);
 // verbs MTU enum <-> bytes (IBV_MTU_4096 <-> 4096); 0 / IBV_MTU_1024 default.

@@ -10,9 +10,11 @@ namespace uccl::nccl {
 
 UCCL_KNOB(std::string, knob_devices, "UCCL_NCCL_DEVICES", "",
           "NCCL plugin: comma-separated UCCL devices to offer NCCL (udp, "
-          "udp:<if>, udp:<ipv4>, mlx5_0, ...). Empty: active verbs devices, "
-          "then the software NIC on each non-loopback interface (loopback "
-          "only when there is no other).");
+          "udp:<if>, udp:<ipv4>, mlx5_0, ...), in that order; wins over "
+          "NCCL's variables. Empty: active verbs devices (NCCL_IB_HCA "
+          "selects), then the software NIC on each interface but lo and "
+          "docker* (NCCL_SOCKET_IFNAME selects), lo only where there is no "
+          "other; nearest the GPU first.");
 UCCL_KNOB(int64_t, knob_engines, "UCCL_NCCL_ENGINES", 0,
           "NCCL plugin: engine threads per device in use (each spins on a "
           "core of its own while there is traffic). 0: three quarters of "

@@ -49,10 +49,9 @@ int accept(void* lc, void** rc, DeviceHandle**) { return P().accept(lc, rc); }
 int reg_mr(void* comm, void* data, size_t size, int type, void** mh) {
   return P().reg_mr(comm, data, size, type, mh);
 }
-int reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t, int,
-                  void** mh) {
-  // DMA-BUF is for device memory, which we do not offer (ptrSupport HOST).
-  return P().reg_mr(comm, data, size, type, mh);
+int reg_mr_dmabuf(void* comm, void* data, size_t size, int type,
+                  uint64_t offset, int fd, void** mh) {
+  return P().reg_mr_dmabuf(comm, data, size, type, offset, fd, mh);
 }
 int dereg_mr(void* comm, void* mh) { return P().dereg_mr(comm, mh); }
 int v11_isend(void* sc, void* data, size_t size, int tag, void* mh,

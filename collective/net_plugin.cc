@@ -34,6 +34,7 @@
 #include "collective/stripe.h"
 #include "transport/nic.h"
 #include "transport/registry.h"
+#include "transport/verbs/ibv_api.h"
 #include "util/clock.h"
 #include "util/cpu.h"
 #include "util/knobs.h"
@@ -152,6 +153,18 @@ Status NetPlugin::add_devices(std::string* why) {
     d->ip = host_ip;
     d->soft_nic = n.compare(0, 3, "udp") == 0;
     if (!d->soft_nic) d->nic_params = choice.verbs_params;
+    GpuDirectProbe probe;
+    probe.verbs = !d->soft_nic;
+    probe.enabled = knob_gpu_direct().get();
+    if (probe.verbs) {
+      std::string why_not;
+      const transport::verbs::IbvApi* api = transport::verbs::ibv_api(&why_not);
+      probe.dmabuf_api = api != nullptr && api->reg_dmabuf_mr != nullptr;
+      probe.peermem = peermem_loaded([](const std::string& path) {
+        return access(path.c_str(), F_OK) == 0;
+      });
+    }
+    d->ptr_support = gpu_ptr_support(probe);
     for (const auto& info : all) {
       if (info.name != n && !(n == "udp" && info.netdev == "lo")) continue;
       if (!info.ip.empty() && info.backend == "udp" && n != "udp") {
@@ -211,6 +224,10 @@ Status NetPlugin::read_settings(std::string* engines_why) {
     return InvalidArgument("UCCL_NCCL_PARTS=" + parts +
                            ": expected auto, first or all");
   }
+  const std::string flush = knob_flush().get();
+  flush_mode_ = flush == "read"  ? FlushMode::kRead
+                : flush == "off" ? FlushMode::kOff
+                                 : FlushMode::kAuto;
   spread_ = knob_spread().get();
   stripe_kb_ = knob_stripe_kb().get();
   steer_threads_ = knob_steer().get();
@@ -273,10 +290,9 @@ NcclResult NetPlugin::properties(int dev, PropertiesV12* p) {
   p->name = d->name_c;
   p->pciPath = d->pci.empty() ? nullptr : d->pci_c;
   p->guid = d->guid;
-  // Host memory only: the software NIC's kernel sockets cannot reach GPU
-  // memory, so NCCL stages through host buffers (verbs GPUDirect is future
-  // work).
-  p->ptrSupport = kPtrHost;
+  // Host memory, and GPU memory on verbs devices that can reach it
+  // (collective/gpu_direct.h); the software NIC's sockets cannot.
+  p->ptrSupport = d->ptr_support;
   p->regIsGlobal = 0;
   p->forceFlush = 0;
   p->speed = static_cast<int>(std::min<uint64_t>(d->speed_mbps, INT32_MAX));
@@ -348,6 +364,56 @@ uccl::Result<DeviceEndpoint*> NetPlugin::endpoint(PluginDevice* d) {
           "; " + idle);
   d->eps.push_back(std::move(e));
   return d->eps.back().get();
+}
+
+Result<FlushLink*> NetPlugin::flush_link(PluginComm* c) {
+  // Called with mu_ held.
+  DeviceEndpoint* de = nullptr;
+  for (auto& e : c->dev->eps) {
+    if (e->ep.get() == c->ep) de = e.get();
+  }
+  if (de == nullptr) return Internal("flush: the comm's endpoint is gone");
+  if (de->flush) return de->flush.get();
+  // The endpoint connects to itself; the accepting side serves the reads.
+  auto link = std::make_unique<FlushLink>();
+  UCCL_ASSIGN_OR_RETURN(link->mh,
+                        de->ep->reg_mr(link->buf.data(), link->buf.size()));
+  const uint64_t tag = next_tag_.fetch_add(1) & ((1ull << 56) - 1);
+  auto pending = de->ep->connect_start(c->dev->ip, de->port, conn_tag(tag, 0));
+  Status st = pending.status();
+  const uint64_t until = monotonic_ns() + 10000000000ull;
+  while (st.ok() && (link->conn == 0 || link->accepted == 0)) {
+    if (monotonic_ns() > until) {
+      st = TimedOut("flush: connecting to itself");
+      break;
+    }
+    if (link->conn == 0) {
+      auto cn = de->ep->connect_poll(*pending);
+      if (cn.ok()) link->conn = *cn;
+      if (!cn.ok() && cn.status().code() != StatusCode::kUnavailable) {
+        st = cn.status();
+      }
+    }
+    if (link->accepted == 0) {
+      auto ac = de->ep->accept_poll(conn_tag(tag, 0));
+      if (ac.ok()) link->accepted = *ac;
+      if (!ac.ok() && ac.status().code() != StatusCode::kUnavailable) {
+        st = ac.status();
+      }
+    }
+  }
+  if (!st.ok()) {
+    if (link->conn) de->ep->close(link->conn);
+    if (link->accepted) de->ep->close(link->accepted);
+    de->ep->dereg_mr(link->mh);
+    return st.with_context("iflush's loopback connection");
+  }
+  log(kLogInfo, __FILE__, __LINE__,
+      "device " + c->dev->name +
+          ": flushes read back through a loopback "
+          "connection");
+  de->flush = std::move(link);
+  return de->flush.get();
 }
 
 uint32_t NetPlugin::next_lane(DeviceEndpoint* e, bool send) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "collective/gpu_direct.h"
 #include "collective/nccl_net_abi.h"
 #include "collective/net_event.h"
 #include "uccl/endpoint.h"
@@ -33,6 +34,7 @@ namespace uccl::nccl {
 
 struct PluginDevice;
 struct DeviceEndpoint;
+struct FlushLink;
 struct PluginComm;
 struct PluginListen;
 
@@ -45,6 +47,7 @@ struct PluginRequest {
   PluginComm* comm = nullptr;
   std::atomic<bool> used{false};
   int n = 0;                     // NCCL buffers (grouped receives)
+  bool flush = false;            // an iflush: `grouped` is its read-back
   void* event = nullptr;         // profiler handle
   ncclabi::UcclNetEventV1 ev{};  // what the profiler event carries
 };
@@ -53,6 +56,12 @@ struct PluginRequest {
 // that comm until deregMr or its close).
 struct PluginMr {
   MrHandle* mh = nullptr;
+  bool gpu = false;  // CUDA memory (peer memory or dma-buf)
+  uint8_t* base = nullptr;
+  size_t len = 0;
+  // Advertised to the flush link at its first flush (under mrs_mu).
+  bool advertised = false;
+  RemoteRegion region;
 };
 
 class NetPlugin {
@@ -70,6 +79,11 @@ class NetPlugin {
   ncclabi::NcclResult accept(void* listen_comm, void** recv_comm);
   ncclabi::NcclResult reg_mr(void* comm, void* data, size_t size, int type,
                              void** mhandle);
+  // regMrDmaBuf: a dma-buf of GPU memory on devices that take one, else
+  // as regMr.
+  ncclabi::NcclResult reg_mr_dmabuf(void* comm, void* data, size_t size,
+                                    int type, uint64_t offset, int fd,
+                                    void** mhandle);
   ncclabi::NcclResult dereg_mr(void* comm, void* mhandle);
   ncclabi::NcclResult isend(void* send_comm, void* data, size_t size, int tag,
                             void* mhandle, void* phandle, void** request);
@@ -101,6 +115,8 @@ class NetPlugin {
  private:
   NetPlugin() = default;
   ~NetPlugin();
+  // The loopback link iflush reads through, made on first use (mu_ held).
+  Result<FlushLink*> flush_link(PluginComm* c);
   // d's endpoint for the calling thread's GPU, started on first use.
   Result<DeviceEndpoint*> endpoint(PluginDevice* d);
   // init()'s steps.
@@ -109,6 +125,9 @@ class NetPlugin {
   // A free request of c's pool (one done early is reused once its empty
   // parts finished), or nullptr.
   PluginRequest* alloc_request(PluginComm* c);
+  // A registration (or its error) recorded on c as NCCL's memory handle.
+  ncclabi::NcclResult add_mr(PluginComm* c, const Result<MrHandle*>& mh,
+                             void* data, size_t size, bool gpu, void** mhandle);
   // NCCL's profiler (NetPlugin events, collective/net_event.h): started at
   // the post, updated with the outcome and stopped at completion.
   void profile_start(PluginRequest* r, void* phandle, int op, size_t bytes);
@@ -140,6 +159,7 @@ class NetPlugin {
   int engines_per_device_ = 1;  // UCCL_NCCL_ENGINES, or auto_engines
   int conns_per_comm_ = 1;
   PartsMode parts_mode_ = PartsMode::kAuto;  // UCCL_NCCL_PARTS
+  FlushMode flush_mode_ = FlushMode::kAuto;  // UCCL_NCCL_FLUSH
   bool spread_ = true;                       // UCCL_NCCL_SPREAD
   int64_t stripe_kb_ = 0;                    // UCCL_NCCL_STRIPE_KB
   bool steer_threads_ = true;                // UCCL_NCCL_STEER_THREADS

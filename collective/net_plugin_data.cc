@@ -22,22 +22,46 @@ NcclResult NetPlugin::reg_mr(void* comm, void* data, size_t size, int type,
                              void** mhandle) {
   if (comm == nullptr || mhandle == nullptr) return kInternalError;
   auto* c = static_cast<PluginComm*>(comm);
-  if (type != kPtrHost) {
-    return fail("regMr",
-                InvalidArgument("only host memory (NCCL_PTR_HOST) "
-                                "is supported; type " +
-                                std::to_string(type)),
-                kInternalError);
+  // GPU memory only where the device offered it (peer memory: the NIC
+  // registers the GPU pointer as any other).
+  if (type != kPtrHost &&
+      !(type == kPtrCuda && (c->dev->ptr_support & kPtrCuda) != 0)) {
+    return fail(
+        "regMr",
+        InvalidArgument("memory of type " + std::to_string(type) +
+                        " is not offered on " + c->dev->name + " (ptrSupport " +
+                        std::to_string(c->dev->ptr_support) + ")"),
+        kInternalError);
   }
-  auto* m = new PluginMr;
+  Result<MrHandle*> mh = static_cast<MrHandle*>(nullptr);
+  if (size > 0 && data != nullptr) mh = c->ep->reg_mr(data, size);
+  return add_mr(c, mh, data, size, type == kPtrCuda, mhandle);
+}
+
+NcclResult NetPlugin::reg_mr_dmabuf(void* comm, void* data, size_t size,
+                                    int type, uint64_t offset, int fd,
+                                    void** mhandle) {
+  if (comm == nullptr || mhandle == nullptr) return kInternalError;
+  auto* c = static_cast<PluginComm*>(comm);
+  if (type != kPtrCuda || fd < 0 || (c->dev->ptr_support & kPtrDmaBuf) == 0) {
+    return reg_mr(comm, data, size, type, mhandle);
+  }
+  Result<MrHandle*> mh = static_cast<MrHandle*>(nullptr);
   if (size > 0 && data != nullptr) {
-    auto mh = c->ep->reg_mr(data, size);
-    if (!mh.ok()) {
-      delete m;
-      return fail("regMr", mh.status());
-    }
-    m->mh = *mh;
+    mh = c->ep->reg_dmabuf_mr(data, size, fd, offset);
   }
+  return add_mr(c, mh, data, size, true, mhandle);
+}
+
+NcclResult NetPlugin::add_mr(PluginComm* c, const Result<MrHandle*>& mh,
+                             void* data, size_t size, bool gpu,
+                             void** mhandle) {
+  if (!mh.ok()) return fail("regMr", mh.status());
+  auto* m = new PluginMr;
+  m->mh = *mh;
+  m->gpu = gpu;
+  m->base = static_cast<uint8_t*>(data);
+  m->len = size;
   {
     std::lock_guard<std::mutex> lock(c->mrs_mu);
     c->mrs.insert(m);
@@ -213,13 +237,63 @@ NcclResult NetPlugin::irecv(void* recv_comm, int n, void** data,
 NcclResult NetPlugin::iflush(void* recv_comm, int n, void** data,
                              const int* sizes, void** mhandles,
                              void** request) {
-  (void)n;
-  (void)data;
-  (void)sizes;
-  (void)mhandles;
   if (recv_comm == nullptr || request == nullptr) return kInternalError;
-  // Host memory: received bytes are visible as soon as the receive is done.
-  *request = nullptr;
+  *request = nullptr;  // nothing to flush: done
+  auto* c = static_cast<PluginComm*>(recv_comm);
+  if (n < 1 || n > kMaxRecvsPerRequest || data == nullptr || sizes == nullptr ||
+      mhandles == nullptr) {
+    return kSuccess;
+  }
+  // The last buffer that received bytes into memory that needs it: the
+  // NIC wrote them in order, so reading its first byte back flushes all.
+  int k = -1;
+  for (int i = 0; i < n; ++i) {
+    auto* m = static_cast<PluginMr*>(mhandles[i]);
+    if (sizes[i] > 0 && m != nullptr && m->mh != nullptr &&
+        flush_needed(flush_mode_, m->gpu)) {
+      k = i;
+    }
+  }
+  if (k < 0) return kSuccess;
+  auto* m = static_cast<PluginMr*>(mhandles[k]);
+  auto* at = static_cast<uint8_t*>(data[k]);
+  if (at < m->base || at >= m->base + m->len) {
+    return fail("iflush", InvalidArgument("buffer outside its registration"),
+                kInternalError);
+  }
+  Result<FlushLink*> link = static_cast<FlushLink*>(nullptr);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    link = flush_link(c);
+  }
+  if (!link.ok()) return fail("iflush", link.status());
+  {
+    std::lock_guard<std::mutex> lock(c->mrs_mu);
+    if (!m->advertised) {
+      auto r = c->ep->advertise(m->mh, m->base, m->len);
+      if (!r.ok()) return fail("iflush", r.status());
+      m->region = *r;
+      m->advertised = true;
+    }
+  }
+  PluginRequest* r = alloc_request(c);
+  if (r == nullptr) {
+    return fail("iflush", ResourceExhausted("more than NCCL's 32 requests"),
+                kInternalError);
+  }
+  r->n = 1;
+  r->flush = true;
+  r->event = nullptr;
+  Status st = c->ep->read_async(
+      (*link)->conn, (*link)->buf.data(), 1, (*link)->mh, m->region,
+      static_cast<uint64_t>(at - m->base), &r->grouped);
+  if (!st.ok()) {
+    r->flush = false;
+    r->used.store(false, std::memory_order_release);
+    return fail("iflush", st);
+  }
+  ++c->held;
+  *request = r;
   return kSuccess;
 }
 
@@ -230,6 +304,15 @@ NcclResult NetPlugin::test(void* request, int* done, int* sizes) {
   *done = 0;
   Status st;
   size_t moved = 0;
+  if (r->flush) {  // an iflush's read-back
+    if (!r->grouped.done()) return kSuccess;
+    *done = 1;
+    --c->held;
+    r->flush = false;
+    st = r->grouped.status();
+    r->used.store(false, std::memory_order_release);
+    return st.ok() ? kSuccess : fail("flush", st, kSystemError);
+  }
   if (r->n > 1) {
     st = c->group->progress();
     if (!st.ok()) return fail("test", st);

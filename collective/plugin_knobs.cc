@@ -92,6 +92,20 @@ UCCL_KNOB(bool, knob_steer, "UCCL_NCCL_STEER_THREADS", true,
           "message, until the kernel moved it; a thread put beside a "
           "sleeping engine is interrupted each time it wakes. Off: the "
           "kernel alone places them.");
+UCCL_KNOB(bool, knob_gpu_direct, "UCCL_NCCL_GPU_DIRECT", true,
+          "NCCL plugin: offer NCCL GPU memory (ptrSupport CUDA) on verbs "
+          "devices where rdma-core registers dma-bufs (CUDA and DMABUF) or "
+          "nvidia_peermem is loaded (CUDA); off: host memory only, NCCL "
+          "stages through it. The software NIC is host memory only.");
+const char* const kFlushModes[] = {"auto", "read", "off", nullptr};
+UCCL_KNOB(std::string, knob_flush, "UCCL_NCCL_FLUSH", "auto",
+          "NCCL plugin: how iflush makes received data visible to the GPU. "
+          "auto: for GPU memory, a one-byte read of it back through a "
+          "loopback connection (the NIC's read is ordered after its writes, "
+          "as NCCL's IB transport flushes); nothing for host memory. read: "
+          "for host memory too (to exercise the path on any NIC). off: "
+          "never.",
+          kFlushModes);
 UCCL_KNOB(bool, knob_steer_main, "UCCL_NCCL_STEER_MAIN", true,
           "NCCL plugin, with UCCL_NCCL_STEER_THREADS: the process's main "
           "thread leaves the engines' cores too, once, at the first send or "

@@ -19,6 +19,8 @@ UCCL_DECLARE_KNOB(std::string, knob_parts);
 UCCL_DECLARE_KNOB(bool, knob_spread);
 UCCL_DECLARE_KNOB(bool, knob_steer);
 UCCL_DECLARE_KNOB(bool, knob_steer_main);
+UCCL_DECLARE_KNOB(bool, knob_gpu_direct);
+UCCL_DECLARE_KNOB(std::string, knob_flush);
 UCCL_DECLARE_KNOB(int64_t, knob_max_bytes);
 UCCL_DECLARE_KNOB(bool, knob_tuner);
 UCCL_DECLARE_KNOB(int64_t, knob_ll_max_kb);

@@ -56,10 +56,27 @@ static_assert(offsetof(ConnectHandle, flags) == 44, "handle layout");
 // device current on NCCL's calling thread, so each rank has engines of its
 // own as it would in a process of its own; otherwise one (gpu -1 where
 // CUDA is not in use).
+// A connection of an endpoint to itself and a small host buffer: iflush
+// reads a byte of received memory back through it (collective/gpu_direct.h).
+struct FlushLink {
+  ConnId conn = 0;      // the connecting side: reads go out on it
+  ConnId accepted = 0;  // the accepting side: it serves them
+  std::vector<uint8_t> buf = std::vector<uint8_t>(64);
+  MrHandle* mh = nullptr;
+};
+
 struct DeviceEndpoint {
   int gpu = -1;
   std::unique_ptr<Endpoint> ep;
+  std::unique_ptr<FlushLink> flush;  // made at the first flush; mu_
   uint16_t port = 0;
+  ~DeviceEndpoint() {  // the link's connections and buffer, before ep
+    if (flush && ep) {
+      if (flush->conn) ep->close(flush->conn);
+      if (flush->accepted) ep->close(flush->accepted);
+      if (flush->mh) ep->dereg_mr(flush->mh);
+    }
+  }
   // The next send / receive comm's lane (lane_engine, stripe.h); mu_.
   uint32_t next_send_lane = 0;
   uint32_t next_recv_lane = 0;
@@ -77,6 +94,7 @@ struct PluginDevice {
   // devices' engines sleep blind.
   bool soft_nic = false;
   std::string nic_params;  // the backend's options (verbs: gid_index=N)
+  int ptr_support = ncclabi::kPtrHost;  // NCCL_PTR_* (gpu_direct.h)
   std::vector<std::unique_ptr<DeviceEndpoint>> eps;  // mu_
   char name_c[64] = {};
   char pci_c[256] = {};

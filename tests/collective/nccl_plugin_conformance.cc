@@ -1230,6 +1230,63 @@ void scenario_per_gpu(Api& a) {
   a.dereg_mr(rc, rmh);
 }
 
+// iflush after each receive, as NCCL calls it for GPU memory: with
+// UCCL_NCCL_FLUSH=read a one-byte read back through the endpoint's
+// loopback connection (collective/gpu_direct.h) that must complete; with
+// the default, host memory needs none (a NULL request).
+void scenario_flush(Api& a) {
+  const char* mode = std::getenv("UCCL_NCCL_FLUSH");
+  const bool reads = mode != nullptr && std::string(mode) == "read";
+  void *sc, *rc, *lc;
+  REQUIRE(connect_pair(a, 0, &sc, &rc, &lc), "connect/accept");
+  CloseOnReturn closer(a, {sc}, {rc}, {lc});
+  std::vector<uint8_t> sbuf(1 << 20), rbuf(2 << 20);
+  void *smh = nullptr, *rmh = nullptr;
+  REQUIRE(
+      a.reg_mr(sc, sbuf.data(), sbuf.size(), kPtrHost, &smh) == kSuccess &&
+          a.reg_mr(rc, rbuf.data(), rbuf.size(), kPtrHost, &rmh) == kSuccess,
+      "regMr");
+  int flushed = 0;
+  for (int m = 0; m < 40; ++m) {
+    const size_t len = 1 + (m * 52361) % sbuf.size();
+    uccl::fill_pattern(sbuf.data(), len, 90 + m);
+    // Receive at an offset of the region: the read-back's offset follows.
+    uint8_t* at = rbuf.data() + (m % 3) * 4096;
+    void *sr = nullptr, *rr = nullptr, *data = at;
+    size_t size = sbuf.size();
+    int tag = 0;
+    while (rr == nullptr) {
+      REQUIRE(a.irecv(rc, 1, &data, &size, &tag, &rmh, &rr) == kSuccess,
+              "irecv");
+    }
+    while (sr == nullptr) {
+      REQUIRE(a.isend(sc, sbuf.data(), len, 0, smh, &sr) == kSuccess, "isend");
+    }
+    int got = -1, sdone = 0, rdone = 0;
+    const uint64_t until = uccl::monotonic_ns() + 60000000000ull;
+    while ((!sdone || !rdone) && uccl::monotonic_ns() < until) {
+      if (!sdone) REQUIRE(a.test(sr, &sdone, nullptr) == kSuccess, "send");
+      if (!rdone) REQUIRE(a.test(rr, &rdone, &got) == kSuccess, "recv");
+    }
+    REQUIRE(sdone && rdone && got == static_cast<int>(len), "message %d", m);
+    void* fr = reinterpret_cast<void*>(0x1);
+    int fsize = got;
+    REQUIRE(a.iflush(rc, 1, &data, &fsize, &rmh, &fr) == kSuccess, "iflush");
+    if (!reads) {
+      CHECK_THAT(fr == nullptr, "host memory needs no flush");
+      continue;
+    }
+    REQUIRE(fr != nullptr, "iflush %d: no request", m);
+    REQUIRE(wait_req(a, fr, nullptr) == kSuccess, "flush %d", m);
+    ++flushed;
+    CHECK_THAT(uccl::find_pattern_mismatch(at, len, 90 + m) == -1,
+               "message %d corrupted", m);
+  }
+  CHECK_THAT(!reads || flushed == 40, "%d flushes", flushed);
+  a.dereg_mr(sc, smh);
+  a.dereg_mr(rc, rmh);
+}
+
 // maxRecvs > 1 (UCCL_NCCL_MAX_RECVS=8): grouped receives, tags pick buffers.
 void scenario_grouped(Api& a) {
   PropertiesV12 p;
@@ -1918,6 +1975,8 @@ int run_scenario(const std::string& plugin, const std::string& name,
     killed_child(a, role, hexh);
   else if (name == "per_gpu")
     scenario_per_gpu(a);
+  else if (name == "flush")
+    scenario_flush(a);
   else {
     std::fprintf(stderr, "unknown scenario %s\n", name.c_str());
     return 2;
@@ -2044,6 +2103,9 @@ int main(int argc, char** argv) {
   runs.push_back({"grouped", 8, {"UCCL_NCCL_MAX_RECVS=8"}});
   runs.push_back({"grouped", 12, {"UCCL_NCCL_MAX_RECVS=8"}});
   runs.push_back({"per_gpu", 11, {}});
+  runs.push_back({"flush", 11, {}});
+  runs.push_back({"flush", 11, {"UCCL_NCCL_FLUSH=read"}});
+  runs.push_back({"flush", 8, {"UCCL_NCCL_FLUSH=read"}});
   runs.push_back({"twoproc", 12, {}});
   runs.push_back(
       {"data", 11, {"UCCL_FAULT_TX=drop=0.01", "UCCL_FAULT_SEED=7"}});

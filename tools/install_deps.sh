@@ -9,7 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libibverbs-dev rdma-core ibverbs-utils
   pybind11-dev python3-dev python3-matplotlib python3-pytest python3-numpy
-  iproute2 procps clang-format
+  iproute2 iptables procps clang-format
   clang libclang-rt-14-dev
 )
 

@@ -17,13 +17,16 @@
 // checks every element of its output, and rank 0 pipes the rows back. The
 // table gives each net's median over the rounds, and the ratio of the best
 // baseline's time to the subject's (> 1: the subject is faster).
+#include <fcntl.h>
 #include <gflags/gflags.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -65,6 +68,11 @@ DEFINE_uint64(lat_max_bytes, 64 << 10,
               "Latency is measured for sizes up to this many bytes.");
 DEFINE_uint32(rounds, 3, "Rounds; each runs every net once, in turn.");
 DEFINE_uint32(gpus, 2, "Ranks, one GPU each.");
+DEFINE_string(netns, "",
+              "Network namespaces, comma-separated, one per rank (rank r "
+              "joins the r-th: /var/run/netns/<name>), e.g. the two sides "
+              "of tools/testbed/netns.sh (ranks on a shaped, lossy link). "
+              "Empty: the caller's.");
 DEFINE_string(procs, "per_gpu",
               "per_gpu: one process per GPU (torchrun's way); one: one "
               "process drives every GPU, one communicator each "
@@ -83,6 +91,22 @@ DEFINE_bool(per_round, true,
 namespace {
 
 using uccl::tools::PerfRow;
+
+// --netns: each rank's network namespace (empty: the caller's).
+std::vector<std::string> g_netns;
+
+// In a forked rank, before NCCL or CUDA: join namespace `name`; exits the
+// process where it cannot.
+void join_netns(int rank, const std::string& name) {
+  const std::string path = "/var/run/netns/" + name;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+    std::fprintf(stderr, "nccl_perf rank %d: joining %s: %s\n", rank,
+                 path.c_str(), std::strerror(errno));
+    _exit(2);
+  }
+  close(fd);
+}
 
 // Variables some --nets entry sets for its own run, unset before the others.
 std::vector<std::string> g_variant_vars;
@@ -142,6 +166,7 @@ std::string run_net(const uccl::tools::NetSpec& net, const std::string& plugin,
       close(out_fd[0]);
       if (r != 0) close(out_fd[1]);
       close(r == 0 ? id_fd[0] : id_fd[1]);
+      if (!g_netns.empty()) join_netns(static_cast<int>(r), g_netns[r]);
       if (one) {
         close(id_fd[1]);
         uccl::tools::procs_main(static_cast<int>(FLAGS_gpus), out_fd[1], cfg);
@@ -366,6 +391,15 @@ int main(int argc, char** argv) {
   if (nets.empty() || FLAGS_gpus < 2 || FLAGS_rounds == 0) {
     std::fprintf(stderr,
                  "nccl_perf: need --nets, --gpus >= 2, --rounds >= 1\n");
+    return 1;
+  }
+  g_netns = uccl::tools::split_list(FLAGS_netns);
+  if (!g_netns.empty() &&
+      (FLAGS_procs == "one" || g_netns.size() != FLAGS_gpus)) {
+    std::fprintf(stderr,
+                 "nccl_perf: --netns gives one namespace per rank (%u), one "
+                 "process per GPU\n",
+                 FLAGS_gpus);
     return 1;
   }
   if (FLAGS_procs != "one" && FLAGS_procs != "per_gpu") {

@@ -249,6 +249,61 @@ TEST(TransportTestTool, AcrossNetworkNamespacesThroughABottleneck) {
   EXPECT_EQ(json_value(client.output(), "client", "errors"), 0);
 }
 
+// The same two hosts with 2% of the packets arriving at each side dropped
+// (netns.sh --loss: iptables' statistic match): every byte still arrives,
+// and the drops happened.
+TEST(TransportTestTool, AcrossNetworkNamespacesThroughALossyLink) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for ip netns";
+  const std::string script =
+      std::string(UCCL_SOURCE_DIR) + "/tools/testbed/netns.sh";
+  const std::string name = "ucclL" + std::to_string(getpid() % 100000);
+  {
+    Subprocess up({script, "up", "--name=" + name, "--rate=1gbit",
+                   "--queue_kb=512", "--loss=0.02"});
+    const int rc = up.wait(30000);
+    if (rc != 0 &&
+        up.output().find("Operation not permitted") != std::string::npos) {
+      GTEST_SKIP() << "no network namespaces here: " << up.output();
+    }
+    if (rc == 3) GTEST_SKIP() << "no iproute2 or iptables: " << up.output();
+    ASSERT_EQ(rc, 0) << up.output();
+  }
+  struct Down {
+    std::string script, name;
+    ~Down() { Subprocess({script, "down", "--name=" + name}).wait(30000); }
+  } down{script, name};
+  const std::vector<std::string> common = {
+      "--engines=1",     "--paths=2", "--perftype=basic", "--iterations=3",
+      "--msize=1000000", "--nflow=2", "--cc=swift",       "--link_gbps=1",
+      "--chunk_kb=16",   "--json"};
+  std::vector<std::string> s = {
+      script, "exec",     "--name=" + name, "b",
+      kBin,   "--server", "--oobport=0",    "--device=udp:10.199.0.2"};
+  s.insert(s.end(), common.begin(), common.end());
+  Subprocess server(s);
+  ASSERT_TRUE(server.wait_for_output("listening on port ", 20000))
+      << server.output();
+  const std::string& so = server.output();
+  const int port = std::atoi(so.c_str() + so.find("listening on port ") + 18);
+  std::vector<std::string> c = {script,
+                                "exec",
+                                "--name=" + name,
+                                "a",
+                                kBin,
+                                "--serverip=10.199.0.2",
+                                "--device=udp:10.199.0.1",
+                                "--oobport=" + std::to_string(port)};
+  c.insert(c.end(), common.begin(), common.end());
+  Subprocess client(c);
+  EXPECT_EQ(client.wait(120000), 0) << client.output();
+  EXPECT_EQ(server.wait(15000), 0) << server.output();
+  EXPECT_EQ(json_value(server.output(), "server", "rx_bytes"), 2 * 3 * 1e6);
+  EXPECT_EQ(json_value(client.output(), "client", "errors"), 0);
+  Subprocess drops({script, "drops", "--name=" + name, "b"});
+  ASSERT_EQ(drops.wait(30000), 0);
+  EXPECT_GT(std::atoi(drops.output().c_str()), 0) << drops.output();
+}
+
 TEST(TransportTestTool, DeadServerFailsClearlyWithinSeconds) {
   // A port with no listener: bind one, learn it, close it.
   Subprocess probe({kBin, "--server", "--oobport=0"});

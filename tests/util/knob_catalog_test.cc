@@ -24,7 +24,7 @@ std::set<std::string> defined_knobs() {
       R"(UCCL_KNOB\(\s*[\w:]+\s*,\s*\w+\s*,\s*\"(UCCL_\w+)\")");
   std::set<std::string> names;
   for (const char* dir : {"util", "transport", "cc", "engine", "collective",
-                          "tools", "p2p", "channels"}) {
+                          "profiler", "tools", "p2p", "channels"}) {
     const fs::path root = fs::path(UCCL_SOURCE_DIR) / dir;
     if (!fs::exists(root)) continue;
     for (const auto& e : fs::recursive_directory_iterator(root)) {

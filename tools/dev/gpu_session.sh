@@ -21,6 +21,13 @@
 #                                 (tools/nccl_test.py profile, its traces to
 #                                 $OUT/profile), then its overhead: nccl_perf
 #                                 all_reduce with and without it, same rounds
+#   tools/dev/gpu_session.sh shaped   nccl_perf with each rank in its own
+#                                 network namespace over a veth pair shaped
+#                                 to $RATES Gb/s (tbf, $QUEUE_KB KiB queue)
+#                                 with random loss $LOSSES (iptables): UCCL
+#                                 with each CC and Socket 4x4, same rounds
+#                                 (needs gpu_netroot/ carried:
+#                                 tools/dev/gpu_netroot.sh)
 #   tools/dev/gpu_session.sh procs    nccl_perf one process per GPU against
 #                                 one process driving every GPU, UCCL and
 #                                 Socket 4x4, $ROUNDS interleaved rounds
@@ -174,6 +181,28 @@ case "$PART" in
       --nets="UCCL,UCCL+NCCL_PROFILER_PLUGIN=$C/libnccl-profiler-uccl.so+UCCL_PROFILER_DIR=/tmp/uccl-prof-perf+UCCL_PROFILER_EVENTS=8388608" \
       --json="$OUT/profile_perf.json" 2>&1 | tee "$OUT/profile_perf.md"
     grep -h "events\|dropped" /tmp/uccl-prof-perf/*.summary.txt 2>/dev/null | sort | uniq -c | head -6
+    ;;
+  shaped)
+    # shellcheck disable=SC1091
+    source gpu_netroot/env.sh
+    NCCL_LIB=$(nccl_lib)
+    TB=tools/testbed/netns.sh
+    for rate in ${RATES:-25}; do
+      for loss in ${LOSSES:-0 0.001 0.01}; do
+        echo "== ${rate} Gb/s, ${QUEUE_KB:-1024} KiB queue, loss $loss"
+        $TB up --name=nt --rate="${rate}gbit" --queue_kb="${QUEUE_KB:-1024}" \
+          --mtu=9000 --loss="$loss" || exit 1
+        NCCL_SOCKET_IFNAME=nt-v UCCL_LINK_GBPS=$rate timeout 500 "$C/bin/nccl_perf" \
+          --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" --netns=nt-a,nt-b \
+          --rounds="${ROUNDS:-1}" --sizes="${SIZES:-1M,16M,64M}" --coll="${COLL:-all_reduce}" \
+          --lat_calls=0 --per_round=false --timeout_s=240 \
+          --nets="${NETS:-UCCL,UCCL+UCCL_CC=swift,UCCL+UCCL_CC=timely_patched,UCCL+UCCL_CC=credit,Socket4x4}" \
+          --json="$OUT/shaped_${rate}_${loss}_${COLL:-all_reduce}.json" 2>&1 |
+          grep -E "^\||FAIL|round"
+        echo "dropped by the link: a $($TB drops --name=nt a), b $($TB drops --name=nt b)"
+        $TB down --name=nt >/dev/null
+      done
+    done
     ;;
   procs)
     NCCL_LIB=$(nccl_lib)

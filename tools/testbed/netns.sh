@@ -3,17 +3,21 @@
 # joined by a veth pair, with an optional tc bottleneck (rate, queue, delay).
 #
 #   tools/testbed/netns.sh up [--name=uccl] [--rate=10gbit] [--queue_kb=256]
-#                             [--delay_us=0] [--mtu=9000]
+#                             [--delay_us=0] [--mtu=9000] [--loss=0.01]
 #   tools/testbed/netns.sh exec a|b <command...>   run inside a namespace
 #   tools/testbed/netns.sh ip a|b                  print that side's address
 #   tools/testbed/netns.sh qdisc a|b               tc -s qdisc of that side
+#   tools/testbed/netns.sh drops a|b               arrivals --loss dropped there
 #   tools/testbed/netns.sh down [--name=uccl]      remove everything
 #
 # Side a is 10.199.0.1, side b 10.199.0.2 (/24). The bottleneck applies to
 # each side's egress: netem (delay, if any) feeding a tbf with the given rate
-# and a byte-limited queue (drop-tail). `up` replaces a testbed of the same
-# name. Needs root and iproute2 (ip netns, tc): exit 2 without root, 3
-# without the commands. Traffic never leaves the two namespaces.
+# and a byte-limited queue (drop-tail); --loss drops that fraction of the
+# packets arriving at each side at random (iptables' statistic match on
+# INPUT: kernels here lack netem's loss, and a drop on OUTPUT would fail
+# the sender's send instead of losing the packet on the way). `up` replaces a testbed of the same name. Needs
+# root and iproute2 (ip netns, tc), and iptables for --loss: exit 2 without
+# root, 3 without the commands. Traffic never leaves the two namespaces.
 set -euo pipefail
 
 cmd=${1:-}
@@ -23,6 +27,7 @@ rate=""
 queue_kb=256
 delay_us=0
 mtu=9000
+loss=""
 side=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -31,6 +36,7 @@ while [ $# -gt 0 ]; do
     --queue_kb=*) queue_kb=${1#--queue_kb=} ;;
     --delay_us=*) delay_us=${1#--delay_us=} ;;
     --mtu=*) mtu=${1#--mtu=} ;;
+    --loss=*) loss=${1#--loss=} ;;
     a | b)
       if [ -z "$side" ]; then side=$1; shift; break; fi ;;
     *) echo "netns.sh: unknown argument '$1'" >&2; exit 2 ;;
@@ -57,6 +63,33 @@ need_root() {
       exit 3
     fi
   done
+}
+
+# iptables that works here: the legacy backend, else nft, else plain.
+iptables_cmd() {
+  local t
+  for t in iptables-legacy iptables-nft iptables; do
+    command -v "$t" >/dev/null && { echo "$t"; return 0; }
+  done
+  return 1
+}
+
+# --loss: random drops of what arrives at each side (iptables statistic).
+lossy() {  # lossy <ns> <ifname>
+  local ns=$1 dev=$2 ipt
+  [ -z "$loss" ] && return 0
+  [ "$loss" = "0" ] && return 0
+  if ! ipt=$(iptables_cmd); then
+    echo "netns.sh: --loss needs iptables" >&2
+    down
+    exit 3
+  fi
+  if ! ip netns exec "$ns" "$ipt" -A INPUT -i "$dev" -m statistic \
+    --mode random --probability "$loss" -j DROP; then
+    echo "netns.sh: --loss=$loss: iptables refused the statistic rule" >&2
+    down
+    exit 1
+  fi
 }
 
 down() {
@@ -103,6 +136,7 @@ case "$cmd" in
       ip -n "$ns" link set "$dev" up
       ip -n "$ns" link set lo up
       shape "$ns" "$dev"
+      lossy "$ns" "$dev"
     done
     # Both ends up (carrier) and a route between them.
     for _ in $(seq 1 50); do
@@ -118,7 +152,7 @@ case "$cmd" in
     fi
     echo "testbed $name up: $ns_a ($ip_a, $if_a) <-> $ns_b ($ip_b, $if_b)," \
       "mtu $mtu, bottleneck ${rate:-none}${rate:+ queue ${queue_kb} KiB}" \
-      "delay ${delay_us} us"
+      "delay ${delay_us} us, loss ${loss:-0}"
     ;;
   down)
     need_root
@@ -148,8 +182,19 @@ case "$cmd" in
       *) echo "netns.sh qdisc: give a or b" >&2; exit 2 ;;
     esac
     ;;
+  drops)
+    need_root
+    ipt=$(iptables_cmd) || { echo 0; exit 0; }
+    case "$side" in
+      a) n=$ns_a d=$if_a ;;
+      b) n=$ns_b d=$if_b ;;
+      *) echo "netns.sh drops: give a or b" >&2; exit 2 ;;
+    esac
+    ip netns exec "$n" "$ipt" -L INPUT -v -n -x 2>/dev/null |
+      awk -v d="$d" '$3 == "DROP" && $6 == d { s += $1 } END { print s + 0 }'
+    ;;
   *)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
     [ -z "$cmd" ] || [ "$cmd" = "help" ] || [ "$cmd" = "--help" ] || exit 2
     ;;
 esac

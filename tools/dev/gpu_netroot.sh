@@ -17,10 +17,16 @@ for d in "$tmp"/*.deb; do dpkg -x "$d" "$OUTDIR"; done
 # Only what the testbed runs: the binaries, their libraries, xtables
 # extensions; no documentation.
 rm -rf "$OUTDIR"/usr/share "$OUTDIR"/etc "$OUTDIR"/usr/lib/tc 2>/dev/null || true
+# Absolute links (sbin/ip -> /bin/ip) would leave the tree: make them
+# relative to it.
+find "$OUTDIR" -type l | while read -r l; do
+  t=$(readlink "$l")
+  case "$t" in /*) ln -sfn "$(realpath -m --relative-to="$(dirname "$l")" "$OUTDIR$t")" "$l" ;; esac
+done
 cat >"$OUTDIR/env.sh" <<'ENV'
 # Sourced on the GPU machine: Debian's ip, tc and iptables from here.
 R=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export PATH="$R/usr/sbin:$R/sbin:$R/usr/bin:$PATH"
+export PATH="$R/usr/sbin:$R/sbin:$R/usr/bin:$R/bin:$PATH"
 export LD_LIBRARY_PATH="$R/usr/lib/x86_64-linux-gnu:$R/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export XTABLES_LIBDIR="$R/usr/lib/x86_64-linux-gnu/xtables"
 ENV

@@ -623,6 +623,47 @@ TEST(RcReliabilityTest, TimeoutFollowsMeasuredRtt) {
   EXPECT_EQ(find_pattern_mismatch(b->buf.data() + 8192, 1000, 2), -1);
 }
 
+// A path whose RTT nears the configured timeout (a queue behind a shaped
+// link): the timeout follows the measured RTT upward too, so a packet is
+// not resent while its acknowledgement is merely queued. Acks 0.9 ms after
+// each send against ~1 ms configured give srtt + 4 rttvar of ~1.66 ms;
+// before, the timeout stopped at the configured 1 ms and an ack 1.5 ms
+// late was preceded by a go-back-N resend. Time moves only when the test
+// moves it.
+TEST(RcReliabilityTest, TimeoutFollowsASlowPathAboveTheConfiguredOne) {
+  ManualClock clock;
+  auto sides = clocked_rc_pair(&clock, 8);  // 4096 << 8 ns: ~1 ms
+  auto& a = sides.first;
+  auto& b = sides.second;
+  for (uint64_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(a->post_send(WrOpcode::kWrite, 1 + i, 0, 100, b->addr(),
+                             b->mr->rkey())
+                    .ok());
+    a->poll();  // transmits at the current time
+    clock.advance_ns(900000);
+    ASSERT_TRUE(
+        drive({a.get(), b.get()}, [&] { return a->send_wcs.size() == 1 + i; }));
+  }
+  EXPECT_EQ(cnt(a.get()).rc_timeouts, 0u);
+  // A send acknowledged 1.5 ms after it left: nothing is resent.
+  ASSERT_TRUE(
+      a->post_send(WrOpcode::kWrite, 20, 0, 100, b->addr(), b->mr->rkey())
+          .ok());
+  a->poll();
+  for (int step = 0; step < 14; ++step) {  // 1.4 ms, the sender polling
+    clock.advance_ns(100000);
+    a->poll();
+  }
+  EXPECT_EQ(cnt(a.get()).rc_timeouts, 0u) << "resent at the configured ~1 ms";
+  clock.advance_ns(100000);
+  ASSERT_TRUE(
+      drive({a.get(), b.get()}, [&] { return a->send_wcs.size() == 5; }));
+  EXPECT_EQ(cnt(a.get()).rc_timeouts, 0u);
+  for (const auto& wc : a->send_wcs) {
+    EXPECT_EQ(wc.status, WcStatus::kSuccess) << wc_status_name(wc.status);
+  }
+}
+
 // progress() runs the RC timers only of QPs with sends outstanding: an idle
 // QP costs nothing per call (an engine has one per connection, and used to
 // visit them all each loop). A send after a long idle spell times out from

@@ -613,7 +613,7 @@ void Runner::print_nic_summary() {
     pos = e == std::string::npos ? nic.size() : e + 1;
     const size_t sp = line.rfind(' ');  // "name value" lines
     if (sp == std::string::npos) continue;
-    if ((line.rfind("drop_", 0) == 0 ||
+    if ((line.rfind("drop_", 0) == 0 || line.rfind("tx_errors", 0) == 0 ||
          line.rfind("fault_tx_dropped", 0) == 0) &&
         line.substr(sp + 1) != "0") {
       drops += "  " + line;

@@ -298,7 +298,9 @@ class SoftQp final : public QueuePair {
   uint64_t rto_ns_ = 0;  // the configured timeout (QpConfig::rc.timeout)
   // Measured RTT (one packet timed at a time, none across a resend, as
   // Karn's rule says) and the timeout it gives, srtt + 4 rttvar, at least
-  // min_rto_ns_ and at most rto_ns_, once rtt_valid_.
+  // min_rto_ns_, once rtt_valid_: below the configured timeout on a quick
+  // path, above it on a slow one (a queue behind a shaped link), where the
+  // configured one would resend what is merely queued.
   uint64_t min_rto_ns_ = 0;
   bool rtt_valid_ = false;
   uint64_t srtt_ns_ = 0;

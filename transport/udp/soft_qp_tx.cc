@@ -342,7 +342,7 @@ void SoftQp::on_timer(uint64_t now) {
 uint64_t SoftQp::retransmit_timeout_ns() const {
   uint64_t base = rto_ns_;
   if (rtt_valid_) {
-    base = std::min(base, std::max(min_rto_ns_, srtt_ns_ + 4 * rttvar_ns_));
+    base = std::max(min_rto_ns_, srtt_ns_ + 4 * rttvar_ns_);
   }
   // Unlike an IB NIC, the timeout doubles with each retry: a software NIC's
   // peer is a process that may be descheduled or flooded for tens of

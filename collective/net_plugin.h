@@ -59,8 +59,9 @@ struct PluginMr {
   bool gpu = false;  // CUDA memory (peer memory or dma-buf)
   uint8_t* base = nullptr;
   size_t len = 0;
-  // Advertised to the flush link at its first flush (under mrs_mu).
-  bool advertised = false;
+  // Advertised to the flush link at its first flush (set under mrs_mu,
+  // read without it once true).
+  std::atomic<bool> advertised{false};
   RemoteRegion region;
 };
 

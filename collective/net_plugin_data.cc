@@ -261,19 +261,19 @@ NcclResult NetPlugin::iflush(void* recv_comm, int n, void** data,
     return fail("iflush", InvalidArgument("buffer outside its registration"),
                 kInternalError);
   }
-  Result<FlushLink*> link = static_cast<FlushLink*>(nullptr);
-  {
+  if (c->flush == nullptr) {  // the comm's first flush
     std::lock_guard<std::mutex> lock(mu_);
-    link = flush_link(c);
+    auto link = flush_link(c);
+    if (!link.ok()) return fail("iflush", link.status());
+    c->flush = *link;
   }
-  if (!link.ok()) return fail("iflush", link.status());
-  {
+  if (!m->advertised.load(std::memory_order_acquire)) {  // its first flush
     std::lock_guard<std::mutex> lock(c->mrs_mu);
-    if (!m->advertised) {
+    if (!m->advertised.load(std::memory_order_relaxed)) {
       auto r = c->ep->advertise(m->mh, m->base, m->len);
       if (!r.ok()) return fail("iflush", r.status());
       m->region = *r;
-      m->advertised = true;
+      m->advertised.store(true, std::memory_order_release);
     }
   }
   PluginRequest* r = alloc_request(c);
@@ -285,7 +285,7 @@ NcclResult NetPlugin::iflush(void* recv_comm, int n, void** data,
   r->flush = true;
   r->event = nullptr;
   Status st = c->ep->read_async(
-      (*link)->conn, (*link)->buf.data(), 1, (*link)->mh, m->region,
+      c->flush->conn, c->flush->buf.data(), 1, c->flush->mh, m->region,
       static_cast<uint64_t>(at - m->base), &r->grouped);
   if (!st.ok()) {
     r->flush = false;

@@ -120,6 +120,9 @@ struct PluginComm {
   // caller may not).
   std::mutex mrs_mu;
   std::unordered_set<PluginMr*> mrs;
+  // iflush's loopback link (its endpoint's), looked up once: later flushes
+  // take no lock.
+  FlushLink* flush = nullptr;
 };
 
 struct PluginListen {

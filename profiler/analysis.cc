@@ -35,6 +35,18 @@ const char* state_label(int state) {
       return "flush";
     case abi::kRecvGpuWait:
       return "GPU consume";
+    case abi::kCtrlIdle:
+      return "idle";
+    case abi::kCtrlActive:
+      return "active";
+    case abi::kCtrlSleep:
+      return "sleep";
+    case abi::kCtrlWakeup:
+      return "wakeup";
+    case abi::kCtrlAppend:
+      return "append";
+    case abi::kCtrlAppendEnd:
+      return "append end";
     default:
       return nullptr;
   }

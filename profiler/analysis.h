@@ -25,7 +25,8 @@ struct StepTimes {
   }
 };
 StepTimes step_times(const Event& step, uint64_t end_ns);
-// "GPU wait", "network", ... for a state number; nullptr if not a step's.
+// "GPU wait", "network", ... for a proxy step's state, "idle", "sleep", ...
+// for the proxy thread's; nullptr for any other number.
 const char* state_label(int state);
 
 struct ChannelReport {

@@ -184,7 +184,9 @@ void Writer::host_event(size_t i, const Event& e) {
       // ProxyCtrl: its states (idle, active, sleep, ...) nested.
       for (int s = 0; e.kind == Kind::kProxyCtrl && s < e.nstates; ++s) {
         const uint64_t to = s + 1 < e.nstates ? e.state_ns[s + 1] : end;
-        slice(tid, fmt("state %d", e.states[s]), e.state_ns[s], to, "");
+        const char* label = state_label(e.states[s]);
+        slice(tid, label ? label : fmt("state %d", e.states[s]), e.state_ns[s],
+              std::max(to, e.state_ns[s]), "");
       }
     }
   }

@@ -42,14 +42,21 @@ class RxWindow {
   // (the NIC's timestamp, else now): false for a duplicate (held already,
   // or behind the cumulative point; counted, and an ACK is due so a
   // sender whose ACK was lost learns), true with its extended CSN in
-  // *csn. A chunk past a hole asks for an ACK at once.
+  // *csn. A chunk past a hole asks for an ACK at once. Either way the
+  // chunk becomes the ACK's trigger: after a lost ACK, the next one names
+  // the resend that drew it (which the sender does not time, by Karn's
+  // rule), not a chunk that arrived an RTO ago, whose time here would read
+  // as that much receiver delay and RTT.
   bool arrive(uint32_t imm_csn, const RxChunkInfo& info, uint64_t arrival_ns,
               uint64_t now, uint32_t* csn) {
     const uint32_t delta = (imm_csn - rcv_cum_) & (Imm::kCsnSpace - 1);
-    if (delta >= kMaxChunksInFlight) return duplicate();
+    if (delta >= kMaxChunksInFlight) {  // behind the cumulative point
+      const uint32_t back = (rcv_cum_ - imm_csn) & (Imm::kCsnSpace - 1);
+      return duplicate(rcv_cum_ - back, arrival_ns, now);
+    }
     *csn = rcv_cum_ + delta;
     RxChunkInfo& slot = at(*csn);
-    if (slot.valid) return duplicate();
+    if (slot.valid) return duplicate(*csn, arrival_ns, now);
     slot = info;
     slot.valid = true;
     rx_bytes_ += info.len;
@@ -111,9 +118,11 @@ class RxWindow {
   uint64_t duplicates() const { return duplicates_; }
 
  private:
-  bool duplicate() {
+  bool duplicate(uint32_t csn, uint64_t arrival_ns, uint64_t now) {
     ++duplicates_;
     ack_now_ = true;
+    trigger_csn_ = csn;
+    trigger_arrival_ns_ = arrival_ns < now ? arrival_ns : now;
     return false;
   }
   RxChunkInfo& at(uint32_t csn) { return ring_[csn & (kRing - 1)]; }

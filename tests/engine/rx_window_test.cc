@@ -104,6 +104,37 @@ TEST(RxWindow, DuplicatesAreCountedAndAckedNotHandedOnAgain) {
   EXPECT_EQ(drain(w), (std::vector<uint32_t>{1, 2}));
 }
 
+// The ACK after a lost one: the sender resent (its RTO) and the resend
+// arrived as a duplicate; that duplicate is the trigger, timed from its own
+// arrival. Before, the ACK named the chunk that had arrived an RTO ago and
+// said it waited here that long: the sender (which had never timed that
+// chunk) took an RTO-long RTT sample and as much receiver delay, and
+// Swift's endpoint window collapsed to a thousandth of a packet.
+TEST(RxWindow, AnAckAfterALostOneNamesTheResendNotTheOldChunk) {
+  RxWindow w;
+  w.configure(1, 1000 * kUs);
+  uint32_t e = 0;
+  ASSERT_TRUE(arrive(w, 0, 0, &e));  // CSN 0 at t = 0
+  drain(w);
+  AckPacket a{};
+  w.fill_ack(&a, 1 * kUs);  // this ACK is lost on the way
+  EXPECT_EQ(a.trigger_csn, 0u);
+  EXPECT_EQ(a.rx_delay_ns, 1 * kUs);
+  w.ack_sent();
+  // 5 ms later the sender's RTO resends CSN 0: a duplicate.
+  EXPECT_FALSE(arrive(w, 0, 5000 * kUs));
+  w.fill_ack(&a, 5001 * kUs);
+  EXPECT_EQ(a.trigger_csn, 0u);
+  EXPECT_EQ(a.rx_delay_ns, 1 * kUs) << "timed from the resend's arrival";
+  w.ack_sent();
+  // A duplicate still held (ahead of the cumulative point) as well.
+  ASSERT_TRUE(arrive(w, 2, 5002 * kUs));
+  EXPECT_FALSE(arrive(w, 2, 9000 * kUs));
+  w.fill_ack(&a, 9003 * kUs);
+  EXPECT_EQ(a.trigger_csn, 2u);
+  EXPECT_EQ(a.rx_delay_ns, 3 * kUs);
+}
+
 TEST(RxWindow, CsnsExtendAcrossTheImmediatesWrap) {
   // The immediate carries 11 bits; the window extends them against its
   // cumulative point, so a flow goes on past 2048 chunks.

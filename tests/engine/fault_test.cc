@@ -267,14 +267,16 @@ TEST(RequestCcTest, SendsCountTheirOwnResendsAndPaths) {
 }
 
 // The window and rate are the controller's: none reports 0 (unlimited),
-// Swift its window.
+// Swift its window. One chunk's worth: Swift's first window sends it
+// whatever the host's scheduling delays (BENCHMARKS.md: on an
+// oversubscribed host Swift's window collapses over many RTTs).
 TEST(RequestCcTest, WindowAndRateAreTheControllers) {
   for (const char* cc : {"none", "swift"}) {
     EndpointConfig c = test_config(1, 2);
     c.cc = cc;
     auto p = Pair::make(c, c);
     ASSERT_TRUE(p);
-    const size_t kLen = 256 << 10;
+    const size_t kLen = 32 << 10;
     Buf sb(p->client.get(), kLen), rb(p->server.get(), kLen);
     Request rr, sr;
     ASSERT_TRUE(

@@ -198,39 +198,55 @@ TEST(TransportTestTool, CorruptionIsReportedWithOffsetAndExitCode) {
       << bad.server_out;
 }
 
-// Two hosts: network namespaces joined by a veth pair with a 1 Gb/s tc
-// bottleneck (tools/testbed/netns.sh), removed afterwards. Needs root.
-TEST(TransportTestTool, AcrossNetworkNamespacesThroughABottleneck) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root for ip netns";
+// transport_test between the two sides of a testbed (tools/testbed/
+// netns.sh up with `up_flags`), removed afterwards: 2 flows x 3 messages of
+// 1 MB under `cc`. `skip` says why it could not run here (no root, no
+// namespaces, no iproute2 or iptables).
+struct TestbedRun {
+  std::string skip;
+  int up_rc = 0, client_rc = -1, server_rc = -1;
+  std::string up_out, client_out, server_out, drops_b;
+};
+TestbedRun run_across_testbed(const std::string& tag,
+                              const std::vector<std::string>& up_flags,
+                              const std::string& cc) {
+  TestbedRun r;
+  if (geteuid() != 0) {
+    r.skip = "needs root for ip netns";
+    return r;
+  }
   const std::string script =
       std::string(UCCL_SOURCE_DIR) + "/tools/testbed/netns.sh";
-  const std::string name = "ucclt" + std::to_string(getpid() % 100000);
-  {
-    Subprocess up(
-        {script, "up", "--name=" + name, "--rate=1gbit", "--queue_kb=512"});
-    const int rc = up.wait(30000);
-    if (rc != 0 &&
-        up.output().find("Operation not permitted") != std::string::npos) {
-      GTEST_SKIP() << "no network namespaces here: " << up.output();
-    }
-    if (rc == 3) GTEST_SKIP() << "no iproute2 here: " << up.output();
-    ASSERT_EQ(rc, 0) << up.output();
+  const std::string name = tag + std::to_string(getpid() % 100000);
+  std::vector<std::string> up = {script, "up", "--name=" + name};
+  up.insert(up.end(), up_flags.begin(), up_flags.end());
+  Subprocess upp(up);
+  r.up_rc = upp.wait(30000);
+  r.up_out = upp.output();
+  if (r.up_rc != 0 &&
+      r.up_out.find("Operation not permitted") != std::string::npos) {
+    r.skip = "no network namespaces here: " + r.up_out;
+  } else if (r.up_rc == 3) {
+    r.skip = "no iproute2 or iptables here: " + r.up_out;
   }
+  if (r.up_rc != 0) return r;
   struct Down {
     std::string script, name;
     ~Down() { Subprocess({script, "down", "--name=" + name}).wait(30000); }
   } down{script, name};
   const std::vector<std::string> common = {
       "--engines=1",     "--paths=2", "--perftype=basic", "--iterations=3",
-      "--msize=1000000", "--nflow=2", "--cc=credit",      "--link_gbps=1",
+      "--msize=1000000", "--nflow=2", "--cc=" + cc,       "--link_gbps=1",
       "--chunk_kb=16",   "--json"};
   std::vector<std::string> s = {
       script, "exec",     "--name=" + name, "b",
       kBin,   "--server", "--oobport=0",    "--device=udp:10.199.0.2"};
   s.insert(s.end(), common.begin(), common.end());
   Subprocess server(s);
-  ASSERT_TRUE(server.wait_for_output("listening on port ", 20000))
-      << server.output();
+  if (!server.wait_for_output("listening on port ", 20000)) {
+    r.server_out = server.output();
+    return r;
+  }
   const std::string& so = server.output();
   const int port = std::atoi(so.c_str() + so.find("listening on port ") + 18);
   std::vector<std::string> c = {script,
@@ -243,65 +259,42 @@ TEST(TransportTestTool, AcrossNetworkNamespacesThroughABottleneck) {
                                 "--oobport=" + std::to_string(port)};
   c.insert(c.end(), common.begin(), common.end());
   Subprocess client(c);
-  EXPECT_EQ(client.wait(60000), 0) << client.output();
-  EXPECT_EQ(server.wait(15000), 0) << server.output();
-  EXPECT_EQ(json_value(server.output(), "server", "rx_bytes"), 2 * 3 * 1e6);
-  EXPECT_EQ(json_value(client.output(), "client", "errors"), 0);
+  r.client_rc = client.wait(120000);
+  r.client_out = client.output();
+  r.server_rc = server.wait(15000);
+  r.server_out = server.output();
+  Subprocess drops({script, "drops", "--name=" + name, "b"});
+  drops.wait(30000);
+  r.drops_b = drops.output();
+  return r;
+}
+
+// Two hosts: network namespaces joined by a veth pair with a 1 Gb/s tc
+// bottleneck (tools/testbed/netns.sh), removed afterwards. Needs root.
+TEST(TransportTestTool, AcrossNetworkNamespacesThroughABottleneck) {
+  const TestbedRun r =
+      run_across_testbed("ucclt", {"--rate=1gbit", "--queue_kb=512"}, "credit");
+  if (!r.skip.empty()) GTEST_SKIP() << r.skip;
+  ASSERT_EQ(r.up_rc, 0) << r.up_out;
+  EXPECT_EQ(r.client_rc, 0) << r.client_out;
+  EXPECT_EQ(r.server_rc, 0) << r.server_out;
+  EXPECT_EQ(json_value(r.server_out, "server", "rx_bytes"), 2 * 3 * 1e6);
+  EXPECT_EQ(json_value(r.client_out, "client", "errors"), 0);
 }
 
 // The same two hosts with 2% of the packets arriving at each side dropped
 // (netns.sh --loss: iptables' statistic match): every byte still arrives,
 // and the drops happened.
 TEST(TransportTestTool, AcrossNetworkNamespacesThroughALossyLink) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root for ip netns";
-  const std::string script =
-      std::string(UCCL_SOURCE_DIR) + "/tools/testbed/netns.sh";
-  const std::string name = "ucclL" + std::to_string(getpid() % 100000);
-  {
-    Subprocess up({script, "up", "--name=" + name, "--rate=1gbit",
-                   "--queue_kb=512", "--loss=0.02"});
-    const int rc = up.wait(30000);
-    if (rc != 0 &&
-        up.output().find("Operation not permitted") != std::string::npos) {
-      GTEST_SKIP() << "no network namespaces here: " << up.output();
-    }
-    if (rc == 3) GTEST_SKIP() << "no iproute2 or iptables: " << up.output();
-    ASSERT_EQ(rc, 0) << up.output();
-  }
-  struct Down {
-    std::string script, name;
-    ~Down() { Subprocess({script, "down", "--name=" + name}).wait(30000); }
-  } down{script, name};
-  const std::vector<std::string> common = {
-      "--engines=1",     "--paths=2", "--perftype=basic", "--iterations=3",
-      "--msize=1000000", "--nflow=2", "--cc=swift",       "--link_gbps=1",
-      "--chunk_kb=16",   "--json"};
-  std::vector<std::string> s = {
-      script, "exec",     "--name=" + name, "b",
-      kBin,   "--server", "--oobport=0",    "--device=udp:10.199.0.2"};
-  s.insert(s.end(), common.begin(), common.end());
-  Subprocess server(s);
-  ASSERT_TRUE(server.wait_for_output("listening on port ", 20000))
-      << server.output();
-  const std::string& so = server.output();
-  const int port = std::atoi(so.c_str() + so.find("listening on port ") + 18);
-  std::vector<std::string> c = {script,
-                                "exec",
-                                "--name=" + name,
-                                "a",
-                                kBin,
-                                "--serverip=10.199.0.2",
-                                "--device=udp:10.199.0.1",
-                                "--oobport=" + std::to_string(port)};
-  c.insert(c.end(), common.begin(), common.end());
-  Subprocess client(c);
-  EXPECT_EQ(client.wait(120000), 0) << client.output();
-  EXPECT_EQ(server.wait(15000), 0) << server.output();
-  EXPECT_EQ(json_value(server.output(), "server", "rx_bytes"), 2 * 3 * 1e6);
-  EXPECT_EQ(json_value(client.output(), "client", "errors"), 0);
-  Subprocess drops({script, "drops", "--name=" + name, "b"});
-  ASSERT_EQ(drops.wait(30000), 0);
-  EXPECT_GT(std::atoi(drops.output().c_str()), 0) << drops.output();
+  const TestbedRun r = run_across_testbed(
+      "ucclL", {"--rate=1gbit", "--queue_kb=512", "--loss=0.02"}, "none");
+  if (!r.skip.empty()) GTEST_SKIP() << r.skip;
+  ASSERT_EQ(r.up_rc, 0) << r.up_out;
+  EXPECT_EQ(r.client_rc, 0) << r.client_out;
+  EXPECT_EQ(r.server_rc, 0) << r.server_out;
+  EXPECT_EQ(json_value(r.server_out, "server", "rx_bytes"), 2 * 3 * 1e6);
+  EXPECT_EQ(json_value(r.client_out, "client", "errors"), 0);
+  EXPECT_GT(std::atoi(r.drops_b.c_str()), 0) << r.drops_b;
 }
 
 TEST(TransportTestTool, DeadServerFailsClearlyWithinSeconds) {

@@ -636,9 +636,9 @@ TEST(RcReliabilityTest, TimeoutFollowsASlowPathAboveTheConfiguredOne) {
   auto& a = sides.first;
   auto& b = sides.second;
   for (uint64_t i = 0; i < 4; ++i) {
-    ASSERT_TRUE(a->post_send(WrOpcode::kWrite, 1 + i, 0, 100, b->addr(),
-                             b->mr->rkey())
-                    .ok());
+    ASSERT_TRUE(
+        a->post_send(WrOpcode::kWrite, 1 + i, 0, 100, b->addr(), b->mr->rkey())
+            .ok());
     a->poll();  // transmits at the current time
     clock.advance_ns(900000);
     ASSERT_TRUE(

@@ -362,6 +362,37 @@ int wait_req(Api& a, void* req, int* sizes, int timeout_ms) {
   return -1;  // timed out
 }
 
+bool send_one(Api& a, void* sc, void* rc, void* smh, void* rmh,
+              const uint8_t* src, size_t len, void* dst, size_t cap, int* got) {
+  void *sr = nullptr, *rr = nullptr;
+  int tag = 0;
+  const uint64_t until = uccl::monotonic_ns() + 60000000000ull;
+  while (rr == nullptr && uccl::monotonic_ns() < until) {
+    if (!CHECK_THAT(a.irecv(rc, 1, &dst, &cap, &tag, &rmh, &rr) == kSuccess,
+                    "irecv")) {
+      return false;
+    }
+  }
+  while (sr == nullptr && uccl::monotonic_ns() < until) {
+    if (!CHECK_THAT(a.isend(sc, const_cast<uint8_t*>(src), len, 0, smh, &sr) ==
+                        kSuccess,
+                    "isend")) {
+      return false;
+    }
+  }
+  // Both sides tested in turn: a striped receive posts its later parts
+  // from test() (uccl/striped.h).
+  int sdone = 0, rdone = 0;
+  *got = -1;
+  while ((!sdone || !rdone) && uccl::monotonic_ns() < until) {
+    if (!sdone && !CHECK_THAT(a.test(sr, &sdone, nullptr) == kSuccess, "send"))
+      return false;
+    if (!rdone && !CHECK_THAT(a.test(rr, &rdone, got) == kSuccess, "recv"))
+      return false;
+  }
+  return CHECK_THAT(sdone && rdone, "a message of %zu bytes timed out", len);
+}
+
 size_t step_size(int s) {
   // Around the default stripe on lo with 4 connections (collective/
   // stripe.h): 261632 B (four 65408-byte chunks) where payloads are copied,

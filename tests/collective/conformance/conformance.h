@@ -162,6 +162,11 @@ bool load_api(const std::string& path, int version, Api* a);
 bool connect_pair(Api& a, int dev, void** sc, void** rc, void** lc);
 // Polls test() until done; the result code of the completing test().
 int wait_req(Api& a, void* req, int* sizes, int timeout_ms = 60000);
+// One message of `len` bytes from src (sc) into dst (rc, cap bytes), both
+// requests tested until done; *got: the bytes received. False (after
+// saying why) on an error or after 60 s.
+bool send_one(Api& a, void* sc, void* rc, void* smh, void* rmh,
+              const uint8_t* src, size_t len, void* dst, size_t cap, int* got);
 // Message sizes around the default stripe (0 B included).
 size_t step_size(int s);
 // One message from sc to rc through fresh registrations, checked.

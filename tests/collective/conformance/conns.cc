@@ -141,27 +141,10 @@ void scenario_per_gpu(Api& a) {
   for (int m = 0; m < 20; ++m) {
     const size_t len = (m * 77773) % sbuf.size();
     uccl::fill_pattern(sbuf.data(), len, 40 + m);
-    void *sr = nullptr, *rr = nullptr;
-    void* data = rbuf.data();
-    size_t size = rbuf.size();
-    int tag = 0;
-    while (rr == nullptr) {
-      REQUIRE(a.irecv(rc, 1, &data, &size, &tag, &rmh, &rr) == kSuccess,
-              "irecv");
-    }
-    while (sr == nullptr) {
-      REQUIRE(a.isend(sc, sbuf.data(), len, 0, smh, &sr) == kSuccess, "isend");
-    }
-    // Both sides tested in turn: a striped receive posts its later parts
-    // from test() (uccl/striped.h).
-    int got = -1, sdone = 0, rdone = 0;
-    const uint64_t until = uccl::monotonic_ns() + 60000000000ull;
-    while ((!sdone || !rdone) && uccl::monotonic_ns() < until) {
-      if (!sdone)
-        REQUIRE(a.test(sr, &sdone, nullptr) == kSuccess, "send %d", m);
-      if (!rdone) REQUIRE(a.test(rr, &rdone, &got) == kSuccess, "recv %d", m);
-    }
-    REQUIRE(sdone && rdone, "message %d timed out", m);
+    int got = -1;
+    REQUIRE(send_one(a, sc, rc, smh, rmh, sbuf.data(), len, rbuf.data(),
+                     rbuf.size(), &got),
+            "message %d", m);
     CHECK_THAT(got == static_cast<int>(len), "message %d: %d bytes", m, got);
     CHECK_THAT(uccl::find_pattern_mismatch(rbuf.data(), len, 40 + m) == -1,
                "message %d corrupted", m);
@@ -192,23 +175,12 @@ void scenario_flush(Api& a) {
     uccl::fill_pattern(sbuf.data(), len, 90 + m);
     // Receive at an offset of the region: the read-back's offset follows.
     uint8_t* at = rbuf.data() + (m % 3) * 4096;
-    void *sr = nullptr, *rr = nullptr, *data = at;
-    size_t size = sbuf.size();
-    int tag = 0;
-    while (rr == nullptr) {
-      REQUIRE(a.irecv(rc, 1, &data, &size, &tag, &rmh, &rr) == kSuccess,
-              "irecv");
-    }
-    while (sr == nullptr) {
-      REQUIRE(a.isend(sc, sbuf.data(), len, 0, smh, &sr) == kSuccess, "isend");
-    }
-    int got = -1, sdone = 0, rdone = 0;
-    const uint64_t until = uccl::monotonic_ns() + 60000000000ull;
-    while ((!sdone || !rdone) && uccl::monotonic_ns() < until) {
-      if (!sdone) REQUIRE(a.test(sr, &sdone, nullptr) == kSuccess, "send");
-      if (!rdone) REQUIRE(a.test(rr, &rdone, &got) == kSuccess, "recv");
-    }
-    REQUIRE(sdone && rdone && got == static_cast<int>(len), "message %d", m);
+    void* data = at;
+    int got = -1;
+    REQUIRE(send_one(a, sc, rc, smh, rmh, sbuf.data(), len, at, sbuf.size(),
+                     &got) &&
+                got == static_cast<int>(len),
+            "message %d", m);
     void* fr = reinterpret_cast<void*>(0x1);
     int fsize = got;
     REQUIRE(a.iflush(rc, 1, &data, &fsize, &rmh, &fr) == kSuccess, "iflush");

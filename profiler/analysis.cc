@@ -157,11 +157,13 @@ void find_owners(const EventPool& pool, Analysis* a) {
 
 }  // namespace
 
-Analysis analyze(const EventPool& pool, uint64_t end_ns, int slowest) {
-  Analysis a;
-  count_stats(pool, end_ns, &a);
-  find_owners(pool, &a);
-  std::map<int32_t, size_t> report_of;  // Coll/P2p event -> colls index
+namespace {
+
+using ReportIndex = std::map<int32_t, size_t>;  // Coll/P2p event -> colls
+
+// A report per Coll/P2p event, and each step's NetPlugin child.
+void start_reports(const EventPool& pool, uint64_t end_ns, Analysis* a,
+                   ReportIndex* report_of) {
   for (size_t i = 0; i < pool.used(); ++i) {
     const Event& e = pool.at(i);
     if (e.kind != Kind::kColl && e.kind != Kind::kP2p) continue;
@@ -177,61 +179,72 @@ Analysis analyze(const EventPool& pool, uint64_t end_ns, int slowest) {
         r.api_ns = stop_or(api, end_ns) - api.start_ns;
       }
     }
-    report_of[r.index] = a.colls.size();
-    a.colls.push_back(r);
+    (*report_of)[r.index] = a->colls.size();
+    a->colls.push_back(r);
   }
-  // Each step's NetPlugin child (the last, if several).
-  a.net_child.assign(pool.used(), -1);
+  a->net_child.assign(pool.used(), -1);  // the last, if several
   for (size_t i = 0; i < pool.used(); ++i) {
     const Event& n = pool.at(i);
     if (n.kind == Kind::kNetPlugin && n.parent >= 0) {
-      a.net_child[static_cast<size_t>(n.parent)] = static_cast<int32_t>(i);
+      a->net_child[static_cast<size_t>(n.parent)] = static_cast<int32_t>(i);
     }
   }
+}
+
+ChannelReport& channel_of(CollReport* r, int channel) {
+  for (auto& c : r->channels) {
+    if (c.channel == channel) return c;
+  }
+  r->channels.push_back(ChannelReport{});
+  r->channels.back().channel = channel;
+  return r->channels.back();
+}
+
+// Event i (under a collective) into its report: its end, and for a proxy
+// step its channel's times and bytes; (time, step) into `steps`.
+void add_event(const EventPool& pool, uint64_t end_ns, size_t i,
+               const Analysis& a, CollReport* r,
+               std::vector<std::pair<uint64_t, int32_t>>* steps) {
+  const Event& e = pool.at(i);
+  r->unfinished = r->unfinished || e.life.load(std::memory_order_acquire) != 2;
+  r->end_ns = std::max(r->end_ns, stop_or(e, end_ns));
+  if (e.kind == Kind::kNetPlugin) {
+    r->retransmits += e.net.retransmits;
+    if (e.parent < 0) return;  // a step's resends are its net request's
+    const Event& step = pool.at(static_cast<size_t>(e.parent));
+    const Event& op =
+        step.parent >= 0 ? pool.at(static_cast<size_t>(step.parent)) : step;
+    channel_of(r, op.channel).retransmits += e.net.retransmits;
+    return;
+  }
+  if (e.kind != Kind::kProxyStep || e.parent < 0) return;
+  const Event& op = pool.at(static_cast<size_t>(e.parent));
+  const StepTimes t = step_times(e, end_ns);
+  ChannelReport& ch = channel_of(r, op.channel);
+  ++ch.steps;
+  // Bytes: NCCL's transSize, else what its net request moved.
+  const int32_t n = a.net_child[i];
+  ch.bytes += e.bytes  ? e.bytes
+              : n >= 0 ? pool.at(static_cast<size_t>(n)).net.bytes
+                       : 0;
+  ch.t.add(t);
+  steps->push_back({t.total(), static_cast<int32_t>(i)});
+}
+
+}  // namespace
+
+Analysis analyze(const EventPool& pool, uint64_t end_ns, int slowest) {
+  Analysis a;
+  count_stats(pool, end_ns, &a);
+  find_owners(pool, &a);
+  ReportIndex report_of;
+  start_reports(pool, end_ns, &a, &report_of);
   std::vector<std::vector<std::pair<uint64_t, int32_t>>> steps(a.colls.size());
   for (size_t i = 0; i < pool.used(); ++i) {
     const int32_t o = a.owner[i];
     const auto it = report_of.find(o);
     if (o == static_cast<int32_t>(i) || it == report_of.end()) continue;
-    const size_t rk = it->second;
-    const Event& e = pool.at(i);
-    CollReport& r = a.colls[rk];
-    const bool stopped = e.life.load(std::memory_order_acquire) == 2;
-    r.unfinished = r.unfinished || !stopped;
-    r.end_ns = std::max(r.end_ns, stop_or(e, end_ns));
-    if (e.kind == Kind::kNetPlugin) r.retransmits += e.net.retransmits;
-    if (e.kind != Kind::kProxyStep || e.parent < 0) continue;
-    const Event& op = pool.at(static_cast<size_t>(e.parent));
-    const StepTimes t = step_times(e, end_ns);
-    auto ch = std::find_if(
-        r.channels.begin(), r.channels.end(),
-        [&](const ChannelReport& c) { return c.channel == op.channel; });
-    if (ch == r.channels.end()) {
-      r.channels.push_back(ChannelReport{});
-      ch = r.channels.end() - 1;
-      ch->channel = op.channel;
-    }
-    ++ch->steps;
-    // Bytes: NCCL's transSize, else what its net request moved.
-    const int32_t n = a.net_child[i];
-    ch->bytes += e.bytes  ? e.bytes
-                 : n >= 0 ? pool.at(static_cast<size_t>(n)).net.bytes
-                          : 0;
-    ch->t.add(t);
-    steps[rk].push_back({t.total(), static_cast<int32_t>(i)});
-  }
-  // A step's retransmits are its NetPlugin child's.
-  for (size_t i = 0; i < pool.used(); ++i) {
-    const Event& n = pool.at(i);
-    if (n.kind != Kind::kNetPlugin || n.parent < 0 || a.owner[i] < 0) continue;
-    const auto it = report_of.find(a.owner[i]);
-    if (it == report_of.end()) continue;
-    const Event& step = pool.at(static_cast<size_t>(n.parent));
-    const Event& op =
-        step.parent >= 0 ? pool.at(static_cast<size_t>(step.parent)) : step;
-    for (auto& ch : a.colls[it->second].channels) {
-      if (ch.channel == op.channel) ch.retransmits += n.net.retransmits;
-    }
+    add_event(pool, end_ns, i, a, &a.colls[it->second], &steps[it->second]);
   }
   for (size_t k = 0; k < a.colls.size(); ++k) {
     auto& v = steps[k];

@@ -194,6 +194,139 @@ void vdevice_v9(Api* a, const T* t) {
   };
 }
 
+// The v12 table behind Api's calls.
+bool load_v12(const NetV12* t, Api* a) {
+  if (std::strcmp(t->name, "UCCL") != 0 || t->finalize == nullptr) return false;
+  common(a, t);
+  auto ctx = std::make_shared<void*>(nullptr);
+  a->init = [t, ctx] {
+    CommConfig cfg{-1};
+    return t->init(ctx.get(), 42, &cfg, logger, profiler);
+  };
+  a->finalize = [t, ctx] { return t->finalize(*ctx); };
+  a->props = t->getProperties;
+  a->listen = [t, ctx](int d, void* h, void** l) {
+    return t->listen(*ctx, d, h, l);
+  };
+  a->connect = [t, ctx](int d, void* h, void** s2) {
+    return t->connect(*ctx, d, h, s2, nullptr);
+  };
+  a->make_vdevice = [t](int* d, int n, const int* devs) {
+    VDevicePropsV12 v{n, {}};
+    for (int i = 0; i < n && i < kMaxDevsPerNicV12; ++i) v.devs[i] = devs[i];
+    return t->makeVDevice(d, &v);
+  };
+  a->set_net_attr = [t, ctx](NetAttrV12* attr) {
+    return t->setNetAttr ? t->setNetAttr(*ctx, attr) : -1;
+  };
+  profiled_io(a, t);
+  return true;
+}
+
+// The v11 table behind Api's calls.
+bool load_v11(const NetV11* t, Api* a) {
+  if (std::strcmp(t->name, "UCCL") != 0 || t->finalize == nullptr) return false;
+  common(a, t);
+  auto ctx = std::make_shared<void*>(nullptr);
+  a->init = [t, ctx] {
+    CommConfig cfg{-1};
+    return t->init(ctx.get(), 42, &cfg, logger, profiler);
+  };
+  a->finalize = [t, ctx] { return t->finalize(*ctx); };
+  a->props = [t](int d, PropertiesV12* p) {
+    PropertiesV11 v11;
+    const int r = t->getProperties(d, &v11);
+    widen(v11, p);
+    p->maxMultiRequestSize = v11.maxMultiRequestSize;
+    return r;
+  };
+  a->listen = [t, ctx](int d, void* h, void** l) {
+    return t->listen(*ctx, d, h, l);
+  };
+  a->connect = [t, ctx](int d, void* h, void** s2) {
+    return t->connect(*ctx, d, h, s2, nullptr);
+  };
+  vdevice_v9(a, t);
+  profiled_io(a, t);
+  return true;
+}
+
+// The v10 table behind Api's calls.
+bool load_v10(const NetV10* t, Api* a) {
+  common(a, t);
+  a->init = [t] { return t->init(logger, profiler); };
+  a->props = [t](int d, PropertiesV12* p) {
+    PropertiesV9 v9;
+    const int r = t->getProperties(d, &v9);
+    widen(v9, p);
+    return r;
+  };
+  a->listen = t->listen;
+  a->connect = [t](int d, void* h, void** s2) {
+    CommConfig cfg{-1};
+    return t->connect(d, &cfg, h, s2, nullptr);
+  };
+  vdevice_v9(a, t);
+  profiled_io(a, t);
+  return true;
+}
+
+// The v9 table behind Api's calls.
+bool load_v9(const NetV9* t, Api* a) {
+  common(a, t);
+  a->init = [t] { return t->init(logger); };
+  a->props = [t](int d, PropertiesV12* p) {
+    PropertiesV9 v9;
+    const int r = t->getProperties(d, &v9);
+    widen(v9, p);
+    return r;
+  };
+  a->listen = t->listen;
+  a->connect = [t](int d, void* h, void** s2) {
+    return t->connect(d, h, s2, nullptr);
+  };
+  vdevice_v9(a, t);
+  a->isend = t->isend;
+  a->irecv = t->irecv;
+  return true;
+}
+
+// The v8 table behind Api's calls.
+bool load_v8(const NetV8* t, Api* a) {
+  common(a, t);
+  a->init = [t] { return t->init(logger); };
+  a->props = [t](int d, PropertiesV12* p) {
+    std::memset(p, 0, sizeof(*p));
+    PropertiesV8 v8;
+    const int r = t->getProperties(d, &v8);
+    p->name = v8.name;
+    p->pciPath = v8.pciPath;
+    p->guid = v8.guid;
+    p->ptrSupport = v8.ptrSupport;
+    p->speed = v8.speed;
+    p->maxComms = v8.maxComms;
+    p->maxRecvs = v8.maxRecvs;
+    p->maxP2pBytes = size_t{1} << 30;  // not in v8: NCCL assumes this
+    p->maxCollBytes = size_t{1} << 30;
+    p->railId = p->planeId = kNetIdUndef;  // not in v8
+    return r;
+  };
+  a->listen = t->listen;
+  a->connect = [t](int d, void* h, void** s2) {
+    return t->connect(d, h, s2, nullptr);
+  };
+  a->isend = [t](void* c, void* d, size_t n, int tag, void* m, void** r) {
+    return t->isend(c, d, static_cast<int>(n), tag, m, r);
+  };
+  a->irecv = [t](void* c, int n, void** d, size_t* sz, int* tg, void** m,
+                 void** r) {
+    int s2[8];
+    for (int i = 0; i < n && i < 8; ++i) s2[i] = static_cast<int>(sz[i]);
+    return t->irecv(c, n, d, s2, tg, m, r);
+  };
+  return true;
+}
+
 bool load_api(const std::string& path, int version, Api* a) {
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
@@ -208,130 +341,20 @@ bool load_api(const std::string& path, int version, Api* a) {
   }
   a->version = version;
   a->finalize = [] { return 0; };
-  if (version == 12) {
-    auto* t = static_cast<const NetV12*>(s);
-    if (std::strcmp(t->name, "UCCL") != 0 || t->finalize == nullptr)
+  switch (version) {
+    case 12:
+      return load_v12(static_cast<const NetV12*>(s), a);
+    case 11:
+      return load_v11(static_cast<const NetV11*>(s), a);
+    case 10:
+      return load_v10(static_cast<const NetV10*>(s), a);
+    case 9:
+      return load_v9(static_cast<const NetV9*>(s), a);
+    case 8:
+      return load_v8(static_cast<const NetV8*>(s), a);
+    default:
       return false;
-    common(a, t);
-    auto ctx = std::make_shared<void*>(nullptr);
-    a->init = [t, ctx] {
-      CommConfig cfg{-1};
-      return t->init(ctx.get(), 42, &cfg, logger, profiler);
-    };
-    a->finalize = [t, ctx] { return t->finalize(*ctx); };
-    a->props = t->getProperties;
-    a->listen = [t, ctx](int d, void* h, void** l) {
-      return t->listen(*ctx, d, h, l);
-    };
-    a->connect = [t, ctx](int d, void* h, void** s2) {
-      return t->connect(*ctx, d, h, s2, nullptr);
-    };
-    a->make_vdevice = [t](int* d, int n, const int* devs) {
-      VDevicePropsV12 v{n, {}};
-      for (int i = 0; i < n && i < kMaxDevsPerNicV12; ++i) v.devs[i] = devs[i];
-      return t->makeVDevice(d, &v);
-    };
-    a->set_net_attr = [t, ctx](NetAttrV12* attr) {
-      return t->setNetAttr ? t->setNetAttr(*ctx, attr) : -1;
-    };
-    profiled_io(a, t);
-  } else if (version == 11) {
-    auto* t = static_cast<const NetV11*>(s);
-    if (std::strcmp(t->name, "UCCL") != 0 || t->finalize == nullptr)
-      return false;
-    common(a, t);
-    auto ctx = std::make_shared<void*>(nullptr);
-    a->init = [t, ctx] {
-      CommConfig cfg{-1};
-      return t->init(ctx.get(), 42, &cfg, logger, profiler);
-    };
-    a->finalize = [t, ctx] { return t->finalize(*ctx); };
-    a->props = [t](int d, PropertiesV12* p) {
-      PropertiesV11 v11;
-      const int r = t->getProperties(d, &v11);
-      widen(v11, p);
-      p->maxMultiRequestSize = v11.maxMultiRequestSize;
-      return r;
-    };
-    a->listen = [t, ctx](int d, void* h, void** l) {
-      return t->listen(*ctx, d, h, l);
-    };
-    a->connect = [t, ctx](int d, void* h, void** s2) {
-      return t->connect(*ctx, d, h, s2, nullptr);
-    };
-    vdevice_v9(a, t);
-    profiled_io(a, t);
-  } else if (version == 10) {
-    auto* t = static_cast<const NetV10*>(s);
-    common(a, t);
-    a->init = [t] { return t->init(logger, profiler); };
-    a->props = [t](int d, PropertiesV12* p) {
-      PropertiesV9 v9;
-      const int r = t->getProperties(d, &v9);
-      widen(v9, p);
-      return r;
-    };
-    a->listen = t->listen;
-    a->connect = [t](int d, void* h, void** s2) {
-      CommConfig cfg{-1};
-      return t->connect(d, &cfg, h, s2, nullptr);
-    };
-    vdevice_v9(a, t);
-    profiled_io(a, t);
-  } else if (version == 9) {
-    auto* t = static_cast<const NetV9*>(s);
-    common(a, t);
-    a->init = [t] { return t->init(logger); };
-    a->props = [t](int d, PropertiesV12* p) {
-      PropertiesV9 v9;
-      const int r = t->getProperties(d, &v9);
-      widen(v9, p);
-      return r;
-    };
-    a->listen = t->listen;
-    a->connect = [t](int d, void* h, void** s2) {
-      return t->connect(d, h, s2, nullptr);
-    };
-    vdevice_v9(a, t);
-    a->isend = t->isend;
-    a->irecv = t->irecv;
-  } else if (version == 8) {
-    auto* t = static_cast<const NetV8*>(s);
-    common(a, t);
-    a->init = [t] { return t->init(logger); };
-    a->props = [t](int d, PropertiesV12* p) {
-      std::memset(p, 0, sizeof(*p));
-      PropertiesV8 v8;
-      const int r = t->getProperties(d, &v8);
-      p->name = v8.name;
-      p->pciPath = v8.pciPath;
-      p->guid = v8.guid;
-      p->ptrSupport = v8.ptrSupport;
-      p->speed = v8.speed;
-      p->maxComms = v8.maxComms;
-      p->maxRecvs = v8.maxRecvs;
-      p->maxP2pBytes = size_t{1} << 30;  // not in v8: NCCL assumes this
-      p->maxCollBytes = size_t{1} << 30;
-      p->railId = p->planeId = kNetIdUndef;  // not in v8
-      return r;
-    };
-    a->listen = t->listen;
-    a->connect = [t](int d, void* h, void** s2) {
-      return t->connect(d, h, s2, nullptr);
-    };
-    a->isend = [t](void* c, void* d, size_t n, int tag, void* m, void** r) {
-      return t->isend(c, d, static_cast<int>(n), tag, m, r);
-    };
-    a->irecv = [t](void* c, int n, void** d, size_t* sz, int* tg, void** m,
-                   void** r) {
-      int s2[8];
-      for (int i = 0; i < n && i < 8; ++i) s2[i] = static_cast<int>(sz[i]);
-      return t->irecv(c, n, d, s2, tg, m, r);
-    };
-  } else {
-    return false;
   }
-  return true;
 }
 
 // UCCL_FAKE_CUDA (fake_libcuda.cc), loaded before the plugin: sets the

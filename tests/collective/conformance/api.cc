@@ -194,9 +194,10 @@ void vdevice_v9(Api* a, const T* t) {
   };
 }
 
-// The v12 table behind Api's calls.
-bool load_v12(const NetV12* t, Api* a) {
-  if (std::strcmp(t->name, "UCCL") != 0 || t->finalize == nullptr) return false;
+// v11 and v12: per-communicator init/finalize, listen and connect through
+// the init's context. Returns that context for the version's extras.
+template <typename T>
+std::shared_ptr<void*> context_api(const T* t, Api* a) {
   common(a, t);
   auto ctx = std::make_shared<void*>(nullptr);
   a->init = [t, ctx] {
@@ -204,13 +205,21 @@ bool load_v12(const NetV12* t, Api* a) {
     return t->init(ctx.get(), 42, &cfg, logger, profiler);
   };
   a->finalize = [t, ctx] { return t->finalize(*ctx); };
-  a->props = t->getProperties;
   a->listen = [t, ctx](int d, void* h, void** l) {
     return t->listen(*ctx, d, h, l);
   };
   a->connect = [t, ctx](int d, void* h, void** s2) {
     return t->connect(*ctx, d, h, s2, nullptr);
   };
+  profiled_io(a, t);
+  return ctx;
+}
+
+// The v12 table behind Api's calls.
+bool load_v12(const NetV12* t, Api* a) {
+  if (std::strcmp(t->name, "UCCL") != 0 || t->finalize == nullptr) return false;
+  auto ctx = context_api(t, a);
+  a->props = t->getProperties;
   a->make_vdevice = [t](int* d, int n, const int* devs) {
     VDevicePropsV12 v{n, {}};
     for (int i = 0; i < n && i < kMaxDevsPerNicV12; ++i) v.devs[i] = devs[i];
@@ -219,20 +228,13 @@ bool load_v12(const NetV12* t, Api* a) {
   a->set_net_attr = [t, ctx](NetAttrV12* attr) {
     return t->setNetAttr ? t->setNetAttr(*ctx, attr) : -1;
   };
-  profiled_io(a, t);
   return true;
 }
 
 // The v11 table behind Api's calls.
 bool load_v11(const NetV11* t, Api* a) {
   if (std::strcmp(t->name, "UCCL") != 0 || t->finalize == nullptr) return false;
-  common(a, t);
-  auto ctx = std::make_shared<void*>(nullptr);
-  a->init = [t, ctx] {
-    CommConfig cfg{-1};
-    return t->init(ctx.get(), 42, &cfg, logger, profiler);
-  };
-  a->finalize = [t, ctx] { return t->finalize(*ctx); };
+  context_api(t, a);
   a->props = [t](int d, PropertiesV12* p) {
     PropertiesV11 v11;
     const int r = t->getProperties(d, &v11);
@@ -240,14 +242,7 @@ bool load_v11(const NetV11* t, Api* a) {
     p->maxMultiRequestSize = v11.maxMultiRequestSize;
     return r;
   };
-  a->listen = [t, ctx](int d, void* h, void** l) {
-    return t->listen(*ctx, d, h, l);
-  };
-  a->connect = [t, ctx](int d, void* h, void** s2) {
-    return t->connect(*ctx, d, h, s2, nullptr);
-  };
   vdevice_v9(a, t);
-  profiled_io(a, t);
   return true;
 }
 

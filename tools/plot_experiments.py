@@ -117,8 +117,12 @@ def main():
             if tag not in runs:
                 runs.append(tag)
             metrics[tag][r["metric"]] = r["value"]
-        verdict = "PASS" if checks and all(c["result"] == "PASS" for c in checks) \
-            else ("no checks" if not checks else "FAIL")
+        # A known miss (a target the file marks as missed by its controller)
+        # is reported, not failed; met, it fails until the mark goes.
+        misses = sum(c["result"] == "KNOWN MISS" for c in checks)
+        ok = all(c["result"] in ("PASS", "KNOWN MISS") for c in checks)
+        verdict = ("no checks" if not checks else "PASS" if ok else "FAIL") + \
+            (f" ({misses} known miss{'es' if misses > 1 else ''})" if misses else "")
         if not summary:
             verdict = "FAIL (no results; see %s.log)" % name
         overall.append((name, verdict))

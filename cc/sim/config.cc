@@ -326,7 +326,13 @@ Result<Check> parse_check(const std::string& key, const std::string& v,
   const size_t dot = rest.rfind('.');
   ch.metric = dot == std::string::npos ? rest : rest.substr(dot + 1);
   ch.scope = dot == std::string::npos ? "" : rest.substr(0, dot);
-  std::string expr = v;
+  std::string expr = trim(v);
+  constexpr const char kKnownMiss[] = "known_miss";
+  const size_t km = sizeof(kKnownMiss) - 1;
+  if (expr.size() > km && expr.compare(expr.size() - km, km, kKnownMiss) == 0) {
+    ch.known_miss = true;
+    expr = trim(expr.substr(0, expr.size() - km));
+  }
   if (compare) {
     const size_t sp = expr.find_first_of("<>");
     const std::string ab = trim(expr.substr(0, sp));
@@ -580,6 +586,19 @@ double cdf_mean(const std::vector<std::pair<double, double>>& cdf) {
   return m;
 }
 
+const char* verdict(const CheckResult& c, bool substituted, bool* fails) {
+  if (c.missing) {
+    *fails = true;
+    return "MISSING";
+  }
+  if (c.known_miss && !substituted) {
+    *fails = c.pass;
+    return c.pass ? "MET KNOWN MISS" : "KNOWN MISS";
+  }
+  *fails = !c.pass;
+  return c.pass ? "PASS" : "FAIL";
+}
+
 std::vector<CheckResult> evaluate(const Experiment& e,
                                   const std::vector<RunOutcome>& runs) {
   std::vector<CheckResult> out;
@@ -603,6 +622,7 @@ std::vector<CheckResult> evaluate(const Experiment& e,
         cr.label = "check " + r.cc +
                    (r.variant.empty() ? "" : "/" + r.variant) + " " +
                    ch.metric + " " + ch.op + " " + fmt(ch.value);
+        cr.known_miss = ch.known_miss;
         cr.missing = !metric(r, ch.metric, &cr.actual);
         cr.pass = !cr.missing && holds(cr.actual, ch.op, ch.value);
         out.push_back(cr);
@@ -616,6 +636,7 @@ std::vector<CheckResult> evaluate(const Experiment& e,
           cr.label = "compare " + ra.cc + " " + ch.metric + "(" + ch.a + ")/" +
                      ch.metric + "(" + ch.b + ") " + ch.op + " " +
                      fmt(ch.value);
+          cr.known_miss = ch.known_miss;
           double a = 0, b = 0;
           cr.missing = !metric(ra, ch.metric, &a) ||
                        !metric(rb, ch.metric, &b) || b == 0;

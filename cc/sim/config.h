@@ -17,11 +17,15 @@ using KeyValues = std::vector<std::pair<std::string, std::string>>;
 // A target: `check.[scope.]metric = OP value` holds on every run in scope;
 // `compare.[scope.]metric = A/B OP value` holds on metric(A)/metric(B), A
 // and B variants run with the same congestion control. Scope: a cc name, a
-// variant name, or "cc/variant"; empty = every run.
+// variant name, or "cc/variant"; empty = every run. A target written with
+// a trailing `known_miss` is one the controller is known to miss (the file
+// says why): reported, not failed; met, it fails the run until the file
+// makes it a plain target again.
 struct Check {
   std::string scope, metric, op, a, b;
   double value = 0;
   bool compare = false;
+  bool known_miss = false;
   std::string text;  // as written, for reports
 };
 
@@ -74,8 +78,14 @@ struct CheckResult {
   std::string label;  // "check swift/single jain >= 0.99"
   double actual = 0;
   bool pass = false;
-  bool missing = false;  // the metric was not produced
+  bool missing = false;     // the metric was not produced
+  bool known_miss = false;  // its Check is marked known_miss
 };
+// "PASS", "FAIL", "MISSING", "KNOWN MISS" (a known_miss target missed) or
+// "MET KNOWN MISS" (one met), and whether the verdict fails the run;
+// `substituted`: another controller ran under the listed names, so the
+// marks, which describe the listed ones, do not apply: plain verdicts.
+const char* verdict(const CheckResult& c, bool substituted, bool* fails);
 std::vector<CheckResult> evaluate(const Experiment& e,
                                   const std::vector<RunOutcome>& runs);
 

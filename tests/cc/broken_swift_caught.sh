@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Each deliberately broken Swift, run in place of the experiments' own Swift
-# (ccsim --substitute, on top of their target_from_min_delay=0), must fail a
-# Swift check of the experiment named for it, which the unbroken setting
-# passes: the suite catches what each parameter is for.
+# Each deliberately broken Swift, run in place of the experiments' Swift
+# (ccsim --substitute, on top of the paper's absolute target,
+# target_from_min_delay=0), must fail a Swift check of the experiment named
+# for it, which the unbroken setting passes: the suite catches what each
+# parameter is for. (Under --substitute, known_miss marks do not apply.)
 # Usage: broken_swift_caught.sh CCSIM CONFDIR
 set -u
 ccsim=$1

@@ -387,6 +387,37 @@ TEST(Config, ParsesKeysFlowsVariantsAndChecks) {
   EXPECT_EQ(c->flows[0].start_ns, 5000u);
 }
 
+TEST(Config, AKnownMissIsReportedAndFailsTheRunOnlyWhenMet) {
+  auto e = parse_experiment(
+      "cc = swift\ncheck.swift.jain = >= 0.99 known_miss\n"
+      "compare.completion_us = a/b < 2 known_miss\ncheck.drops = <= 0\n"
+      "variant.a = seed=1\nvariant.b = seed=2\n");
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_EQ(e->checks.size(), 3u);
+  EXPECT_TRUE(e->checks[0].known_miss);
+  EXPECT_EQ(e->checks[0].value, 0.99);
+  EXPECT_TRUE(e->checks[1].known_miss);
+  EXPECT_EQ(e->checks[1].value, 2);
+  EXPECT_FALSE(e->checks[2].known_miss);
+  // The mark alone is no target.
+  EXPECT_FALSE(parse_experiment("check.jain = known_miss\n").ok());
+  CheckResult missed{"x", 0.5, false, false, true};
+  CheckResult met{"x", 1.0, true, false, true};
+  CheckResult plain_fail{"x", 0.5, false, false, false};
+  bool fails = true;
+  EXPECT_STREQ(verdict(missed, false, &fails), "KNOWN MISS");
+  EXPECT_FALSE(fails);
+  EXPECT_STREQ(verdict(met, false, &fails), "MET KNOWN MISS");
+  EXPECT_TRUE(fails);
+  EXPECT_STREQ(verdict(plain_fail, false, &fails), "FAIL");
+  EXPECT_TRUE(fails);
+  // Another controller substituted: the marks do not describe it.
+  EXPECT_STREQ(verdict(missed, true, &fails), "FAIL");
+  EXPECT_TRUE(fails);
+  EXPECT_STREQ(verdict(met, true, &fails), "PASS");
+  EXPECT_FALSE(fails);
+}
+
 TEST(Config, ErrorsNameTheKeyOrLine) {
   auto bad = [](const std::string& text) {
     auto e = parse_experiment(text);

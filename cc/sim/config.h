@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cc/sim/sim.h"
+#include "cc/sim/workload.h"
 #include "uccl/status.h"
 #include "util/strings.h"
 
@@ -59,15 +60,6 @@ Result<Experiment> load_experiment(const std::string& path);
 Result<SimConfig> make_config(const Experiment& e, const std::string& cc,
                               const std::string& variant,
                               const KeyValues& overrides = {});
-
-// Flow-size CDF points (bytes, cumulative fraction 0..1): "websearch"
-// (DCTCP, SIGCOMM'10), "fb_hadoop" (Roy et al., SIGCOMM'15), or a file of
-// "bytes cdf" lines (cdf in 0..1 or 0..100).
-Result<std::vector<std::pair<double, double>>> load_cdf(
-    const std::string& name);
-// Inverse-transform sample with linear interpolation; u in [0, 1).
-double sample_cdf(const std::vector<std::pair<double, double>>& cdf, double u);
-double cdf_mean(const std::vector<std::pair<double, double>>& cdf);
 
 // One finished run, for checks and reports.
 struct RunOutcome {

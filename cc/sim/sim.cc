@@ -1,5 +1,6 @@
-// The simulator core: building the topology and BFS-built ECMP routes, the
-// event loop, and the entry point (network, transport, metrics: sim_*.cc).
+// The simulator core: building a run (flows, controllers, pacers), the
+// event loop, and the entry point (topology, network, transport, metrics:
+// sim_*.cc).
 #include "cc/sim/sim.h"
 
 #include <algorithm>
@@ -20,22 +21,6 @@
 
 namespace uccl::sim {
 namespace detail {
-
-void Sim::add_link(uint32_t a, uint32_t b, double gbps, double delay_us,
-                   const std::string& name_ab, const std::string& name_ba) {
-  for (int dir = 0; dir < 2; ++dir) {
-    Port p;
-    p.from = dir ? b : a;
-    p.to = dir ? a : b;
-    p.rate_bps = gbps * 1e9;
-    p.prop_ns = static_cast<uint64_t>(delay_us * 1000);
-    p.buf_bytes = static_cast<uint64_t>(c_.buffer_kb * 1024);
-    p.ecn_bytes = static_cast<uint64_t>(c_.ecn_kb * 1024);
-    node_ports_[p.from].push_back(static_cast<uint32_t>(ports_.size()));
-    port_names_.push_back(dir ? name_ba : name_ab);
-    ports_.push_back(p);
-  }
-}
 
 Status Sim::build() {
   if (c_.host_gbps <= 0 || c_.link_delay_us < 0 || c_.buffer_kb <= 0 ||
@@ -77,68 +62,16 @@ Status Sim::build() {
     // The pacer grants payload bytes: its rate leaves room for headers.
     const double payload_bps =
         line_bps_ * c_.mtu_bytes / (c_.mtu_bytes + c_.header_bytes);
-    for (uint32_t h = 0; h < hosts_; ++h) {
-      host_[h].pacer = std::make_unique<cc::PullPacer>(
-          cp, payload_bps, static_cast<uint32_t>(flows_.size()), 0);
+    for (Host& h : host_) {
+      if (h.rx_flows.empty()) continue;
+      h.pacer = std::make_unique<cc::PullPacer>(
+          cp, payload_bps, static_cast<uint32_t>(h.rx_flows.size()), 0);
     }
   }
   if (c_.duration_ms > 0)
     stop_ns_ = static_cast<uint64_t>(c_.duration_ms * 1e6);
   pkts_.reserve(1 << 16);
   at(0, kEvSample, 0);
-  return Status::OK();
-}
-
-// Hosts, switches and links of the dumbbell or the leaf-spine fabric.
-Status Sim::build_topology(double bneck, double fabric) {
-  UCCL_RETURN_IF_ERROR(check_host_delays(c_));
-  auto host_delay = [&](uint32_t h) {
-    return c_.host_delay_us.empty() ? c_.link_delay_us : c_.host_delay_us[h];
-  };
-  char n1[64], n2[64];
-  if (c_.topology == "dumbbell") {
-    if (c_.senders == 0 || c_.receivers == 0) {
-      return InvalidArgument("dumbbell: need senders >= 1, receivers >= 1");
-    }
-    hosts_ = c_.senders + c_.receivers;
-    nodes_ = hosts_;
-    node_ports_.resize(hosts_ + 2);
-    const uint32_t L = add_node(), R = add_node();
-    for (uint32_t h = 0; h < hosts_; ++h) {
-      const bool left = h < c_.senders;
-      std::snprintf(n1, sizeof(n1), "host%u->%s", h, left ? "L" : "R");
-      std::snprintf(n2, sizeof(n2), "%s->host%u", left ? "L" : "R", h);
-      add_link(h, left ? L : R, c_.host_gbps, host_delay(h), n1, n2);
-    }
-    add_link(L, R, bneck, c_.link_delay_us, "L->R", "R->L");
-  } else if (c_.topology == "leafspine") {
-    if (c_.leaves == 0 || c_.spines == 0 || c_.hosts_per_leaf == 0) {
-      return InvalidArgument("leafspine: need leaves, spines, hosts_per_leaf");
-    }
-    hosts_ = c_.leaves * c_.hosts_per_leaf;
-    nodes_ = hosts_;
-    node_ports_.resize(hosts_ + c_.leaves + c_.spines);
-    const uint32_t leaf0 = nodes_;
-    for (uint32_t l = 0; l < c_.leaves; ++l) add_node();
-    const uint32_t spine0 = nodes_;
-    for (uint32_t s = 0; s < c_.spines; ++s) add_node();
-    for (uint32_t h = 0; h < hosts_; ++h) {
-      const uint32_t l = h / c_.hosts_per_leaf;
-      std::snprintf(n1, sizeof(n1), "host%u->leaf%u", h, l);
-      std::snprintf(n2, sizeof(n2), "leaf%u->host%u", l, h);
-      add_link(h, leaf0 + l, c_.host_gbps, host_delay(h), n1, n2);
-    }
-    for (uint32_t l = 0; l < c_.leaves; ++l) {
-      for (uint32_t s = 0; s < c_.spines; ++s) {
-        std::snprintf(n1, sizeof(n1), "leaf%u->spine%u", l, s);
-        std::snprintf(n2, sizeof(n2), "spine%u->leaf%u", s, l);
-        add_link(leaf0 + l, spine0 + s, fabric, c_.link_delay_us, n1, n2);
-      }
-    }
-  } else {
-    return InvalidArgument("topology must be 'dumbbell' or 'leafspine', not '" +
-                           c_.topology + "'");
-  }
   return Status::OK();
 }
 
@@ -196,61 +129,10 @@ Status Sim::add_flow(uint32_t i, const cc::CcParams& params) {
   sc.ack_delay_ns = 0;  // the receiver ACKs every packet at once
   f.sb = std::make_unique<cc::Scoreboard>(sc);
   host_[s.src].tx_flows.push_back(i);
+  f.rx_slot = static_cast<uint32_t>(host_[s.dst].rx_flows.size());
+  host_[s.dst].rx_flows.push_back(i);
   at(s.start_ns, kEvFlowStart, i);
   return Status::OK();
-}
-
-Status Sim::build_routes() {
-  // BFS from every host over the graph; a node's next hops towards host d
-  // are the ports to neighbours one step closer (equal-cost multipath).
-  std::vector<uint32_t> dist(nodes_);
-  hop_off_.assign(static_cast<size_t>(nodes_) * hosts_, 0);
-  hop_cnt_.assign(static_cast<size_t>(nodes_) * hosts_, 0);
-  std::vector<uint32_t> q;
-  for (uint32_t d = 0; d < hosts_; ++d) {
-    std::fill(dist.begin(), dist.end(), UINT32_MAX);
-    dist[d] = 0;
-    q.assign(1, d);
-    for (size_t i = 0; i < q.size(); ++i) {
-      const uint32_t n = q[i];
-      // Hosts do not forward: only the destination expands from a host.
-      if (n < hosts_ && n != d) continue;
-      for (uint32_t p : node_ports_[n]) {
-        const uint32_t m = ports_[p].to;
-        if (dist[m] == UINT32_MAX) {
-          dist[m] = dist[n] + 1;
-          q.push_back(m);
-        }
-      }
-    }
-    for (uint32_t n = 0; n < nodes_; ++n) {
-      const size_t k = static_cast<size_t>(n) * hosts_ + d;
-      hop_off_[k] = static_cast<uint32_t>(hop_ports_.size());
-      if (n == d || dist[n] == UINT32_MAX) continue;
-      for (uint32_t p : node_ports_[n]) {
-        const uint32_t m = ports_[p].to;
-        if (dist[m] + 1 == dist[n] && (m >= hosts_ || m == d)) {
-          hop_ports_.push_back(p);
-        }
-      }
-      hop_cnt_[k] = static_cast<uint32_t>(hop_ports_.size()) - hop_off_[k];
-      if (hop_cnt_[k] == 0) return Internal("routing: no next hop");
-    }
-  }
-  return Status::OK();
-}
-
-uint32_t Sim::route(uint32_t node, const Packet& p) const {
-  const size_t k = static_cast<size_t>(node) * hosts_ + p.dst;
-  const uint32_t n = hop_cnt_[k];
-  if (n == 1) return hop_ports_[hop_off_[k]];
-  // ECMP: hash of the flow's 5-tuple stand-in (flow, direction) and the
-  // entropy value, salted per switch.
-  const uint64_t h = mix64((static_cast<uint64_t>(p.flow) << 20) ^
-                           (static_cast<uint64_t>(p.path) << 4) ^
-                           (p.kind == PktKind::kData ? 0 : 1) ^
-                           (static_cast<uint64_t>(node) << 40) ^ c_.seed);
-  return hop_ports_[hop_off_[k] + h % n];
 }
 
 uint64_t Sim::ideal_fct(const FlowSpec& f) const {
@@ -378,6 +260,12 @@ double percentile(std::vector<double> v, double p) {
 uint32_t host_count(const SimConfig& c) {
   if (c.topology == "dumbbell") return c.senders + c.receivers;
   if (c.topology == "leafspine") return c.leaves * c.hosts_per_leaf;
+  if (c.topology == "fattree") {
+    const uint64_t half = c.fattree_k / 2;
+    const uint64_t n =
+        c.fattree_k * half * (c.hosts_per_edge ? c.hosts_per_edge : half);
+    return n > (1u << 24) ? 0 : static_cast<uint32_t>(n);
+  }
   return 0;
 }
 

@@ -13,7 +13,8 @@ namespace uccl::sim {
 
 // One flow of the workload. Hosts are numbered as the topology says
 // (cc/sim/README.md): dumbbell senders 0..S-1 then receivers S..S+R-1;
-// leaf-spine host h sits under leaf h / hosts_per_leaf.
+// leaf-spine host h sits under leaf h / hosts_per_leaf; fat tree host h
+// under edge switch h / hosts_per_edge (pod-major).
 struct FlowSpec {
   uint32_t src = 0, dst = 0;
   uint64_t bytes = 0;  // payload; 0 = unlimited until stop_ns
@@ -25,10 +26,14 @@ struct FlowSpec {
 struct SimConfig {
   std::string name = "sim";
   // Topology: "dumbbell" (senders on switch L, receivers on switch R, one
-  // L->R bottleneck link) or "leafspine" (two tiers, ECMP).
+  // L->R bottleneck link), "leafspine" (two tiers, ECMP) or "fattree"
+  // (three tiers, ECMP).
   std::string topology = "dumbbell";
   uint32_t senders = 2, receivers = 1;                  // dumbbell
   uint32_t leaves = 4, spines = 4, hosts_per_leaf = 4;  // leafspine
+  // "fattree": k pods of k/2 edge and k/2 aggregation switches, (k/2)^2
+  // cores; hosts_per_edge 0 = k/2 (full bisection), more oversubscribes.
+  uint32_t fattree_k = 4, hosts_per_edge = 0;
   double host_gbps = 100;             // host NIC and access links
   double bottleneck_gbps = 0;         // dumbbell L->R; 0 = host_gbps
   double fabric_gbps = 0;             // leaf<->spine; 0 = host_gbps

@@ -10,12 +10,14 @@
 #include <memory>
 #include <queue>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cc/cc.h"
 #include "cc/credit.h"
 #include "cc/path_selector.h"
 #include "cc/scoreboard.h"
+#include "cc/sim/event_queue.h"
 #include "cc/sim/sim.h"
 
 namespace uccl::sim::detail {
@@ -55,19 +57,6 @@ enum EvType : uint32_t {
   kEvSample,
 };
 
-struct Event {
-  uint64_t t;
-  uint64_t seq;
-  uint32_t type;
-  uint32_t a;
-  uint32_t b;
-};
-struct EventLater {
-  bool operator()(const Event& x, const Event& y) const {
-    return x.t != y.t ? x.t > y.t : x.seq > y.seq;
-  }
-};
-
 struct Fifo {
   int32_t head = kNil, tail = kNil;
   bool empty() const { return head == kNil; }
@@ -102,6 +91,7 @@ struct Flow {
   uint32_t last_bytes = 0;
   uint64_t demand_sent = 0;  // credit: bytes requested so far
   double spec_left = 0;      // credit: speculative credit not yet used
+  uint32_t rx_slot = 0;      // credit: its slot in the receiver's pacer
   // Receiver.
   std::vector<uint8_t> got;
   uint32_t rcv_cum = 0;
@@ -118,8 +108,10 @@ struct Host {
   std::vector<uint32_t> tx_flows;  // flows it sends, round-robin
   size_t rr = 0;
   uint64_t wake_at = 0;
-  // Credit receiver: pull pacer over the flows it receives.
+  // Credit receiver: pull pacer over the flows it receives (only hosts
+  // that receive have one), each flow by its slot here.
   std::unique_ptr<cc::PullPacer> pacer;
+  std::vector<uint32_t> rx_flows;
   uint64_t pending_demand = 0;
   bool pacer_armed = false;
 };
@@ -127,6 +119,7 @@ struct Host {
 class Sim {
  public:
   explicit Sim(const SimConfig& c) : c_(c) {}
+  friend class SimTestPeer;  // tests/cc/sim_routes_test.cc
   Status build();
   SimResult run();
 
@@ -135,8 +128,23 @@ class Sim {
   uint32_t add_node() { return nodes_++; }
   void add_link(uint32_t a, uint32_t b, double gbps, double delay_us,
                 const std::string& name_ab, const std::string& name_ba);
+  void add_host_link(uint32_t h, uint32_t sw, const std::string& sw_name);
+  void add_switch_link(uint32_t a, const char* kind_a, uint32_t ia, uint32_t b,
+                       const char* kind_b, uint32_t ib, double gbps);
   Status build_routes();
+  Status find_edges();
+  Status build_route_tables();
+  struct HopSet {  // equal-cost output ports
+    const uint32_t* ports;
+    uint32_t n;
+  };
+  HopSet hops_toward(uint32_t node, uint32_t dst_host) const;
+  HopSet fat_tree_hops(uint32_t node, uint32_t dst_edge) const;
+  uint32_t intern_hops(
+      const std::vector<uint32_t>& hops,
+      std::unordered_map<uint64_t, std::vector<uint32_t>>* by_hash);
   Status build_topology(double bneck_gbps, double fabric_gbps);
+  Status build_fat_tree(double fabric_gbps);
   Status add_flow(uint32_t i, const cc::CcParams& params);
   uint32_t route(uint32_t node, const Packet& p) const;
   uint64_t ser_ns(uint64_t bytes, double rate_bps) const {
@@ -179,6 +187,8 @@ class Sim {
   void request_more(Flow& f);
   void pacer_tick(uint32_t host);
   void arm_pacer(uint32_t host);
+  // The flow is done: its receiver's pacer drops the demand left.
+  void release_demand(const Flow& f);
   bool sender_finished(const Flow& f) const;
   void finish_sender(Flow& f);
   uint32_t payload_of(const Flow& f, uint32_t seq) const;
@@ -195,7 +205,7 @@ class Sim {
   const SimConfig& c_;
   uint64_t now_ = 0;
   uint64_t ev_seq_ = 0;
-  std::priority_queue<Event, std::vector<Event>, EventLater> events_;
+  EventQueue events_;
   uint64_t n_events_ = 0;
   std::vector<Packet> pkts_;
   int32_t free_ = kNil;
@@ -205,8 +215,18 @@ class Sim {
   std::vector<Port> ports_;
   std::vector<std::string> port_names_;
   std::vector<std::vector<uint32_t>> node_ports_;
-  // next_[node * hosts_ + dst]: equal-cost output ports (offset, count).
-  std::vector<uint32_t> hop_off_, hop_cnt_, hop_ports_;
+  // Routes: a host's edge switch and the port down to it; per (switch,
+  // destination edge) the id of its set of equal-cost output ports
+  // (hop_ports_[set_off_[id] .. + set_cnt_[id]]).
+  std::vector<uint32_t> edge_of_, down_port_;
+  std::vector<uint32_t> edges_;       // switches with hosts
+  std::vector<uint32_t> edge_index_;  // per switch; UINT32_MAX: no hosts
+  std::vector<uint32_t> route_set_;   // tables (not for fat trees)
+  std::vector<uint32_t> set_off_, set_cnt_, hop_ports_;
+  struct FatTree {  // computed routes: the node ranges of each tier
+    bool on = false;
+    uint32_t half = 0, per_edge = 0, edge0 = 0, agg0 = 0, core0 = 0;
+  } fat_;
   std::vector<Host> host_;
   std::vector<Flow> flows_;
   uint32_t finite_left_ = 0;

@@ -113,21 +113,16 @@ void Sim::arrive(uint32_t node, int32_t pkt) {
     case PktKind::kRts: {
       Host& h = host_[node];
       if (h.pacer && !f.finish_ns) {
-        const uint64_t before = h.pacer->demand(f.id);
-        h.pacer->add_demand(f.id, k.aux, k.first);
-        h.pending_demand += h.pacer->demand(f.id) - before;
+        const uint64_t before = h.pacer->demand(f.rx_slot);
+        h.pacer->add_demand(f.rx_slot, k.aux, k.first);
+        h.pending_demand += h.pacer->demand(f.rx_slot) - before;
         arm_pacer(node);
       }
       break;
     }
-    case PktKind::kFin: {
-      Host& h = host_[node];
-      if (h.pacer) {
-        h.pending_demand -= std::min(h.pending_demand, h.pacer->demand(f.id));
-        h.pacer->remove_flow(f.id);
-      }
+    case PktKind::kFin:
+      release_demand(f);
       break;
-    }
   }
 }
 
@@ -149,6 +144,13 @@ void Sim::arm_pacer(uint32_t host) {
   at(now_, kEvPacer, host);
 }
 
+void Sim::release_demand(const Flow& f) {
+  Host& h = host_[f.spec.dst];
+  if (!h.pacer) return;
+  h.pending_demand -= std::min(h.pending_demand, h.pacer->demand(f.rx_slot));
+  h.pacer->remove_flow(f.rx_slot);
+}
+
 void Sim::pacer_tick(uint32_t host) {
   Host& h = host_[host];
   h.pacer_armed = false;
@@ -156,7 +158,7 @@ void Sim::pacer_tick(uint32_t host) {
   const int n = h.pacer->poll(now_, g, 64);
   for (int i = 0; i < n; ++i) {
     h.pending_demand -= std::min<uint64_t>(h.pending_demand, g[i].bytes);
-    const Flow& f = flows_[g[i].flow];
+    const Flow& f = flows_[h.rx_flows[g[i].flow]];
     send_ctrl(host, PktKind::kCredit, f, g[i].bytes, f.spec.src);
   }
   if (h.pending_demand > 0) {

@@ -138,11 +138,7 @@ void Sim::on_data(int32_t pkt) {
     if (!f.unlimited && !f.finish_ns && f.rcv_cum == f.npkts) {
       f.finish_ns = now_;
       --finite_left_;
-      Host& h = host_[f.spec.dst];
-      if (h.pacer) {
-        h.pending_demand -= std::min(h.pending_demand, h.pacer->demand(f.id));
-        h.pacer->remove_flow(f.id);
-      }
+      release_demand(f);
     }
   }
   // The same packet turns into the ACK: per-packet selective ACK with the

@@ -366,6 +366,59 @@ TEST(Metrics, JainAndPercentile) {
   EXPECT_DOUBLE_EQ(percentile({}, 50), 0);
 }
 
+TEST(Config, LargeFatTreePermutationsCrossEdgesAndHitEveryHostOnce) {
+  // 1024 hosts, 8 per edge: a random shuffle keeping every host off its
+  // own edge is exponentially unlikely, so the generator repairs one.
+  auto e = parse_experiment(
+      "cc = swift\ntopology = fattree\nfattree_k = 16\n"
+      "pattern = permutation\nflow_bytes = 4096\n"
+      "check.unfinished_flows = <= 0\n");
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto c = make_config(*e, "swift", "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->flows.size(), 1024u);
+  std::vector<int> hits(1024, 0);
+  for (const FlowSpec& f : c->flows) {
+    EXPECT_NE(f.src / 8, f.dst / 8) << f.src << "->" << f.dst;
+    ++hits[f.dst];
+  }
+  EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), 1024);
+  // One edge switch only: no valid permutation, a clear error (the file
+  // is checked whole, its workload too, before anything runs).
+  auto one = parse_experiment(
+      "cc = swift\ntopology = leafspine\nleaves = 1\npattern = "
+      "permutation\nflow_bytes = 1\ncheck.drops = <= 0\n");
+  ASSERT_FALSE(one.ok());
+  EXPECT_NE(one.status().message().find("no valid assignment"),
+            std::string::npos)
+      << one.status();
+}
+
+TEST(Config, IncastOffTheDumbbellGoesToHostZero) {
+  auto e = parse_experiment(
+      "cc = swift\ntopology = fattree\nfattree_k = 4\npattern = incast\n"
+      "incast_senders = 5\nflow_bytes = 4096\ncheck.drops = <= 0\n");
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto c = make_config(*e, "swift", "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->flows.size(), 5u);
+  for (uint32_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(c->flows[i].src, i + 1);
+    EXPECT_EQ(c->flows[i].dst, 0u);
+  }
+  auto r = run(*c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->metrics.at("unfinished_flows"), 0);
+  // More senders than the 15 other hosts: refused.
+  auto big = parse_experiment(
+      "cc = swift\ntopology = fattree\nfattree_k = 4\npattern = incast\n"
+      "incast_senders = 16\nflow_bytes = 1\ncheck.drops = <= 0\n");
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("incast_senders > 15"),
+            std::string::npos)
+      << big.status();
+}
+
 TEST(Config, ParsesKeysFlowsVariantsAndChecks) {
   auto e = parse_experiment(
       "name = t\ncc = swift, credit\nsenders = 3\n"

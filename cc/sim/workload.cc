@@ -6,7 +6,6 @@
 #include <cmath>
 #include <fstream>
 #include <numeric>
-#include <sstream>
 
 #include "util/random.h"
 #include "util/strings.h"

@@ -5,6 +5,9 @@
 #include <cstdio>
 
 #include "cc/credit.h"
+#include "cc/dcqcn.h"
+#include "cc/dctcp.h"
+#include "cc/hpcc.h"
 #include "cc/swift.h"
 #include "cc/timely.h"
 
@@ -35,7 +38,9 @@ std::string CongestionControl::state() const {
   return buf;
 }
 
-const char* cc_names() { return "none, timely, timely_patched, swift, credit"; }
+const char* cc_names() {
+  return "none, timely, timely_patched, swift, credit, dctcp, dcqcn, hpcc";
+}
 
 Result<std::unique_ptr<CongestionControl>> make_cc(const std::string& name,
                                                    const CcParams& params,
@@ -57,6 +62,15 @@ Result<std::unique_ptr<CongestionControl>> make_cc(const std::string& name,
   } else if (name == "credit") {
     UCCL_ASSIGN_OR_RETURN(CreditParams p, CreditSender::params_from(params));
     cc = std::make_unique<CreditSender>(p, line_rate_bps);
+  } else if (name == "dctcp") {
+    UCCL_ASSIGN_OR_RETURN(DctcpParams p, Dctcp::params_from(params));
+    cc = std::make_unique<Dctcp>(p, mss_bytes);
+  } else if (name == "dcqcn") {
+    UCCL_ASSIGN_OR_RETURN(DcqcnParams p, Dcqcn::params_from(params));
+    cc = std::make_unique<Dcqcn>(p, line_rate_bps, mss_bytes);
+  } else if (name == "hpcc") {
+    UCCL_ASSIGN_OR_RETURN(HpccParams p, Hpcc::params_from(params));
+    cc = std::make_unique<Hpcc>(p, line_rate_bps, mss_bytes);
   } else {
     return InvalidArgument("unknown congestion control '" + name +
                            "' (have: " + cc_names() + ")");

@@ -11,6 +11,15 @@
 
 namespace uccl::cc {
 
+// In-band telemetry one switch egress port wrote into a data packet as it
+// left (HPCC, SIGCOMM 2019, Section 3.2), echoed back on the ACK.
+struct IntHop {
+  uint64_t ts_ns = 0;       // when the packet left the port
+  uint64_t tx_bytes = 0;    // bytes the port had sent by then (cumulative)
+  uint64_t qlen_bytes = 0;  // its queue as the packet left
+  double rate_bps = 0;      // the link's rate
+};
+
 // Feedback from one ACK (engine: a chunk; simulator: a packet).
 struct CcSample {
   uint64_t now_ns = 0;
@@ -24,6 +33,11 @@ struct CcSample {
                                    // unknown; its serialization time at line
                                    // rate is not queueing (TIMELY, 4.1)
   bool ecn = false;                // congestion-experienced mark
+  // The data packet's telemetry, one record per switch on its path in
+  // order (simulator only, for controllers that ask for it); valid during
+  // on_ack.
+  const IntHop* int_hops = nullptr;
+  uint32_t int_count = 0;
 };
 
 // One flow's (or path's) congestion controller. The engine enforces both
@@ -59,6 +73,9 @@ class CongestionControl {
 
   // "cwnd=... rate=..." for logs and CSV traces.
   virtual std::string state() const;
+  // Whether on_ack needs CcSample::int_hops (the simulator records INT only
+  // then).
+  virtual bool wants_int() const { return false; }
 };
 
 constexpr double kUnlimited = 1e300;

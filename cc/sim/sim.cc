@@ -45,9 +45,23 @@ Status Sim::build() {
 
   // Congestion control: check the name and parameters once.
   UCCL_ASSIGN_OR_RETURN(cc::CcParams params, cc::CcParams::parse(c_.cc_params));
-  UCCL_RETURN_IF_ERROR(
-      cc::make_cc(c_.cc, params, c_.mtu_bytes, line_bps_).status());
+  UCCL_ASSIGN_OR_RETURN(auto probe,
+                        cc::make_cc(c_.cc, params, c_.mtu_bytes, line_bps_));
   credit_ = c_.cc == "credit";
+  int_on_ = probe->wants_int();
+  ecn_seed_ = mix64(c_.seed ^ 0xEC11);
+  if (c_.pfc_xoff_kb > 0) {
+    if (c_.pfc_xon_kb <= 0 || c_.pfc_xon_kb >= c_.pfc_xoff_kb) {
+      return InvalidArgument("pfc: need 0 < pfc_xon_kb < pfc_xoff_kb");
+    }
+    pfc_xoff_ = static_cast<uint64_t>(c_.pfc_xoff_kb * 1024);
+    pfc_xon_ = static_cast<uint64_t>(c_.pfc_xon_kb * 1024);
+  }
+  if (c_.ecn_kb < 0 || c_.ecn_kmax_kb < 0 || c_.ecn_pmax < 0 ||
+      c_.ecn_pmax > 1) {
+    return InvalidArgument(
+        "need ecn_kb >= 0, ecn_kmax_kb >= 0, 0 <= ecn_pmax <= 1");
+  }
 
   host_.resize(hosts_);
   for (uint32_t h = 0; h < hosts_; ++h) host_[h].port = node_ports_[h][0];
@@ -202,6 +216,9 @@ SimResult Sim::run() {
         break;
       case kEvPacer:
         pacer_tick(e.a);
+        break;
+      case kEvPfc:
+        pfc_frame(e.a, e.b != 0);
         break;
       case kEvSample: {
         sample();

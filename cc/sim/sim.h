@@ -41,9 +41,18 @@ struct SimConfig {
   std::vector<double> host_delay_us;  // per host access link (RTT classes)
   double buffer_kb = 1024;            // per switch output port, data packets
   double ecn_kb = 0;                  // mark data above this queue (0 = no ECN)
-  uint32_t mtu_bytes = 4096;          // payload per data packet
-  uint32_t header_bytes = 64;         // per data packet on the wire
-  uint32_t ctrl_bytes = 64;           // ACK / credit / request packets
+  // RED-style marking (DCQCN): with ecn_kmax_kb > ecn_kb, the probability
+  // rises linearly from 0 at ecn_kb to ecn_pmax at ecn_kmax_kb, and is 1
+  // above; 0 keeps the step at ecn_kb (DCTCP).
+  double ecn_kmax_kb = 0;
+  double ecn_pmax = 0.01;
+  // PFC (lossless fabric): pause a link when the data it brought into a
+  // switch exceeds pfc_xoff_kb, resume below pfc_xon_kb; 0 = no PFC
+  // (drop-tail at buffer_kb).
+  double pfc_xoff_kb = 0, pfc_xon_kb = 0;
+  uint32_t mtu_bytes = 4096;   // payload per data packet
+  uint32_t header_bytes = 64;  // per data packet on the wire
+  uint32_t ctrl_bytes = 64;    // ACK / credit / request packets
   // "single": one ECMP path per flow; "spray": every packet picks one of
   // `paths` entropy values by power of two choices on path RTTs.
   std::string multipath = "single";

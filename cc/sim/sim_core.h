@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -15,6 +16,7 @@
 
 #include "cc/cc.h"
 #include "cc/credit.h"
+#include "cc/hpcc.h"
 #include "cc/path_selector.h"
 #include "cc/scoreboard.h"
 #include "cc/sim/event_queue.h"
@@ -45,6 +47,7 @@ struct Packet {
   bool first;    // RTS: the flow's first demand
   bool unsched;  // data sent on speculative credit (credit)
   int32_t next;
+  uint32_t in_port;  // the link it last crossed (PFC's ingress accounting)
 };
 
 enum EvType : uint32_t {
@@ -55,6 +58,7 @@ enum EvType : uint32_t {
   kEvTimer,
   kEvPacer,
   kEvSample,
+  kEvPfc,  // a PAUSE (b = 1) or RESUME (b = 0) reaches port a's sender
 };
 
 struct Fifo {
@@ -69,11 +73,17 @@ struct Port {
   bool busy = false;
   Fifo ctrl, data;       // control packets go first and are never dropped
   uint64_t q_bytes = 0;  // data bytes queued
-  uint64_t buf_bytes = 0, ecn_bytes = 0;
+  uint64_t buf_bytes = 0, ecn_bytes = 0, ecn_max_bytes = 0;
   // Statistics.
   uint64_t max_q = 0, drops = 0, marks = 0, tx_bytes = 0;
   double q_integral = 0;  // byte-ns
   uint64_t q_since = 0;
+  // PFC: `paused` stops this port's data (its receiver's ingress is over
+  // XOFF); `ingress_bytes` are data bytes that came in over this link and
+  // still sit in the receiving switch's queues.
+  bool paused = false, pause_sent = false;
+  uint64_t ingress_bytes = 0;
+  uint64_t pauses = 0, paused_ns = 0, paused_since = 0;
 };
 
 struct Flow {
@@ -119,7 +129,7 @@ struct Host {
 class Sim {
  public:
   explicit Sim(const SimConfig& c) : c_(c) {}
-  friend class SimTestPeer;  // tests/cc/sim_routes_test.cc
+  friend class SimTestPeer;  // tests/cc/sim_fabric_test.cc
   Status build();
   SimResult run();
 
@@ -169,6 +179,13 @@ class Sim {
 
   // Datapath.
   void enqueue(uint32_t port, int32_t pkt);
+  bool ecn_mark(const Port& p);
+  // PFC (sim_pfc.cc): a data packet queued in / leaving a switch, and a
+  // PAUSE/RESUME frame arriving at the port it names.
+  void pfc_ingress(const Packet& k);
+  void pfc_egress(const Packet& k);
+  void pfc_frame(uint32_t port, bool pause);
+  void record_int(const Port& p, int32_t pkt);
   void try_transmit(uint32_t port);
   void transmit(uint32_t port, int32_t pkt);
   void arrive(uint32_t node, int32_t pkt);
@@ -236,6 +253,14 @@ class Sim {
   std::vector<QueueSample> qseries_;
   std::vector<uint32_t> switch_ports_;  // ports leaving switches
   bool credit_ = false;
+  // In-band telemetry, recorded only when the controller asks for it:
+  // kMaxIntHops records per packet slot, and the ACK being handled's.
+  static constexpr uint32_t kMaxIntHops = cc::Hpcc::kMaxHops;
+  bool int_on_ = false;
+  std::vector<cc::IntHop> int_;
+  std::array<cc::IntHop, kMaxIntHops> int_ack_{};
+  uint64_t ecn_seed_ = 0;                // RED marking draws
+  uint64_t pfc_xoff_ = 0, pfc_xon_ = 0;  // bytes; xoff 0: no PFC
   uint64_t delivered_total_ = 0;
   uint64_t unlimited_until_ = 0;  // latest stop of an unlimited flow
 

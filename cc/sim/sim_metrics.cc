@@ -183,6 +183,19 @@ uint32_t Sim::summarize_ports(SimResult* r, uint64_t first_start) {
   m["most_drops_port"] = worst_drop;
   m["ecn_marks"] = static_cast<double>(marks);
   m["bottleneck_port"] = busiest;
+  if (pfc_xoff_) {
+    // PAUSE frames sent, and the largest share of the run any one link
+    // (hosts' included) spent paused.
+    uint64_t pauses = 0;
+    double most = 0;
+    for (Port& x : ports_) {
+      if (x.paused) x.paused_ns += now_ - x.paused_since, x.paused_since = now_;
+      pauses += x.pauses;
+      most = std::max(most, static_cast<double>(x.paused_ns) / span);
+    }
+    m["pfc_pauses"] = static_cast<double>(pauses);
+    m["pfc_max_paused_frac"] = most;
+  }
   return busiest;
 }
 
@@ -309,6 +322,8 @@ const std::vector<std::string>& metric_names() {
                                                   "drops",
                                                   "most_drops_port",
                                                   "ecn_marks",
+                                                  "pfc_pauses",
+                                                  "pfc_max_paused_frac",
                                                   "bottleneck_port",
                                                   "goodput_gbps",
                                                   "convergence_max_us",

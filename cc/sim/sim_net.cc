@@ -6,12 +6,14 @@
 #include <cstdio>
 
 #include "cc/sim/sim_core.h"
+#include "util/random.h"
 
 namespace uccl::sim::detail {
 
 int32_t Sim::alloc_pkt() {
   if (free_ == kNil) {
     pkts_.emplace_back();
+    if (int_on_) int_.resize(pkts_.size() * kMaxIntHops);
     return static_cast<int32_t>(pkts_.size() - 1);
   }
   int32_t i = free_;
@@ -42,12 +44,16 @@ void Sim::enqueue(uint32_t port, int32_t pkt) {
   if (k.kind != PktKind::kData) {
     push(p.ctrl, pkt);
   } else {
-    if (p.q_bytes + k.wire_bytes > p.buf_bytes && p.from >= hosts_) {
-      ++p.drops;  // drop-tail
+    // Drop-tail; a lossless (PFC) switch never drops: its ingress pauses
+    // bound the queue instead.
+    if (p.q_bytes + k.wire_bytes > p.buf_bytes && p.from >= hosts_ &&
+        pfc_xoff_ == 0) {
+      ++p.drops;
       free_pkt(pkt);
       return;
     }
-    if (p.ecn_bytes > 0 && p.q_bytes >= p.ecn_bytes) {
+    if (pfc_xoff_ && p.from >= hosts_) pfc_ingress(k);
+    if (p.ecn_bytes > 0 && ecn_mark(p)) {
       k.ecn = true;
       ++p.marks;
     }
@@ -60,17 +66,44 @@ void Sim::enqueue(uint32_t port, int32_t pkt) {
   if (!p.busy) try_transmit(port);
 }
 
+// Step marking at ecn_bytes, or RED between ecn_bytes and ecn_max_bytes
+// (the queue the packet finds on arrival).
+bool Sim::ecn_mark(const Port& p) {
+  if (p.q_bytes < p.ecn_bytes) return false;
+  if (p.ecn_max_bytes <= p.ecn_bytes || p.q_bytes >= p.ecn_max_bytes) {
+    return true;
+  }
+  const double prob = c_.ecn_pmax * (p.q_bytes - p.ecn_bytes) /
+                      static_cast<double>(p.ecn_max_bytes - p.ecn_bytes);
+  return uniform01(&ecn_seed_) < prob;
+}
+
+// The switch port's telemetry into the data packet leaving it (its queue
+// after the packet left, bytes sent including it).
+void Sim::record_int(const Port& p, int32_t pkt) {
+  const Packet& k = pkts_[pkt];
+  if (k.hops == 0 || k.hops > kMaxIntHops) return;
+  cc::IntHop& h = int_[static_cast<size_t>(pkt) * kMaxIntHops + k.hops - 1];
+  h.ts_ns = now_;
+  h.tx_bytes = p.tx_bytes;
+  h.qlen_bytes = p.q_bytes;
+  h.rate_bps = p.rate_bps;
+}
+
 void Sim::try_transmit(uint32_t port) {
   Port& p = ports_[port];
   if (p.busy) return;
   int32_t pkt = kNil;
   if (!p.ctrl.empty()) {
     pkt = pop(p.ctrl);
+  } else if (p.paused) {
+    return;  // PFC: control packets only
   } else if (!p.data.empty()) {
     pkt = pop(p.data);
     p.q_integral += static_cast<double>(p.q_bytes) * (now_ - p.q_since);
     p.q_since = now_;
     p.q_bytes -= pkts_[pkt].wire_bytes;
+    if (pfc_xoff_ && p.from >= hosts_) pfc_egress(pkts_[pkt]);
   } else if (p.from < hosts_) {
     pkt = host_next_data(p.from);
   }
@@ -82,6 +115,10 @@ void Sim::transmit(uint32_t port, int32_t pkt) {
   p.busy = true;
   const uint64_t ser = ser_ns(pkts_[pkt].wire_bytes, p.rate_bps);
   p.tx_bytes += pkts_[pkt].wire_bytes;
+  if (int_on_ && p.from >= hosts_ && pkts_[pkt].kind == PktKind::kData) {
+    record_int(p, pkt);
+  }
+  pkts_[pkt].in_port = port;
   at(now_ + ser, kEvPortFree, port);
   at(now_ + ser + p.prop_ns, kEvArrive, p.to, static_cast<uint32_t>(pkt));
 }
@@ -98,6 +135,11 @@ void Sim::arrive(uint32_t node, int32_t pkt) {
   }
   // Handlers may allocate packets (the pool may move): work on a copy.
   const Packet k = pkts_[pkt];
+  if (int_on_ && k.kind == PktKind::kAck) {
+    const size_t n = std::min<size_t>(k.hops, kMaxIntHops);
+    std::copy_n(int_.begin() + static_cast<size_t>(pkt) * kMaxIntHops, n,
+                int_ack_.begin());
+  }
   free_pkt(pkt);
   Flow& f = flows_[k.flow];
   switch (k.kind) {

@@ -19,6 +19,7 @@ void Sim::add_link(uint32_t a, uint32_t b, double gbps, double delay_us,
     p.prop_ns = static_cast<uint64_t>(delay_us * 1000);
     p.buf_bytes = static_cast<uint64_t>(c_.buffer_kb * 1024);
     p.ecn_bytes = static_cast<uint64_t>(c_.ecn_kb * 1024);
+    p.ecn_max_bytes = static_cast<uint64_t>(c_.ecn_kmax_kb * 1024);
     node_ports_[p.from].push_back(static_cast<uint32_t>(ports_.size()));
     port_names_.push_back(dir ? name_ba : name_ab);
     ports_.push_back(p);

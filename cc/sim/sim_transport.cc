@@ -172,6 +172,10 @@ void Sim::on_ack(const Packet& a) {
     s.hops = a.hops;
     s.segment_bytes = payload_of(f, a.seq);
     s.ecn = a.ecn;
+    if (int_on_) {
+      s.int_hops = int_ack_.data();
+      s.int_count = std::min<uint32_t>(a.hops, kMaxIntHops);
+    }
     f.cc->on_ack(s);
   }
   report_losses(f, sb.finish_ack(o, now_));

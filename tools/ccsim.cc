@@ -21,6 +21,10 @@ DEFINE_string(cc, "",
 DEFINE_string(variant, "", "Run only this variant.");
 DEFINE_string(set, "", "Override keys: 'key=value;key=value' (applied last).");
 DEFINE_bool(quiet, false, "No progress lines on stderr.");
+DEFINE_uint32(seeds, 0,
+              "Run every simulation this many times (seed, seed+1, ...) and "
+              "judge checks on the 95% confidence interval; 0: the file's "
+              "'seeds' (default 1).");
 DEFINE_string(substitute, "",
               "Run this controller, 'name' or 'name:params' (e.g. 'none', "
               "'swift:ai=20'), in place of every controller the file lists, "
@@ -77,10 +81,11 @@ bool write_csvs(const std::string& dir, const Experiment& e,
 
 }  // namespace
 
-// One simulation (one controller, one variant): runs it, prints its
-// metrics and writes its CSVs; false after printing why it could not.
-bool run_one(const Experiment& e, const std::string& cc, const std::string& v,
-             const uccl::sim::KeyValues& overrides, RunOutcome* out) {
+// The simulation of one controller and variant with `overrides`, the
+// substitute (if any) in the controller's place.
+bool simulate(const Experiment& e, const std::string& cc, const std::string& v,
+              const uccl::sim::KeyValues& overrides, uccl::sim::SimResult* out,
+              uint64_t* seed) {
   auto cfg = uccl::sim::make_config(e, cc, v, overrides);
   if (!cfg.ok()) {
     std::fprintf(stderr, "ccsim: %s\n", cfg.status().to_string().c_str());
@@ -93,22 +98,57 @@ bool run_one(const Experiment& e, const std::string& cc, const std::string& v,
     cfg->cc_params =
         colon == std::string::npos ? "" : FLAGS_substitute.substr(colon + 1);
   }
+  if (seed) *seed = cfg->seed;
   auto res = uccl::sim::run(*cfg);
   if (!res.ok()) {
     std::fprintf(stderr, "ccsim: %s\n", res.status().to_string().c_str());
     return false;
   }
-  *out = RunOutcome{cc, v, std::move(*res)};
+  *out = std::move(*res);
+  return true;
+}
+
+// One controller and variant over `seeds` seeds (the config's seed, then
+// the next ones): runs them, prints the metrics (mean +- 95% half-width
+// with several seeds) and writes the first seed's CSVs; false after
+// printing why it could not.
+bool run_one(const Experiment& e, const std::string& cc, const std::string& v,
+             const uccl::sim::KeyValues& overrides, uint32_t seeds,
+             RunOutcome* out) {
+  std::vector<uccl::sim::SimResult> results(1);
+  uint64_t seed = 0;
+  if (!simulate(e, cc, v, overrides, &results[0], &seed)) return false;
+  for (uint32_t i = 1; i < seeds; ++i) {
+    uccl::sim::KeyValues more = overrides;
+    more.push_back({"seed", std::to_string(seed + i)});
+    results.emplace_back();
+    if (!simulate(e, cc, v, more, &results.back(), nullptr)) return false;
+  }
+  double wall_s = 0;
+  for (const auto& r : results) wall_s += r.wall_s;
+  *out = RunOutcome{cc, v, {}, 1, {}};
+  uccl::sim::aggregate_seeds(std::move(results), out);
   RunOutcome& r = *out;
   std::printf(
       "== %s%s%s: %zu flows, %.3f ms simulated, %llu events in "
-      "%.2f s (%.2fM events/s)\n",
+      "%.2f s (%.2fM events/s)%s\n",
       cc.c_str(), v.empty() ? "" : "/", v.c_str(), r.result.flows.size(),
       r.result.end_ns / 1e6, static_cast<unsigned long long>(r.result.events),
-      r.result.wall_s, r.result.events / 1e6 / r.result.wall_s);
+      r.result.wall_s, r.result.events / 1e6 / r.result.wall_s,
+      seeds > 1 ? (", " + std::to_string(seeds) + " seeds in " +
+                   std::to_string(wall_s).substr(0, 5) + " s")
+                      .c_str()
+                : "");
   int col = 0;
   for (const auto& [k, val] : r.result.metrics) {
-    std::printf("  %-26s %12.4g%s", k.c_str(), val, ++col % 3 == 0 ? "\n" : "");
+    auto ci = r.ci95.find(k);
+    if (ci != r.ci95.end()) {
+      std::printf("  %-22s %10.4g +-%-9.3g%s", k.c_str(), val, ci->second,
+                  ++col % 3 == 0 ? "\n" : "");
+    } else {
+      std::printf("  %-26s %12.4g%s", k.c_str(), val,
+                  ++col % 3 == 0 ? "\n" : "");
+    }
   }
   if (col % 3) std::printf("\n");
   if (!FLAGS_out.empty() && !write_csvs(FLAGS_out, e, r)) {
@@ -231,11 +271,12 @@ int main(int argc, char** argv) {
     std::printf("not evaluated (its runs were left out): %s\n",
                 ch->text.c_str());
   }
+  const uint32_t seeds = FLAGS_seeds ? FLAGS_seeds : e.seeds;
   std::vector<RunOutcome> runs;
   for (const std::string& cc : e.ccs) {
     for (const std::string& v : variants) {
       RunOutcome r;
-      if (!run_one(e, cc, v, *overrides, &r)) return kExitUsage;
+      if (!run_one(e, cc, v, *overrides, seeds, &r)) return kExitUsage;
       runs.push_back(std::move(r));
     }
   }
@@ -245,6 +286,9 @@ int main(int argc, char** argv) {
     for (const RunOutcome& r : runs) {
       for (const auto& [k, val] : r.result.metrics) {
         s << r.cc << ',' << r.variant << ',' << k << ',' << val << '\n';
+      }
+      for (const auto& [k, half] : r.ci95) {
+        s << r.cc << ',' << r.variant << ',' << k << "__ci95," << half << '\n';
       }
     }
   }

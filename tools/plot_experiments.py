@@ -133,9 +133,15 @@ def main():
         shown = [m for m in KEY_METRICS if any(m in metrics[t] for t in runs)]
         lines.append("| run | " + " | ".join(shown) + " |")
         lines.append("|---" * (len(shown) + 1) + "|")
+        def cell(t, m):
+            # Several seeds: the mean +- its 95% confidence half-width.
+            if m not in metrics[t]:
+                return ""
+            ci = metrics[t].get(m + "__ci95")
+            return fmt(metrics[t][m]) + (f" ± {fmt(ci)}" if ci is not None else "")
         for t in runs:
-            lines.append(f"| {t.replace('__', '/')} | " + " | ".join(
-                fmt(metrics[t][m]) if m in metrics[t] else "" for m in shown) + " |")
+            lines.append(f"| {t.replace('__', '/')} | " +
+                         " | ".join(cell(t, m) for m in shown) + " |")
         lines += ["", "| target | actual | result |", "|---|---|---|"]
         for c in checks:
             lines.append(f"| {c['check']} | {fmt(c['actual'])} | {c['result']} |")

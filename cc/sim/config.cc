@@ -260,6 +260,12 @@ Result<Experiment> parse_experiment(const std::string& text) {
       e.name = v;
     } else if (k == "description") {
       e.description = v;
+    } else if (k == "seeds") {
+      auto n = to_u32(k, v);
+      if (!n.ok() || *n == 0 || *n > 1000) {
+        return at_line(InvalidArgument("seeds: a count from 1 to 1000"));
+      }
+      e.seeds = *n;
     } else if (k == "cc") {
       e.ccs = split_list(v, ',');
       if (e.ccs.empty()) return at_line(InvalidArgument("cc: empty list"));
@@ -382,6 +388,42 @@ Result<SimConfig> make_config(const Experiment& e, const std::string& cc,
   return c;
 }
 
+double t95(uint32_t df) {
+  static const double kT[] = {0,     12.706, 4.303, 3.182, 2.776, 2.571, 2.447,
+                              2.365, 2.306,  2.262, 2.228, 2.201, 2.179, 2.160,
+                              2.145, 2.131,  2.120, 2.110, 2.101, 2.093, 2.086,
+                              2.080, 2.074,  2.069, 2.064, 2.060, 2.056, 2.052,
+                              2.048, 2.045,  2.042};
+  if (df == 0) return 0;
+  return df < sizeof(kT) / sizeof(kT[0]) ? kT[df] : 1.96;
+}
+
+void aggregate_seeds(std::vector<SimResult> runs, RunOutcome* out) {
+  out->seeds = static_cast<uint32_t>(runs.size());
+  out->ci95.clear();
+  if (runs.empty()) return;
+  out->result = std::move(runs[0]);
+  if (runs.size() == 1) return;
+  const double n = static_cast<double>(runs.size());
+  for (auto& [name, first] : out->result.metrics) {
+    std::vector<double> x{first};
+    for (size_t i = 1; i < runs.size(); ++i) {
+      auto it = runs[i].metrics.find(name);
+      if (it != runs[i].metrics.end()) x.push_back(it->second);
+    }
+    double mean = 0;
+    for (double v : x) mean += v;
+    mean /= static_cast<double>(x.size());
+    double var = 0;
+    for (double v : x) var += (v - mean) * (v - mean);
+    var = x.size() > 1 ? var / static_cast<double>(x.size() - 1) : 0;
+    first = mean;
+    out->ci95[name] = t95(static_cast<uint32_t>(x.size()) - 1) *
+                      std::sqrt(var / static_cast<double>(x.size()));
+  }
+  (void)n;
+}
+
 const char* verdict(const CheckResult& c, bool substituted, bool* fails) {
   if (c.missing) {
     *fails = true;
@@ -420,6 +462,14 @@ std::vector<CheckResult> evaluate(const Experiment& e,
                    ch.metric + " " + ch.op + " " + fmt(ch.value);
         cr.known_miss = ch.known_miss;
         cr.missing = !metric(r, ch.metric, &cr.actual);
+        if (r.seeds > 1 && !cr.missing) {
+          // The interval's far end must meet the target: the mean plus
+          // the half-width for an upper bound, minus it for a lower one.
+          auto ci = r.ci95.find(ch.metric);
+          const double h = ci == r.ci95.end() ? 0 : ci->second;
+          cr.actual += ch.op[0] == '<' ? h : -h;
+          cr.label += " (95% CI over " + std::to_string(r.seeds) + " seeds)";
+        }
         cr.pass = !cr.missing && holds(cr.actual, ch.op, ch.value);
         out.push_back(cr);
       }

@@ -2,6 +2,7 @@
 // every key), workload patterns, per-run variants, and pass/fail checks.
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +40,9 @@ struct Experiment {
   std::vector<std::pair<std::string, KeyValues>> variants;
   std::vector<int> variant_lines;
   std::vector<Check> checks;
+  // `seeds = N`: every run N times (seed, seed + 1, ...); metrics are the
+  // mean with a 95% confidence interval, checks judge its far end.
+  uint32_t seeds = 1;
 };
 
 // Checks whose scope names no run of `ccs` x `variants` (ccsim --cc or
@@ -64,8 +68,16 @@ Result<SimConfig> make_config(const Experiment& e, const std::string& cc,
 // One finished run, for checks and reports.
 struct RunOutcome {
   std::string cc, variant;
-  SimResult result;
+  SimResult result;  // several seeds: the first seed's, metrics the mean
+  uint32_t seeds = 1;
+  std::map<std::string, double> ci95;  // several seeds: half-widths
 };
+// Folds the runs of one (cc, variant) over several seeds into `out`: the
+// first run's series and flows, each metric's mean, and its 95%
+// confidence half-width (Student's t over the seeds).
+void aggregate_seeds(std::vector<SimResult> runs, RunOutcome* out);
+// Student's t for a two-sided 95% interval with `df` degrees of freedom.
+double t95(uint32_t df);
 struct CheckResult {
   std::string label;  // "check swift/single jain >= 0.99"
   double actual = 0;

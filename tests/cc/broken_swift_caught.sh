@@ -12,7 +12,7 @@ base="swift:target_from_min_delay=0"
 # variant (added to the base) | experiment | what it measured (2026-11-28)
 cases=(
   "ai=20|3_long_short|average queue 364 KB against a 200 KB bound"
-  "ai=20|7_websearch|short flows' p99 slowdown over 10"
+  "ai=20|7_websearch|largest queue over 650 KB at the 95% CI over ten seeds"
   "beta=0.01,max_mdf=0.01|2_staircase|Jain's index under 0.99"
   "beta=0.01,max_mdf=0.01|3_long_short|average queue over 200 KB"
   "max_mdf=0.99,beta=1|0_scale_incast1024|completion 18x the ideal"

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "cc/credit.h"
 #include "cc/recovery.h"
@@ -417,6 +418,45 @@ TEST(Config, IncastOffTheDumbbellGoesToHostZero) {
   EXPECT_NE(big.status().message().find("incast_senders > 15"),
             std::string::npos)
       << big.status();
+}
+
+TEST(Config, SeveralSeedsGiveAMeanAndAConfidenceIntervalChecksJudge) {
+  EXPECT_DOUBLE_EQ(t95(1), 12.706);
+  EXPECT_DOUBLE_EQ(t95(9), 2.262);
+  EXPECT_DOUBLE_EQ(t95(1000), 1.96);
+  std::vector<SimResult> runs(3);
+  for (int i = 0; i < 3; ++i) {
+    runs[i].metrics["drops"] = i + 1;  // 1, 2, 3: mean 2, sd 1
+    runs[i].events = 100 + i;
+  }
+  RunOutcome r{"swift", "", {}, 1, {}};
+  aggregate_seeds(runs, &r);
+  EXPECT_EQ(r.seeds, 3u);
+  EXPECT_EQ(r.result.events, 100u);  // the first seed's run
+  EXPECT_DOUBLE_EQ(r.result.metrics.at("drops"), 2);
+  const double half = 4.303 / std::sqrt(3.0);
+  EXPECT_NEAR(r.ci95.at("drops"), half, 1e-12);
+  // A check judges the interval's far end: <= 4 fails (2 + 2.48), <= 5
+  // holds; >= 0 fails (2 - 2.48).
+  auto e = parse_experiment(
+      "cc = swift\nseeds = 3\ncheck.drops = <= 4\ncheck.drops = <= 5\n"
+      "check.drops = >= 0\n");
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->seeds, 3u);
+  const auto checks = evaluate(*e, {r});
+  ASSERT_EQ(checks.size(), 3u);
+  EXPECT_FALSE(checks[0].pass);
+  EXPECT_NEAR(checks[0].actual, 2 + half, 1e-12);
+  EXPECT_TRUE(checks[1].pass);
+  EXPECT_FALSE(checks[2].pass);
+  EXPECT_NE(checks[0].label.find("95% CI over 3 seeds"), std::string::npos);
+  // One seed: the value itself.
+  RunOutcome one{"swift", "", {}, 1, {}};
+  aggregate_seeds({runs[0]}, &one);
+  EXPECT_TRUE(one.ci95.empty());
+  EXPECT_TRUE(evaluate(*e, {one})[0].pass);
+  EXPECT_FALSE(parse_experiment("seeds = 0\n").ok());
+  EXPECT_FALSE(parse_experiment("seeds = many\n").ok());
 }
 
 TEST(Config, ParsesKeysFlowsVariantsAndChecks) {

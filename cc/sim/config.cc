@@ -95,6 +95,8 @@ Status apply(SimConfig* c, Workload* w, const std::string& k,
   if (k == "ecn_kmax_kb") return num(&c->ecn_kmax_kb);
   if (k == "ecn_pmax") return num(&c->ecn_pmax);
   if (k == "pfc_xoff_kb") return num(&c->pfc_xoff_kb);
+  if (k == "shared_buffer_kb") return num(&c->shared_buffer_kb);
+  if (k == "dt_alpha") return num(&c->dt_alpha);
   if (k == "pfc_xon_kb") return num(&c->pfc_xon_kb);
   if (k == "mtu_bytes") return cnt(&c->mtu_bytes);
   if (k == "header_bytes") return cnt(&c->header_bytes);

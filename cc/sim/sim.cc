@@ -50,6 +50,11 @@ Status Sim::build() {
   credit_ = c_.cc == "credit";
   int_on_ = probe->wants_int();
   ecn_seed_ = mix64(c_.seed ^ 0xEC11);
+  if (c_.shared_buffer_kb < 0 || c_.dt_alpha <= 0) {
+    return InvalidArgument("need shared_buffer_kb >= 0, dt_alpha > 0");
+  }
+  shared_bytes_ = static_cast<uint64_t>(c_.shared_buffer_kb * 1024);
+  node_queued_.assign(nodes_, 0);
   if (c_.pfc_xoff_kb > 0) {
     if (c_.pfc_xon_kb <= 0 || c_.pfc_xon_kb >= c_.pfc_xoff_kb) {
       return InvalidArgument("pfc: need 0 < pfc_xon_kb < pfc_xoff_kb");

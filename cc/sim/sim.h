@@ -40,7 +40,12 @@ struct SimConfig {
   double link_delay_us = 1;           // propagation of every link, one way
   std::vector<double> host_delay_us;  // per host access link (RTT classes)
   double buffer_kb = 1024;            // per switch output port, data packets
-  double ecn_kb = 0;                  // mark data above this queue (0 = no ECN)
+  // Shared buffer (0 = none, each port has buffer_kb): each switch holds
+  // shared_buffer_kb for all its ports, and a port may queue at most
+  // dt_alpha x (the buffer left free) (Choudhury-Hahne dynamic threshold).
+  double shared_buffer_kb = 0;
+  double dt_alpha = 1;
+  double ecn_kb = 0;  // mark data above this queue (0 = no ECN)
   // RED-style marking (DCQCN): with ecn_kmax_kb > ecn_kb, the probability
   // rises linearly from 0 at ecn_kb to ecn_pmax at ecn_kmax_kb, and is 1
   // above; 0 keeps the step at ecn_kb (DCTCP).

@@ -180,6 +180,9 @@ class Sim {
   // Datapath.
   void enqueue(uint32_t port, int32_t pkt);
   bool ecn_mark(const Port& p);
+  // Whether a data packet of `bytes` fits port p's queue (its own buffer,
+  // or the switch's shared buffer under the dynamic threshold).
+  bool admits(const Port& p, uint64_t bytes) const;
   // PFC (sim_pfc.cc): a data packet queued in / leaving a switch, and a
   // PAUSE/RESUME frame arriving at the port it names.
   void pfc_ingress(const Packet& k);
@@ -261,6 +264,10 @@ class Sim {
   std::array<cc::IntHop, kMaxIntHops> int_ack_{};
   uint64_t ecn_seed_ = 0;                // RED marking draws
   uint64_t pfc_xoff_ = 0, pfc_xon_ = 0;  // bytes; xoff 0: no PFC
+  // Shared buffers: bytes each switch holds (0: per-port buffers), and
+  // the data bytes queued at each node's ports.
+  uint64_t shared_bytes_ = 0;
+  std::vector<uint64_t> node_queued_;
   uint64_t delivered_total_ = 0;
   uint64_t unlimited_until_ = 0;  // latest stop of an unlimited flow
 

@@ -46,12 +46,12 @@ void Sim::enqueue(uint32_t port, int32_t pkt) {
   } else {
     // Drop-tail; a lossless (PFC) switch never drops: its ingress pauses
     // bound the queue instead.
-    if (p.q_bytes + k.wire_bytes > p.buf_bytes && p.from >= hosts_ &&
-        pfc_xoff_ == 0) {
+    if (p.from >= hosts_ && pfc_xoff_ == 0 && !admits(p, k.wire_bytes)) {
       ++p.drops;
       free_pkt(pkt);
       return;
     }
+    node_queued_[p.from] += k.wire_bytes;
     if (pfc_xoff_ && p.from >= hosts_) pfc_ingress(k);
     if (p.ecn_bytes > 0 && ecn_mark(p)) {
       k.ecn = true;
@@ -64,6 +64,13 @@ void Sim::enqueue(uint32_t port, int32_t pkt) {
     push(p.data, pkt);
   }
   if (!p.busy) try_transmit(port);
+}
+
+bool Sim::admits(const Port& p, uint64_t bytes) const {
+  if (shared_bytes_ == 0) return p.q_bytes + bytes <= p.buf_bytes;
+  const uint64_t used = node_queued_[p.from];
+  if (used + bytes > shared_bytes_) return false;
+  return p.q_bytes + bytes <= c_.dt_alpha * (shared_bytes_ - used);
 }
 
 // Step marking at ecn_bytes, or RED between ecn_bytes and ecn_max_bytes
@@ -103,6 +110,7 @@ void Sim::try_transmit(uint32_t port) {
     p.q_integral += static_cast<double>(p.q_bytes) * (now_ - p.q_since);
     p.q_since = now_;
     p.q_bytes -= pkts_[pkt].wire_bytes;
+    node_queued_[p.from] -= pkts_[pkt].wire_bytes;
     if (pfc_xoff_ && p.from >= hosts_) pfc_egress(pkts_[pkt]);
   } else if (p.from < hosts_) {
     pkt = host_next_data(p.from);

@@ -183,6 +183,31 @@ TEST(SimPfc, BadThresholdsAreRefused) {
   EXPECT_FALSE(run(c).ok());
 }
 
+TEST(SimSharedBuffer, ADynamicThresholdLeavesRoomForOtherPorts) {
+  // One congested port in a switch with a shared buffer B: it may hold
+  // alpha x (B - its own queue), so B alpha / (1 + alpha), give or take the
+  // packet that is admitted against the free space before it.
+  for (double alpha : {1.0, 3.0}) {
+    SimConfig c = incast(8);
+    c.buffer_kb = 64;  // ignored: the shared buffer applies
+    c.shared_buffer_kb = 512;
+    c.dt_alpha = alpha;
+    auto r = run(c);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const double bound = 512 * alpha / (1 + alpha);
+    const double packet_kb = (c.mtu_bytes + c.header_bytes) / 1024.0;
+    EXPECT_LE(r->metrics.at("bottleneck_max_queue_kb"), bound + packet_kb)
+        << alpha;
+    EXPECT_GT(r->metrics.at("bottleneck_max_queue_kb"), bound - 5) << alpha;
+    EXPECT_GT(r->metrics.at("drops"), 0) << alpha;
+    EXPECT_EQ(r->metrics.at("unfinished_flows"), 0) << alpha;
+  }
+  SimConfig bad = incast(2);
+  bad.shared_buffer_kb = 512;
+  bad.dt_alpha = 0;
+  EXPECT_FALSE(run(bad).ok());
+}
+
 TEST(SimEcn, RedMarksOnItsRampAndAlwaysAboveKmax) {
   SimConfig c = incast(2);
   c.ecn_pmax = 0.2;

@@ -103,6 +103,15 @@ bool Scoreboard::declare_lost(uint32_t seq) {
   return true;
 }
 
+bool Scoreboard::nack(uint32_t seq, uint64_t sent_ns) {
+  if (!outstanding_seq(seq)) return false;
+  const SegRec& s = segs_[seq & mask_];
+  if (s.acked || s.queued || s.last_tx_ns != sent_ns) return false;
+  if (!declare_lost(seq)) return false;
+  ++counters_.nack_retx;
+  return true;
+}
+
 bool Scoreboard::mark_acked(uint32_t seq, uint64_t now, AckOutcome* o) {
   SegRec& s = segs_[seq & mask_];
   if (s.acked) return false;

@@ -67,6 +67,7 @@ struct RecoveryCounters {
   // Resends the original of which was delivered (their ACK came back
   // sooner than the resend could have brought one).
   uint64_t spurious_retx = 0;
+  uint64_t nack_retx = 0;  // declared lost by the receiver (trimmed)
 };
 
 // What one ACK did, filled by ack_cumulative()/ack_selective() and read by
@@ -192,6 +193,12 @@ class Scoreboard {
   // reordering window, and RACK's loss detection once the duplicate ACK
   // threshold is met.
   LossReport finish_ack(const AckOutcome& o, uint64_t now);
+  // The receiver got `seq`'s header without its payload (a switch trimmed
+  // it, NDP/EQDS): the transmission sent at `sent_ns` is lost for certain,
+  // with no reordering to wait out. False when that transmission is not
+  // the latest (an older copy's NACK), or `seq` is acknowledged or
+  // already waiting to be resent.
+  bool nack(uint32_t seq, uint64_t sent_ns);
 
   // Timers: RACK for holes ACKs stopped reporting, then the tail loss
   // probe or the RTO. Call at next_timer_ns() (or more often).

@@ -97,6 +97,12 @@ Status apply(SimConfig* c, Workload* w, const std::string& k,
   if (k == "pfc_xoff_kb") return num(&c->pfc_xoff_kb);
   if (k == "shared_buffer_kb") return num(&c->shared_buffer_kb);
   if (k == "dt_alpha") return num(&c->dt_alpha);
+  if (k == "trim") {
+    double t = 0;
+    UCCL_RETURN_IF_ERROR(num(&t));
+    c->trim = t != 0;
+    return Status::OK();
+  }
   if (k == "pfc_xon_kb") return num(&c->pfc_xon_kb);
   if (k == "mtu_bytes") return cnt(&c->mtu_bytes);
   if (k == "header_bytes") return cnt(&c->header_bytes);

@@ -45,6 +45,10 @@ struct SimConfig {
   // dt_alpha x (the buffer left free) (Choudhury-Hahne dynamic threshold).
   double shared_buffer_kb = 0;
   double dt_alpha = 1;
+  // Packet trimming (NDP, EQDS): a data packet the queue cannot take loses
+  // its payload instead of being dropped; its header goes on in the
+  // priority (control) queue and the receiver NACKs it.
+  bool trim = false;
   double ecn_kb = 0;  // mark data above this queue (0 = no ECN)
   // RED-style marking (DCQCN): with ecn_kmax_kb > ecn_kb, the probability
   // rises linearly from 0 at ecn_kb to ecn_pmax at ecn_kmax_kb, and is 1

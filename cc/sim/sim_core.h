@@ -46,6 +46,7 @@ struct Packet {
   bool ecn;
   bool first;    // RTS: the flow's first demand
   bool unsched;  // data sent on speculative credit (credit)
+  bool trimmed;  // data whose payload a switch cut; ACK: a NACK for it
   int32_t next;
   uint32_t in_port;  // the link it last crossed (PFC's ingress accounting)
 };
@@ -75,7 +76,7 @@ struct Port {
   uint64_t q_bytes = 0;  // data bytes queued
   uint64_t buf_bytes = 0, ecn_bytes = 0, ecn_max_bytes = 0;
   // Statistics.
-  uint64_t max_q = 0, drops = 0, marks = 0, tx_bytes = 0;
+  uint64_t max_q = 0, drops = 0, marks = 0, tx_bytes = 0, trims = 0;
   double q_integral = 0;  // byte-ns
   uint64_t q_since = 0;
   // PFC: `paused` stops this port's data (its receiver's ingress is over

@@ -154,7 +154,7 @@ uint32_t Sim::summarize_ports(SimResult* r, uint64_t first_start) {
   uint32_t busiest = switch_ports_.empty() ? 0 : switch_ports_[0];
   uint64_t top = 0;
   for (uint32_t p : switch_ports_) top = std::max(top, ports_[p].tx_bytes);
-  uint64_t max_q = 0, drops = 0, marks = 0;
+  uint64_t max_q = 0, drops = 0, marks = 0, trims = 0;
   for (uint32_t p : switch_ports_) {
     const Port& x = ports_[p];
     if (x.tx_bytes * 1000 >= top * 999 &&
@@ -167,6 +167,7 @@ uint32_t Sim::summarize_ports(SimResult* r, uint64_t first_start) {
     max_q = std::max(max_q, ports_[p].max_q);
     drops += ports_[p].drops;
     marks += ports_[p].marks;
+    trims += ports_[p].trims;
   }
   Port& b = ports_[busiest];
   b.q_integral += static_cast<double>(b.q_bytes) * (now_ - b.q_since);
@@ -182,6 +183,7 @@ uint32_t Sim::summarize_ports(SimResult* r, uint64_t first_start) {
   }
   m["most_drops_port"] = worst_drop;
   m["ecn_marks"] = static_cast<double>(marks);
+  if (c_.trim) m["trims"] = static_cast<double>(trims);
   m["bottleneck_port"] = busiest;
   if (pfc_xoff_) {
     // PAUSE frames sent, and the largest share of the run any one link
@@ -323,6 +325,7 @@ const std::vector<std::string>& metric_names() {
                                                   "most_drops_port",
                                                   "ecn_marks",
                                                   "pfc_pauses",
+                                                  "trims",
                                                   "pfc_max_paused_frac",
                                                   "bottleneck_port",
                                                   "goodput_gbps",

@@ -41,14 +41,22 @@ int32_t Sim::pop(Fifo& f) {
 void Sim::enqueue(uint32_t port, int32_t pkt) {
   Port& p = ports_[port];
   Packet& k = pkts_[pkt];
-  if (k.kind != PktKind::kData) {
+  if (k.kind != PktKind::kData || k.trimmed) {
     push(p.ctrl, pkt);
   } else {
-    // Drop-tail; a lossless (PFC) switch never drops: its ingress pauses
-    // bound the queue instead.
+    // Drop-tail, or trim to the header; a lossless (PFC) switch never
+    // drops: its ingress pauses bound the queue instead.
     if (p.from >= hosts_ && pfc_xoff_ == 0 && !admits(p, k.wire_bytes)) {
-      ++p.drops;
-      free_pkt(pkt);
+      if (!c_.trim) {
+        ++p.drops;
+        free_pkt(pkt);
+        return;
+      }
+      ++p.trims;
+      k.trimmed = true;
+      k.wire_bytes = c_.header_bytes;
+      push(p.ctrl, pkt);
+      if (!p.busy) try_transmit(port);
       return;
     }
     node_queued_[p.from] += k.wire_bytes;

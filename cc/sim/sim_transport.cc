@@ -128,8 +128,10 @@ void Sim::on_data(int32_t pkt) {
   Flow& f = flows_[k.flow];
   if (k.seq >= f.got.size()) f.got.resize(k.seq + 1);  // unlimited flows
   Host& rx = host_[f.spec.dst];
-  if (k.unsched && rx.pacer) rx.pacer->charge_unscheduled(k.payload);
-  const bool fresh = !f.got[k.seq];
+  if (k.unsched && rx.pacer && !k.trimmed) {
+    rx.pacer->charge_unscheduled(k.payload);
+  }
+  const bool fresh = !k.trimmed && !f.got[k.seq];
   if (fresh) {
     f.got[k.seq] = 1;
     f.delivered += k.payload;
@@ -142,7 +144,8 @@ void Sim::on_data(int32_t pkt) {
     }
   }
   // The same packet turns into the ACK: per-packet selective ACK with the
-  // cumulative point, echoing send time, hops and the ECN mark.
+  // cumulative point, echoing send time, hops and the ECN mark; a trimmed
+  // one into a NACK (`trimmed` stays set).
   k.kind = PktKind::kAck;
   k.cum = f.rcv_cum;
   std::swap(k.src, k.dst);
@@ -154,6 +157,18 @@ void Sim::on_ack(const Packet& a) {
   Flow& f = flows_[a.flow];
   cc::Scoreboard& sb = *f.sb;
   if (f.sender_done || !cc::Scoreboard::before(a.seq, sb.snd_nxt())) return;
+  if (a.trimmed) {
+    // A NACK: that transmission is lost, resend it now (with credit, the
+    // receiver is asked to grant it again).
+    cc::AckOutcome o;
+    sb.ack_cumulative(a.cum, now_, &o, [](uint32_t, const cc::SegRec&) {});
+    cc::LossReport r;
+    r.fast_lost = sb.nack(a.seq, a.sent_ns) ? 1 : 0;
+    report_losses(f, r);
+    arm_timer(f, now_);
+    wake_host(f.spec.src, now_);
+    return;
+  }
   // The cumulative point, and the packet the ACK is for when beyond it.
   cc::AckOutcome o;
   auto none = [](uint32_t, const cc::SegRec&) {};

@@ -398,6 +398,30 @@ TEST(Scoreboard, KarnNoSampleFromResends) {
   EXPECT_EQ(sb.min_rtt_ns(), 5010 * kUs);
 }
 
+TEST(Scoreboard, ANackDeclaresThatTransmissionLostAtOnce) {
+  Scoreboard sb(ScoreboardConfig{});
+  send(sb, 3, 0);  // 0, 1, 2 sent at 0 us
+  const uint64_t inflight = sb.inflight();
+  // The receiver got 1's header only: lost now, no RACK wait.
+  EXPECT_TRUE(sb.nack(1, 0));
+  EXPECT_EQ(sb.counters().nack_retx, 1u);
+  EXPECT_LT(sb.inflight(), inflight);  // it left the pipe
+  uint32_t seq = 99;
+  ASSERT_TRUE(sb.next_resend(&seq));
+  EXPECT_EQ(seq, 1u);
+  EXPECT_FALSE(sb.nack(1, 0));  // already waiting to be resent
+  sb.resent(1, 0, 30 * kUs);
+  // A NACK of the first copy (sent at 0) says nothing about the resend.
+  EXPECT_FALSE(sb.nack(1, 0));
+  EXPECT_TRUE(sb.nack(1, 30 * kUs));
+  // Acknowledged, or never sent: ignored.
+  AckOutcome o;
+  sb.ack_cumulative(1, 40 * kUs, &o, ignore);
+  EXPECT_FALSE(sb.nack(0, 0));
+  EXPECT_FALSE(sb.nack(7, 0));
+  EXPECT_EQ(sb.counters().nack_retx, 2u);
+}
+
 TEST(Scoreboard, PipeAndCapacity) {
   ScoreboardConfig cfg;
   cfg.capacity = 4;

@@ -208,6 +208,24 @@ TEST(SimSharedBuffer, ADynamicThresholdLeavesRoomForOtherPorts) {
   EXPECT_FALSE(run(bad).ok());
 }
 
+TEST(SimTrim, TrimmedPacketsAreNackedAndResentWithoutTimeouts) {
+  SimConfig c = incast(8);
+  auto dropped = run(c);
+  ASSERT_TRUE(dropped.ok());
+  EXPECT_GT(dropped->metrics.at("drops"), 0);
+  c.trim = true;
+  auto trimmed = run(c);
+  ASSERT_TRUE(trimmed.ok()) << trimmed.status();
+  const auto& m = trimmed->metrics;
+  EXPECT_EQ(m.at("drops"), 0);
+  EXPECT_GT(m.at("trims"), 0);
+  EXPECT_EQ(m.at("unfinished_flows"), 0);
+  // Each trim is resent once, at once: no timeouts, no probes needed.
+  EXPECT_EQ(m.at("retransmissions"), m.at("trims"));
+  EXPECT_EQ(m.at("rtos"), 0);
+  EXPECT_LT(m.at("completion_us"), dropped->metrics.at("completion_us"));
+}
+
 TEST(SimEcn, RedMarksOnItsRampAndAlwaysAboveKmax) {
   SimConfig c = incast(2);
   c.ecn_pmax = 0.2;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make experiments`: runs every configs/experiments/*.conf on ccsim, writes
+# `make experiments`: runs every configs/experiments/*.conf and the
+# validations against published results (configs/validation/*.conf) on ccsim, writes
 # CSVs, PNG plots and a markdown report to $BUILD/experiments/.
 # Usage: tools/run_experiments.sh [build-dir] [config ...]
 # Exit status: 0 when every experiment passes its targets, 1 otherwise.
@@ -7,7 +8,7 @@ set -u
 BUILD=${1:-build}
 shift || true
 CONFIGS=("$@")
-[ ${#CONFIGS[@]} -eq 0 ] && CONFIGS=(configs/experiments/*.conf)
+[ ${#CONFIGS[@]} -eq 0 ] && CONFIGS=(configs/experiments/*.conf configs/validation/*.conf)
 SIM="$BUILD/bin/ccsim"
 OUT="$BUILD/experiments"
 if [ ! -x "$SIM" ]; then

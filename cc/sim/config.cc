@@ -234,6 +234,15 @@ bool holds(double x, const std::string& op, double v) {
   return x >= v;
 }
 
+// Whether a compare's A and B name controllers of the file (both), not
+// variants.
+bool compares_controllers(const Experiment& e, const Check& ch) {
+  auto is_cc = [&](const std::string& n) {
+    return std::find(e.ccs.begin(), e.ccs.end(), n) != e.ccs.end();
+  };
+  return ch.compare && is_cc(ch.a) && is_cc(ch.b);
+}
+
 bool in_scope(const std::string& scope, const std::string& cc,
               const std::string& variant) {
   return scope.empty() || scope == cc ||
@@ -293,8 +302,23 @@ Result<Experiment> parse_experiment(const std::string& text) {
       e.base_lines.push_back(n);
     }
   }
-  // A check's scope must name a cc of the list, a variant, or cc/variant:
-  // a typo must not make a target silently apply to nothing.
+  // A check's scope must name a cc of the list, a variant, or cc/variant,
+  // and a compare's sides two variants or two controllers: a typo must
+  // not make a target silently apply to nothing.
+  auto is_variant = [&](const std::string& n) {
+    for (const auto& [vn, kv] : e.variants) {
+      if (vn == n) return true;
+    }
+    return false;
+  };
+  for (const Check& ch : e.checks) {
+    if (ch.compare && !compares_controllers(e, ch) &&
+        !(is_variant(ch.a) && is_variant(ch.b))) {
+      return InvalidArgument(ch.text + ": '" + ch.a + "/" + ch.b +
+                             "' names neither two variants nor two "
+                             "controllers of this file");
+    }
+  }
   for (const Check& ch : e.checks) {
     if (ch.scope.empty()) continue;
     bool known = false;
@@ -331,6 +355,15 @@ std::vector<const Check*> checks_not_run(
   for (const Check& ch : e.checks) {
     bool any = false;
     for (const std::string& cc : ccs) {
+      if (ch.compare && compares_controllers(e, ch)) {
+        const bool both = std::count(ccs.begin(), ccs.end(), ch.a) &&
+                          std::count(ccs.begin(), ccs.end(), ch.b);
+        if (variants.empty()) any |= both && in_scope(ch.scope, "", "");
+        for (const std::string& v : variants) {
+          any |= both && in_scope(ch.scope, "", v);
+        }
+        continue;
+      }
       if (ch.compare) {  // both sides with the same controller
         any |= in_scope(ch.scope, cc, "") && ran(ch.a) && ran(ch.b);
         continue;
@@ -482,14 +515,24 @@ std::vector<CheckResult> evaluate(const Experiment& e,
         out.push_back(cr);
       }
     } else {
+      // A/B: two variants with the same controller, or two controllers
+      // with the same variant.
+      const bool by_cc = compares_controllers(e, ch);
       for (const RunOutcome& ra : runs) {
-        if (ra.variant != ch.a || !in_scope(ch.scope, ra.cc, "")) continue;
+        if (by_cc ? ra.cc != ch.a || !in_scope(ch.scope, "", ra.variant)
+                  : ra.variant != ch.a || !in_scope(ch.scope, ra.cc, "")) {
+          continue;
+        }
         for (const RunOutcome& rb : runs) {
-          if (rb.variant != ch.b || rb.cc != ra.cc) continue;
+          if (by_cc ? rb.cc != ch.b || rb.variant != ra.variant
+                    : rb.variant != ch.b || rb.cc != ra.cc) {
+            continue;
+          }
           CheckResult cr;
-          cr.label = "compare " + ra.cc + " " + ch.metric + "(" + ch.a + ")/" +
-                     ch.metric + "(" + ch.b + ") " + ch.op + " " +
-                     fmt(ch.value);
+          cr.label = "compare " + (by_cc ? ra.variant : ra.cc) + " " +
+                     ch.metric + "(" + ch.a + ")/" + ch.metric + "(" + ch.b +
+                     ") " + ch.op + " " + fmt(ch.value);
+          if (by_cc && ra.variant.empty()) cr.label.erase(8, 1);
           cr.known_miss = ch.known_miss;
           double a = 0, b = 0;
           cr.missing = !metric(ra, ch.metric, &a) ||

@@ -168,8 +168,12 @@ uint64_t Sim::ideal_fct(const FlowSpec& f) const {
 
 uint64_t Sim::base_latency(const FlowSpec& f, double* slowest_bps) const {
   // Unloaded, as the receiver sees it (FCT ends when the last byte
-  // arrives): the path's propagation plus one packet's serialization per
-  // link.
+  // arrives): the path's propagation plus the first packet's serialization
+  // per link (a flow smaller than a packet sends a smaller one: counting a
+  // full one made its slowdown read below 1).
+  const uint64_t first_bytes =
+      f.bytes > 0 ? std::min<uint64_t>(f.bytes, c_.mtu_bytes) + c_.header_bytes
+                  : c_.mtu_bytes + c_.header_bytes;
   Packet p{};
   p.flow = 0;
   p.kind = PktKind::kData;
@@ -182,7 +186,7 @@ uint64_t Sim::base_latency(const FlowSpec& f, double* slowest_bps) const {
   while (node != f.dst && guard++ < 64) {
     const uint32_t port = node < hosts_ ? host_[node].port : route(node, p);
     const Port& pt = ports_[port];
-    t += pt.prop_ns + ser_ns(c_.mtu_bytes + c_.header_bytes, pt.rate_bps);
+    t += pt.prop_ns + ser_ns(first_bytes, pt.rate_bps);
     slowest = std::min(slowest, pt.rate_bps);
     node = pt.to;
   }

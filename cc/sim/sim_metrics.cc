@@ -2,12 +2,32 @@
 // per-flow and summary metrics, and convergence after each phase change.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 
 #include "cc/sim/sim_core.h"
 
 namespace uccl::sim::detail {
+namespace {
+
+// Flow-size buckets for FCT slowdown (the x-axis of HPCC's and DCQCN's
+// FCT figures, by decade): up to 10 KB, 100 KB, 1 MB, 10 MB, and beyond.
+constexpr std::array<double, 5> kSizeBuckets = {10e3, 100e3, 1e6, 10e6, 1e300};
+constexpr const char* kBucketNames[] = {"10k", "100k", "1m", "10m", "big"};
+
+size_t size_bucket(uint64_t bytes) {
+  size_t b = 0;
+  while (b + 1 < kSizeBuckets.size() && bytes > kSizeBuckets[b]) ++b;
+  return b;
+}
+
+// "slowdown_p95_100k": that percentile of the bucket's slowdowns.
+std::string bucket_metric(size_t bucket, int pct) {
+  return "slowdown_p" + std::to_string(pct) + "_" + kBucketNames[bucket];
+}
+
+}  // namespace
 
 void Sim::sample() {
   const uint64_t period = static_cast<uint64_t>(c_.sample_us * 1000);
@@ -50,6 +70,7 @@ void Sim::sample() {
 Sim::FlowTotals Sim::summarize_flows(SimResult* r) {
   auto& m = r->metrics;
   std::vector<double> slow_all, slow_short, fct_us;
+  std::array<std::vector<double>, kSizeBuckets.size()> slow_bucket;
   uint64_t first_start = kNever, last_finish = 0, total_bytes = 0;
   uint64_t total_pkts = 0, min_base = kNever;  // finite flows
   uint32_t unfinished = 0;
@@ -81,6 +102,7 @@ Sim::FlowTotals Sim::summarize_flows(SimResult* r) {
         const double sd = fct / static_cast<double>(fr.ideal_fct_ns);
         slow_all.push_back(sd);
         if (f.spec.bytes <= c_.short_flow_bytes) slow_short.push_back(sd);
+        slow_bucket[size_bucket(f.spec.bytes)].push_back(sd);
       } else {
         ++unfinished;
       }
@@ -120,6 +142,12 @@ Sim::FlowTotals Sim::summarize_flows(SimResult* r) {
   if (!slow_short.empty()) {
     m["short_slowdown_p50"] = percentile(slow_short, 50);
     m["short_slowdown_p99"] = percentile(slow_short, 99);
+  }
+  for (size_t b = 0; b < kSizeBuckets.size(); ++b) {
+    if (slow_bucket[b].empty()) continue;
+    for (int p : {50, 95, 99}) {
+      m[bucket_metric(b, p)] = percentile(slow_bucket[b], p);
+    }
   }
   if (total_bytes > 0 && unfinished == 0 && last_finish > first_start) {
     // Completion of the whole finite workload against the ideal: all its
@@ -297,41 +325,24 @@ void Sim::convergence(double share_bps,
 namespace uccl::sim {
 
 const std::vector<std::string>& metric_names() {
-  static const std::vector<std::string> kNames = {"flows",
-                                                  "unfinished_flows",
-                                                  "retransmissions",
-                                                  "rtos",
-                                                  "tail_loss_probes",
-                                                  "events",
-                                                  "wall_s",
-                                                  "events_per_s",
-                                                  "sim_ms",
-                                                  "fct_p50_us",
-                                                  "fct_p99_us",
-                                                  "slowdown_p50",
-                                                  "slowdown_p99",
-                                                  "short_slowdown_p50",
-                                                  "short_slowdown_p99",
-                                                  "completion_us",
-                                                  "completion_over_ideal",
-                                                  "jain",
-                                                  "window_tput_gbps",
-                                                  "window_min_over_max",
-                                                  "max_queue_kb",
-                                                  "bottleneck_max_queue_kb",
-                                                  "bottleneck_avg_queue_kb",
-                                                  "bottleneck_utilization",
-                                                  "drops",
-                                                  "most_drops_port",
-                                                  "ecn_marks",
-                                                  "pfc_pauses",
-                                                  "trims",
-                                                  "pfc_max_paused_frac",
-                                                  "bottleneck_port",
-                                                  "goodput_gbps",
-                                                  "convergence_max_us",
-                                                  "convergence_mean_us",
-                                                  "unconverged_phases"};
+  static const std::vector<std::string> kNames = {
+      "flows", "unfinished_flows", "retransmissions", "rtos",
+      "tail_loss_probes", "events", "wall_s", "events_per_s", "sim_ms",
+      "fct_p50_us", "fct_p99_us", "slowdown_p50", "slowdown_p99",
+      "short_slowdown_p50", "short_slowdown_p99",
+      // FCT slowdown per flow
+      // size (size_bucket)
+      "slowdown_p50_10k", "slowdown_p95_10k", "slowdown_p99_10k",
+      "slowdown_p50_100k", "slowdown_p95_100k", "slowdown_p99_100k",
+      "slowdown_p50_1m", "slowdown_p95_1m", "slowdown_p99_1m",
+      "slowdown_p50_10m", "slowdown_p95_10m", "slowdown_p99_10m",
+      "slowdown_p50_big", "slowdown_p95_big", "slowdown_p99_big",
+      "completion_us", "completion_over_ideal", "jain", "window_tput_gbps",
+      "window_min_over_max", "max_queue_kb", "bottleneck_max_queue_kb",
+      "bottleneck_avg_queue_kb", "bottleneck_utilization", "drops",
+      "most_drops_port", "ecn_marks", "pfc_pauses", "trims",
+      "pfc_max_paused_frac", "bottleneck_port", "goodput_gbps",
+      "convergence_max_us", "convergence_mean_us", "unconverged_phases"};
   return kNames;
 }
 

@@ -459,6 +459,36 @@ TEST(Config, SeveralSeedsGiveAMeanAndAConfidenceIntervalChecksJudge) {
   EXPECT_FALSE(parse_experiment("seeds = many\n").ok());
 }
 
+TEST(Config, ACompareAcrossControllersPairsTheSameVariant) {
+  auto e = parse_experiment(
+      "cc = hpcc, dcqcn\nvariant.a = seed=1\nvariant.b = seed=2\n"
+      "compare.drops = hpcc/dcqcn <= 0.5\n"
+      "compare.b.drops = hpcc/dcqcn <= 0.5\n");
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto run_of = [](const char* cc, const char* v, double drops) {
+    RunOutcome r{cc, v, {}, 1, {}};
+    r.result.metrics["drops"] = drops;
+    return r;
+  };
+  const std::vector<RunOutcome> runs = {
+      run_of("hpcc", "a", 1), run_of("hpcc", "b", 4), run_of("dcqcn", "a", 4),
+      run_of("dcqcn", "b", 4)};
+  const auto c = evaluate(*e, runs);
+  ASSERT_EQ(c.size(), 3u);  // a and b, then b alone
+  EXPECT_EQ(c[0].label, "compare a drops(hpcc)/drops(dcqcn) <= 0.5");
+  EXPECT_DOUBLE_EQ(c[0].actual, 0.25);
+  EXPECT_TRUE(c[0].pass);
+  EXPECT_DOUBLE_EQ(c[1].actual, 1.0);
+  EXPECT_FALSE(c[1].pass);
+  EXPECT_FALSE(c[2].pass);
+  // Sides that are neither two variants nor two controllers: refused.
+  EXPECT_FALSE(parse_experiment("cc = hpcc, dcqcn\nvariant.a = seed=1\n"
+                                "compare.drops = hpcc/a <= 1\n")
+                   .ok());
+  EXPECT_FALSE(
+      parse_experiment("cc = hpcc\ncompare.drops = hpcc/swift <= 1\n").ok());
+}
+
 TEST(Config, ParsesKeysFlowsVariantsAndChecks) {
   auto e = parse_experiment(
       "name = t\ncc = swift, credit\nsenders = 3\n"

@@ -24,7 +24,7 @@ Result<HpccParams> Hpcc::params_from(const CcParams& c) {
 }
 
 Hpcc::Hpcc(const HpccParams& p, double line_rate_bps, uint32_t mss_bytes)
-    : p_(p), line_(line_rate_bps), mss_(mss_bytes) {
+    : p_(p), line_(line_rate_bps) {
   bdp_ = line_ / 8 * p.base_rtt_us * 1e-6;
   w_ai_ = bdp_ * (1 - p.eta) / p.expected_flows;
   min_w_ = p.min_cwnd_bytes > 0 ? p.min_cwnd_bytes : mss_bytes;

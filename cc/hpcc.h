@@ -51,7 +51,6 @@ class Hpcc final : public CongestionControl {
 
   HpccParams p_;
   double line_;
-  uint32_t mss_;
   double bdp_, w_ai_, min_w_;
   double w_, wc_;
   double u_ = 0;

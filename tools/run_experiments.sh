@@ -41,5 +41,29 @@ else
   echo "run_experiments: python3-matplotlib missing: no plots/report" >&2
   status=1
 fi
+# The engine against the simulator through the netns testbed (root only;
+# skipped otherwise, and said so in the report).
+if [ -f "$OUT/REPORT.md" ] && [ "${UCCL_CROSSCHECK:-1}" != 0 ]; then
+  echo "== engine vs simulator (tools/sim_crosscheck.py)"
+  rm -rf "$OUT/crosscheck"
+  "$PY" tools/sim_crosscheck.py --build="$BUILD" --out="$OUT/crosscheck" \
+    >"$OUT/crosscheck.log" 2>&1
+  rc=$?
+  [ $rc -ne 0 ] && status=1
+  {
+    echo
+    echo "## Engine vs simulator: $([ $rc -eq 0 ] && echo agree || echo "DISAGREE or failed (exit $rc)")"
+    echo
+    echo "transport_test through the netns testbed's tc bottleneck against ccsim"
+    echo "on the same setup (tools/sim_crosscheck.py; logs in crosscheck/)."
+    echo
+    if [ -f "$OUT/crosscheck/CROSSCHECK.md" ]; then
+      cat "$OUT/crosscheck/CROSSCHECK.md"
+    else
+      tail -3 "$OUT/crosscheck.log"
+    fi
+  } >>"$OUT/REPORT.md"
+  echo "   $(grep -c agree "$OUT/crosscheck/CROSSCHECK.md" 2>/dev/null || echo 0) controller(s) compared, exit $rc"
+fi
 echo "report: $OUT/REPORT.md"
 exit $status

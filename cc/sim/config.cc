@@ -78,6 +78,8 @@ Status apply(SimConfig* c, Workload* w, const std::string& k,
   if (k == "fattree_k") return cnt(&c->fattree_k);
   if (k == "hosts_per_edge") return cnt(&c->hosts_per_edge);
   if (k == "host_gbps") return num(&c->host_gbps);
+  if (k == "cc_line_gbps") return num(&c->cc_line_gbps);
+  if (k == "rx_delay_us") return num(&c->rx_delay_us);
   if (k == "bottleneck_gbps") return num(&c->bottleneck_gbps);
   if (k == "fabric_gbps") return num(&c->fabric_gbps);
   if (k == "link_delay_us") return num(&c->link_delay_us);

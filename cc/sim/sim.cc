@@ -34,6 +34,10 @@ Status Sim::build() {
                            c_.multipath + "'");
   }
   line_bps_ = c_.host_gbps * 1e9;
+  if (c_.cc_line_gbps < 0 || c_.rx_delay_us < 0) {
+    return InvalidArgument("need cc_line_gbps >= 0, rx_delay_us >= 0");
+  }
+  cc_line_bps_ = c_.cc_line_gbps > 0 ? c_.cc_line_gbps * 1e9 : line_bps_;
   const double bneck =
       c_.bottleneck_gbps > 0 ? c_.bottleneck_gbps : c_.host_gbps;
   const double fabric = c_.fabric_gbps > 0 ? c_.fabric_gbps : c_.host_gbps;
@@ -46,7 +50,7 @@ Status Sim::build() {
   // Congestion control: check the name and parameters once.
   UCCL_ASSIGN_OR_RETURN(cc::CcParams params, cc::CcParams::parse(c_.cc_params));
   UCCL_ASSIGN_OR_RETURN(auto probe,
-                        cc::make_cc(c_.cc, params, c_.mtu_bytes, line_bps_));
+                        cc::make_cc(c_.cc, params, c_.mtu_bytes, cc_line_bps_));
   credit_ = c_.cc == "credit";
   int_on_ = probe->wants_int();
   ecn_seed_ = mix64(c_.seed ^ 0xEC11);
@@ -80,7 +84,7 @@ Status Sim::build() {
                           cc::CreditSender::params_from(params));
     // The pacer grants payload bytes: its rate leaves room for headers.
     const double payload_bps =
-        line_bps_ * c_.mtu_bytes / (c_.mtu_bytes + c_.header_bytes);
+        cc_line_bps_ * c_.mtu_bytes / (c_.mtu_bytes + c_.header_bytes);
     for (Host& h : host_) {
       if (h.rx_flows.empty()) continue;
       h.pacer = std::make_unique<cc::PullPacer>(
@@ -127,7 +131,7 @@ Status Sim::add_flow(uint32_t i, const cc::CcParams& params) {
     ++finite_left_;
   }
   UCCL_ASSIGN_OR_RETURN(f.cc,
-                        cc::make_cc(c_.cc, params, c_.mtu_bytes, line_bps_));
+                        cc::make_cc(c_.cc, params, c_.mtu_bytes, cc_line_bps_));
   f.paths = std::make_unique<cc::PathSelector>(
       c_.multipath == "spray" ? std::max<uint32_t>(c_.paths, 1) : 1,
       mix64(c_.seed ^ (i * 0x1234567ull)));
@@ -145,7 +149,8 @@ Status Sim::add_flow(uint32_t i, const cc::CcParams& params) {
   sc.max_retries = std::numeric_limits<uint32_t>::max();  // never gives up
   sc.dup_ack_threshold = c_.dupack_threshold;
   sc.tail_loss_probe = c_.tlp;
-  sc.ack_delay_ns = 0;  // the receiver ACKs every packet at once
+  // The receiver's ACK delay, which the tail loss probe waits out.
+  sc.ack_delay_ns = static_cast<uint64_t>(c_.rx_delay_us * 1000);
   f.sb = std::make_unique<cc::Scoreboard>(sc);
   host_[s.src].tx_flows.push_back(i);
   f.rx_slot = static_cast<uint32_t>(host_[s.dst].rx_flows.size());
@@ -228,6 +233,9 @@ SimResult Sim::run() {
         break;
       case kEvPfc:
         pfc_frame(e.a, e.b != 0);
+        break;
+      case kEvAckOut:
+        enqueue(host_[pkts_[e.a].src].port, static_cast<int32_t>(e.a));
         break;
       case kEvSample: {
         sample();

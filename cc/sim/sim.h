@@ -34,7 +34,10 @@ struct SimConfig {
   // "fattree": k pods of k/2 edge and k/2 aggregation switches, (k/2)^2
   // cores; hosts_per_edge 0 = k/2 (full bisection), more oversubscribes.
   uint32_t fattree_k = 4, hosts_per_edge = 0;
-  double host_gbps = 100;             // host NIC and access links
+  double host_gbps = 100;  // host NIC and access links
+  // The line rate controllers and credit pacers are told (the engine's
+  // --link_gbps: a bottleneck slower than the NIC); 0 = host_gbps.
+  double cc_line_gbps = 0;
   double bottleneck_gbps = 0;         // dumbbell L->R; 0 = host_gbps
   double fabric_gbps = 0;             // leaf<->spine; 0 = host_gbps
   double link_delay_us = 1;           // propagation of every link, one way
@@ -62,6 +65,11 @@ struct SimConfig {
   uint32_t mtu_bytes = 4096;   // payload per data packet
   uint32_t header_bytes = 64;  // per data packet on the wire
   uint32_t ctrl_bytes = 64;    // ACK / credit / request packets
+  // Receiver host delay: each data packet's ACK leaves this long after it
+  // arrived (the engine's receive path and ACK coalescing), and reports it
+  // as the endpoint delay (Swift's endpoint window; the fabric delay is
+  // the RTT without it). 0: ACK at once.
+  double rx_delay_us = 0;
   // "single": one ECMP path per flow; "spray": every packet picks one of
   // `paths` entropy values by power of two choices on path RTTs.
   std::string multipath = "single";

@@ -33,7 +33,7 @@ enum class PktKind : uint8_t { kData, kAck, kCredit, kRts, kFin };
 
 struct Packet {
   uint64_t sent_ns;  // data: this transmission; ACK: echoed
-  uint64_t aux;      // credit: bytes; RTS: demand bytes
+  uint64_t aux;      // credit: bytes; RTS: demand bytes; ACK: rx delay ns
   uint32_t flow;
   uint32_t seq;  // data: packet number; ACK: the data packet it acks
   uint32_t cum;  // ACK: every packet below has arrived
@@ -59,7 +59,8 @@ enum EvType : uint32_t {
   kEvTimer,
   kEvPacer,
   kEvSample,
-  kEvPfc,  // a PAUSE (b = 1) or RESUME (b = 0) reaches port a's sender
+  kEvPfc,     // a PAUSE (b = 1) or RESUME (b = 0) reaches port a's sender
+  kEvAckOut,  // the receiver host sends ACK packet a (rx_delay_us later)
 };
 
 struct Fifo {
@@ -252,6 +253,7 @@ class Sim {
   std::vector<Flow> flows_;
   uint32_t finite_left_ = 0;
   double line_bps_ = 0;
+  double cc_line_bps_ = 0;  // the rate controllers are told (cc_line_gbps)
   uint64_t stop_ns_ = kNever;
   std::vector<FlowSample> fseries_;
   std::vector<QueueSample> qseries_;

@@ -222,7 +222,7 @@ void Sim::pacer_tick(uint32_t host) {
   if (h.pending_demand > 0) {
     // Next grant's worth of tokens: one MTU at the pull rate.
     h.pacer_armed = true;
-    at(now_ + ser_ns(c_.mtu_bytes, line_bps_), kEvPacer, host);
+    at(now_ + ser_ns(c_.mtu_bytes, cc_line_bps_), kEvPacer, host);
   }
 }
 

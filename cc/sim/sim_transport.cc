@@ -150,6 +150,11 @@ void Sim::on_data(int32_t pkt) {
   k.cum = f.rcv_cum;
   std::swap(k.src, k.dst);
   k.wire_bytes = c_.ctrl_bytes;
+  k.aux = static_cast<uint64_t>(c_.rx_delay_us * 1000);
+  if (k.aux > 0) {
+    at(now_ + k.aux, kEvAckOut, static_cast<uint32_t>(pkt));
+    return;
+  }
   enqueue(host_[k.src].port, pkt);
 }
 
@@ -180,8 +185,8 @@ void Sim::on_ack(const Packet& a) {
     cc::CcSample s;
     s.now_ns = now_;
     s.rtt_ns = rtt;
-    s.endpoint_delay_ns = 0;
-    s.fabric_delay_ns = rtt;
+    s.endpoint_delay_ns = std::min(a.aux, rtt);
+    s.fabric_delay_ns = rtt - s.endpoint_delay_ns;
     s.acked_bytes = o.newly_bytes ? o.newly_bytes : payload_of(f, a.seq);
     s.acked_packets = o.newly_packets ? o.newly_packets : 1;
     s.hops = a.hops;

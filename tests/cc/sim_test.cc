@@ -179,6 +179,32 @@ SimConfig dumbbell(uint32_t senders, const std::string& cc) {
   return c;
 }
 
+TEST(Sim, ReceiverDelayIsEndpointDelayForSwiftsEndpointWindow) {
+  // ACKs held 200 us at the receiver: above Swift's 100 us endpoint
+  // target, its endpoint window shrinks and the flow slows down; with a
+  // target above the delay the same flow runs free. The fabric window sees
+  // the RTT without that delay either way.
+  auto goodput = [](double target_us) {
+    SimConfig c = dumbbell(1, "swift");
+    c.rx_delay_us = 200;
+    // A window for the 200 us RTT from the start (one BDP ~ 630 packets).
+    c.cc_params = "init_cwnd=800,max_cwnd=2000,endpoint_target_us=" +
+                  std::to_string(target_us);
+    c.duration_ms = 20;
+    c.flows.push_back(FlowSpec{0, 1, 0, 0, 0});
+    auto r = run(c);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->metrics.at("goodput_gbps") : 0.0;
+  };
+  const double held = goodput(100), free = goodput(1000);
+  EXPECT_GT(free, 50);
+  EXPECT_LT(held, 0.5 * free);
+  SimConfig bad = dumbbell(1, "none");
+  bad.rx_delay_us = -1;
+  bad.flows.push_back(FlowSpec{0, 1, 4096, 0, 0});
+  EXPECT_FALSE(run(bad).ok());
+}
+
 TEST(Sim, SingleFlowCompletesAtItsIdealTime) {
   SimConfig c = dumbbell(1, "none");
   c.flows.push_back(FlowSpec{0, 1, 1000000, 0, 0});

@@ -393,6 +393,14 @@ TEST(Metrics, JainAndPercentile) {
   EXPECT_DOUBLE_EQ(percentile({}, 50), 0);
 }
 
+// The message an experiment file is refused with ("" and a failure when
+// it is accepted).
+std::string refusal(const std::string& text) {
+  auto e = parse_experiment(text);
+  EXPECT_FALSE(e.ok()) << text;
+  return e.ok() ? std::string() : e.status().message();
+}
+
 TEST(Config, LargeFatTreePermutationsCrossEdgesAndHitEveryHostOnce) {
   // 1024 hosts, 8 per edge: a random shuffle keeping every host off its
   // own edge is exponentially unlikely, so the generator repairs one.
@@ -412,13 +420,11 @@ TEST(Config, LargeFatTreePermutationsCrossEdgesAndHitEveryHostOnce) {
   EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), 1024);
   // One edge switch only: no valid permutation, a clear error (the file
   // is checked whole, its workload too, before anything runs).
-  auto one = parse_experiment(
-      "cc = swift\ntopology = leafspine\nleaves = 1\npattern = "
-      "permutation\nflow_bytes = 1\ncheck.drops = <= 0\n");
-  ASSERT_FALSE(one.ok());
-  EXPECT_NE(one.status().message().find("no valid assignment"),
-            std::string::npos)
-      << one.status();
+  EXPECT_NE(refusal("cc = swift\ntopology = leafspine\nleaves = 1\n"
+                    "pattern = permutation\nflow_bytes = 1\n"
+                    "check.drops = <= 0\n")
+                .find("no valid assignment"),
+            std::string::npos);
 }
 
 TEST(Config, IncastOffTheDumbbellGoesToHostZero) {
@@ -437,13 +443,11 @@ TEST(Config, IncastOffTheDumbbellGoesToHostZero) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->metrics.at("unfinished_flows"), 0);
   // More senders than the 15 other hosts: refused.
-  auto big = parse_experiment(
-      "cc = swift\ntopology = fattree\nfattree_k = 4\npattern = incast\n"
-      "incast_senders = 16\nflow_bytes = 1\ncheck.drops = <= 0\n");
-  ASSERT_FALSE(big.ok());
-  EXPECT_NE(big.status().message().find("incast_senders > 15"),
-            std::string::npos)
-      << big.status();
+  EXPECT_NE(refusal("cc = swift\ntopology = fattree\nfattree_k = 4\n"
+                    "pattern = incast\nincast_senders = 16\nflow_bytes = 1\n"
+                    "check.drops = <= 0\n")
+                .find("incast_senders > 15"),
+            std::string::npos);
 }
 
 TEST(Config, SeveralSeedsGiveAMeanAndAConfidenceIntervalChecksJudge) {

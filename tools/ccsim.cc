@@ -129,16 +129,17 @@ bool run_one(const Experiment& e, const std::string& cc, const std::string& v,
   *out = RunOutcome{cc, v, {}, 1, {}};
   uccl::sim::aggregate_seeds(std::move(results), out);
   RunOutcome& r = *out;
+  char all_seeds[64] = "";
+  if (seeds > 1) {
+    std::snprintf(all_seeds, sizeof(all_seeds), ", %u seeds in %.2f s", seeds,
+                  wall_s);
+  }
   std::printf(
       "== %s%s%s: %zu flows, %.3f ms simulated, %llu events in "
       "%.2f s (%.2fM events/s)%s\n",
       cc.c_str(), v.empty() ? "" : "/", v.c_str(), r.result.flows.size(),
       r.result.end_ns / 1e6, static_cast<unsigned long long>(r.result.events),
-      r.result.wall_s, r.result.events / 1e6 / r.result.wall_s,
-      seeds > 1 ? (", " + std::to_string(seeds) + " seeds in " +
-                   std::to_string(wall_s).substr(0, 5) + " s")
-                      .c_str()
-                : "");
+      r.result.wall_s, r.result.events / 1e6 / r.result.wall_s, all_seeds);
   int col = 0;
   for (const auto& [k, val] : r.result.metrics) {
     auto ci = r.ci95.find(k);

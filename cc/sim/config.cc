@@ -447,7 +447,6 @@ void aggregate_seeds(std::vector<SimResult> runs, RunOutcome* out) {
   if (runs.empty()) return;
   out->result = std::move(runs[0]);
   if (runs.size() == 1) return;
-  const double n = static_cast<double>(runs.size());
   for (auto& [name, first] : out->result.metrics) {
     std::vector<double> x{first};
     for (size_t i = 1; i < runs.size(); ++i) {
@@ -464,7 +463,6 @@ void aggregate_seeds(std::vector<SimResult> runs, RunOutcome* out) {
     out->ci95[name] = t95(static_cast<uint32_t>(x.size()) - 1) *
                       std::sqrt(var / static_cast<double>(x.size()));
   }
-  (void)n;
 }
 
 const char* verdict(const CheckResult& c, bool substituted, bool* fails) {

@@ -63,7 +63,9 @@ if [ -f "$OUT/REPORT.md" ] && [ "${UCCL_CROSSCHECK:-1}" != 0 ]; then
       tail -3 "$OUT/crosscheck.log"
     fi
   } >>"$OUT/REPORT.md"
-  echo "   $(grep -c agree "$OUT/crosscheck/CROSSCHECK.md" 2>/dev/null || echo 0) controller(s) compared, exit $rc"
+  rows=$(grep -cE '^\| [a-z_]+ \|' "$OUT/crosscheck/CROSSCHECK.md" 2>/dev/null)
+  echo "   ${rows:-0} controller(s) compared, $(grep -c 'agree |' \
+    "$OUT/crosscheck/CROSSCHECK.md" 2>/dev/null || true) agree (exit $rc)"
 fi
 echo "report: $OUT/REPORT.md"
 exit $status

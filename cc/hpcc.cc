@@ -44,7 +44,13 @@ double Hpcc::measure(const CcSample& s) {
   for (uint32_t i = 0; i < n; ++i) {
     const IntHop& now = s.int_hops[i];
     const IntHop& before = last_[i];
-    if (now.ts_ns <= before.ts_ns || now.rate_bps <= 0) continue;
+    // A record older than the last, or a counter that went back (another
+    // switch: the ACKs of a sprayed flow come over different paths), has
+    // no rate to give.
+    if (now.ts_ns <= before.ts_ns || now.rate_bps <= 0 ||
+        now.tx_bytes < before.tx_bytes) {
+      continue;
+    }
     const double dt = static_cast<double>(now.ts_ns - before.ts_ns);
     const double tx_bps = (now.tx_bytes - before.tx_bytes) * 8e9 / dt;
     const double bytes_per_t = now.rate_bps / 8 * t_ns * 1e-9;

@@ -175,6 +175,20 @@ TEST(HpccTest, ALoadedHopCutsTheWindowTowardsEta) {
   EXPECT_EQ(h.stage(), 0);
 }
 
+TEST(HpccTest, RecordsFromAnotherSwitchGiveNoRate) {
+  HpccParams p;
+  p.base_rtt_us = 10;
+  Hpcc h(p, kLine, kMss);
+  std::vector<IntHop> a = {{0, 1000000, 0, kLine}};
+  h.on_ack(int_ack(0, &a));
+  // A later record whose byte counter is lower: another port's (a sprayed
+  // flow's ACK over another path), not a wrapped-around rate.
+  std::vector<IntHop> b = {{10000, 500, 0, kLine}};
+  h.on_ack(int_ack(10000, &b));
+  EXPECT_LT(h.utilization(), 1.0);
+  EXPECT_DOUBLE_EQ(h.cwnd_bytes(), kLine / 8 * 10e-6);  // unchanged: one BDP
+}
+
 TEST(HpccTest, AnIdlePathGrowsAdditivelyThenMultiplicatively) {
   HpccParams p;
   p.base_rtt_us = 10;

@@ -194,6 +194,17 @@ void vdevice_v9(Api* a, const T* t) {
   };
 }
 
+// getProperties of v9 and v10, widened to v12's layout.
+template <typename T>
+void props_v9(Api* a, const T* t) {
+  a->props = [t](int d, PropertiesV12* p) {
+    PropertiesV9 v9;
+    const int r = t->getProperties(d, &v9);
+    widen(v9, p);
+    return r;
+  };
+}
+
 // v11 and v12: per-communicator init/finalize, listen and connect through
 // the init's context. Returns that context for the version's extras.
 template <typename T>
@@ -250,12 +261,7 @@ bool load_v11(const NetV11* t, Api* a) {
 bool load_v10(const NetV10* t, Api* a) {
   common(a, t);
   a->init = [t] { return t->init(logger, profiler); };
-  a->props = [t](int d, PropertiesV12* p) {
-    PropertiesV9 v9;
-    const int r = t->getProperties(d, &v9);
-    widen(v9, p);
-    return r;
-  };
+  props_v9(a, t);
   a->listen = t->listen;
   a->connect = [t](int d, void* h, void** s2) {
     CommConfig cfg{-1};
@@ -270,12 +276,7 @@ bool load_v10(const NetV10* t, Api* a) {
 bool load_v9(const NetV9* t, Api* a) {
   common(a, t);
   a->init = [t] { return t->init(logger); };
-  a->props = [t](int d, PropertiesV12* p) {
-    PropertiesV9 v9;
-    const int r = t->getProperties(d, &v9);
-    widen(v9, p);
-    return r;
-  };
+  props_v9(a, t);
   a->listen = t->listen;
   a->connect = [t](int d, void* h, void** s2) {
     return t->connect(d, h, s2, nullptr);

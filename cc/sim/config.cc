@@ -111,6 +111,14 @@ Status apply(SimConfig* c, Workload* w, const std::string& k,
   if (k == "ctrl_bytes") return cnt(&c->ctrl_bytes);
   if (k == "multipath") return c->multipath = v, Status::OK();
   if (k == "paths") return cnt(&c->paths);
+  if (k == "cc_per_path") {
+    uint32_t on = 0;
+    UCCL_RETURN_IF_ERROR(cnt(&on));
+    if (on > 1) return InvalidArgument("cc_per_path: 0 or 1, not '" + v + "'");
+    c->cc_per_path = on == 1;
+    return Status::OK();
+  }
+  if (k == "host_jitter_us") return num(&c->host_jitter_us);
   if (k == "rto_min_us") return num(&c->rto_min_us);
   if (k == "rto_max_us") return num(&c->rto_max_us);
   if (k == "rto_init_us") return num(&c->rto_init_us);

@@ -52,6 +52,14 @@ Status Sim::build() {
   UCCL_ASSIGN_OR_RETURN(auto probe,
                         cc::make_cc(c_.cc, params, c_.mtu_bytes, cc_line_bps_));
   credit_ = c_.cc == "credit";
+  if (credit_ && c_.cc_per_path) {  // as the engine refuses it
+    return InvalidArgument("cc=credit is per flow; cc_per_path must be 0");
+  }
+  if (c_.host_jitter_us < 0) {
+    return InvalidArgument("need host_jitter_us >= 0");
+  }
+  jitter_mean_ns_ = c_.host_jitter_us * 1000;
+  jitter_seed_ = mix64(c_.seed ^ 0x717E4);
   int_on_ = probe->wants_int();
   ecn_seed_ = mix64(c_.seed ^ 0xEC11);
   if (c_.shared_buffer_kb < 0 || c_.dt_alpha <= 0) {
@@ -130,11 +138,14 @@ Status Sim::add_flow(uint32_t i, const cc::CcParams& params) {
     f.got.resize(f.npkts);
     ++finite_left_;
   }
-  UCCL_ASSIGN_OR_RETURN(f.cc,
-                        cc::make_cc(c_.cc, params, c_.mtu_bytes, cc_line_bps_));
   f.paths = std::make_unique<cc::PathSelector>(
       c_.multipath == "spray" ? std::max<uint32_t>(c_.paths, 1) : 1,
       mix64(c_.seed ^ (i * 0x1234567ull)));
+  f.ccs.resize(c_.cc_per_path ? f.paths->size() : 1);
+  for (FlowCc& pc : f.ccs) {
+    UCCL_ASSIGN_OR_RETURN(
+        pc.cc, cc::make_cc(c_.cc, params, c_.mtu_bytes, cc_line_bps_));
+  }
   cc::ScoreboardConfig sc;
   // Packets out at most: the whole flow, up to kMaxOutstanding.
   sc.capacity = 64;

@@ -74,6 +74,16 @@ struct SimConfig {
   // `paths` entropy values by power of two choices on path RTTs.
   std::string multipath = "single";
   uint32_t paths = 8;
+  // One controller per path instead of per flow (the engine's
+  // UCCL_CC_PER_PATH, default off): with spraying, each path's controller
+  // sees that path's RTTs and packets in flight; not with credit.
+  bool cc_per_path = false;
+  // Host scheduling delay: each packet reaching a host waits an extra
+  // exponentially distributed time of this mean before its transport sees
+  // it, in order (a descheduled engine thread delays what is behind it).
+  // It is not endpoint delay: the engine's software NIC cannot see it
+  // either, so it counts as fabric delay. 0: none.
+  double host_jitter_us = 0;
   // Congestion control (cc/cc.h names) and its parameters.
   std::string cc = "swift";
   std::string cc_params;

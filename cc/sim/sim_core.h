@@ -88,6 +88,13 @@ struct Port {
   uint64_t pauses = 0, paused_ns = 0, paused_since = 0;
 };
 
+// A congestion controller and the pacing state of what it sends.
+struct FlowCc {
+  std::unique_ptr<cc::CongestionControl> cc;
+  uint64_t last_send_ns = 0;
+  uint32_t last_bytes = 0;
+};
+
 struct Flow {
   FlowSpec spec;
   uint32_t id;
@@ -96,11 +103,16 @@ struct Flow {
   // Loss recovery: the engine's (cc/scoreboard.h), a packet per sequence
   // number from 0, paths being ECMP entropies.
   std::unique_ptr<cc::Scoreboard> sb;
-  std::unique_ptr<cc::CongestionControl> cc;
+  // One controller for the flow, or one per path (cc_per_path, the
+  // engine's UCCL_CC_PER_PATH): each then sees its own path's packets in
+  // flight, RTTs and pacing, and every one hears the flow's losses.
+  std::vector<FlowCc> ccs;
   std::unique_ptr<cc::PathSelector> paths;
   uint64_t timer_at = kNever;  // the scoreboard's timer event, if armed
-  uint64_t last_send_ns = 0;
-  uint32_t last_bytes = 0;
+  FlowCc& cc_of(uint32_t path) { return ccs.size() == 1 ? ccs[0] : ccs[path]; }
+  uint64_t cc_inflight(uint32_t path) const {
+    return ccs.size() == 1 ? sb->inflight() : sb->path_inflight(path);
+  }
   uint64_t demand_sent = 0;  // credit: bytes requested so far
   double spec_left = 0;      // credit: speculative credit not yet used
   uint32_t rx_slot = 0;      // credit: its slot in the receiver's pacer
@@ -120,6 +132,9 @@ struct Host {
   std::vector<uint32_t> tx_flows;  // flows it sends, round-robin
   size_t rr = 0;
   uint64_t wake_at = 0;
+  // Host jitter: when its receive path has handed over the last packet
+  // (later packets wait behind it, as behind a descheduled thread).
+  uint64_t rx_free_ns = 0;
   // Credit receiver: pull pacer over the flows it receives (only hosts
   // that receive have one), each flow by its slot here.
   std::unique_ptr<cc::PullPacer> pacer;
@@ -193,6 +208,9 @@ class Sim {
   void record_int(const Port& p, int32_t pkt);
   void try_transmit(uint32_t port);
   void transmit(uint32_t port, int32_t pkt);
+  // When a packet reaching host h's NIC at `t` is handed to its
+  // transport: t, or later by the host's jitter (FIFO).
+  uint64_t host_release(uint32_t h, uint64_t t);
   void arrive(uint32_t node, int32_t pkt);
   int32_t host_next_data(uint32_t host);
   void wake_host(uint32_t host, uint64_t t);
@@ -200,6 +218,10 @@ class Sim {
                  uint32_t dst, bool first = false);
 
   // Transport.
+  // The path for f's next `bytes` (urgent: past window and pacing), or
+  // false when no controller lets it leave now (*wake: pacing's time).
+  bool pick_path(Flow& f, uint32_t bytes, bool urgent, uint32_t* path,
+                 uint64_t* wake);
   void flow_start(Flow& f);
   void on_data(int32_t pkt);
   void on_ack(const Packet& a);
@@ -266,6 +288,8 @@ class Sim {
   std::vector<cc::IntHop> int_;
   std::array<cc::IntHop, kMaxIntHops> int_ack_{};
   uint64_t ecn_seed_ = 0;                // RED marking draws
+  uint64_t jitter_seed_ = 0;             // host jitter draws
+  double jitter_mean_ns_ = 0;            // host_jitter_us; 0: none
   uint64_t pfc_xoff_ = 0, pfc_xon_ = 0;  // bytes; xoff 0: no PFC
   // Shared buffers: bytes each switch holds (0: per-port buffers), and
   // the data bytes queued at each node's ports.

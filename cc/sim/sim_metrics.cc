@@ -36,10 +36,15 @@ void Sim::sample() {
     const bool active =
         f.started && !(f.finish_ns && f.delivered == f.delivered_at_sample);
     if (active) {
-      const double cw = f.cc->cwnd_bytes();
+      // Per-path controllers: the flow's window and rate are their sums.
+      double cw = 0, rate_bps = 0;
+      for (const FlowCc& pc : f.ccs) {
+        cw += pc.cc->cwnd_bytes();
+        rate_bps += pc.cc->rate_bps();
+      }
       fseries_.push_back(FlowSample{
           now_, f.id, (f.delivered - f.delivered_at_sample) * 8.0 / period,
-          cw >= cc::kUnlimited ? -1 : cw, f.cc->rate_bps() / 1e9});
+          cw >= cc::kUnlimited ? -1 : cw, rate_bps / 1e9});
     }
     f.delivered_at_sample = f.delivered;
   }

@@ -136,7 +136,18 @@ void Sim::transmit(uint32_t port, int32_t pkt) {
   }
   pkts_[pkt].in_port = port;
   at(now_ + ser, kEvPortFree, port);
-  at(now_ + ser + p.prop_ns, kEvArrive, p.to, static_cast<uint32_t>(pkt));
+  uint64_t t = now_ + ser + p.prop_ns;
+  if (jitter_mean_ns_ > 0 && p.to < hosts_) t = host_release(p.to, t);
+  at(t, kEvArrive, p.to, static_cast<uint32_t>(pkt));
+}
+
+uint64_t Sim::host_release(uint32_t h, uint64_t t) {
+  // Exponential draw; packets reach a host in order (one access link), so
+  // the max keeps its receive path first-in first-out.
+  const double x = -std::log(1 - uniform01(&jitter_seed_)) * jitter_mean_ns_;
+  Host& host = host_[h];
+  host.rx_free_ns = std::max(host.rx_free_ns, t + static_cast<uint64_t>(x));
+  return host.rx_free_ns;
 }
 
 void Sim::arrive(uint32_t node, int32_t pkt) {
@@ -165,7 +176,7 @@ void Sim::arrive(uint32_t node, int32_t pkt) {
       on_ack(k);
       break;
     case PktKind::kCredit:
-      f.cc->on_credit(k.aux);
+      f.ccs[0].cc->on_credit(k.aux);
       wake_host(f.spec.src, now_);
       break;
     case PktKind::kRts: {

@@ -14,6 +14,38 @@ uint32_t Sim::payload_of(const Flow& f, uint32_t seq) const {
   return static_cast<uint32_t>(f.spec.bytes - uint64_t{seq} * c_.mtu_bytes);
 }
 
+bool Sim::pick_path(Flow& f, uint32_t bytes, bool urgent, uint32_t* path,
+                    uint64_t* wake) {
+  // Whether controller pc lets `bytes` leave on path p now; a pacing wait
+  // lowers *wake.
+  auto allowed = [&](FlowCc& pc, uint32_t p) {
+    if (!pc.cc->can_send(f.cc_inflight(p), bytes)) return false;  // ACK wakes
+    if (pc.last_bytes == 0) return true;
+    const uint64_t ready =
+        pc.last_send_ns + pc.cc->pacing_gap_ns(pc.last_bytes);
+    if (now_ >= ready) return true;
+    *wake = std::min(*wake, ready);
+    return false;
+  };
+  if (f.ccs.size() == 1) {  // the flow's controller, then any path
+    if (!urgent && !allowed(f.ccs[0], 0)) return false;
+    *path = f.paths->choose();
+    return true;
+  }
+  // One controller per path (the engine's pick_path): from the
+  // power-of-two choice, the first path whose controller has room.
+  const uint32_t np = f.paths->size();
+  const uint32_t first = f.paths->choose();
+  for (uint32_t k = 0; k < np; ++k) {
+    const uint32_t p = (first + k) % np;
+    if (urgent || allowed(f.ccs[p], p)) {
+      *path = p;
+      return true;
+    }
+  }
+  return false;
+}
+
 int32_t Sim::host_next_data(uint32_t host) {
   Host& h = host_[host];
   const size_t n = h.tx_flows.size();
@@ -33,30 +65,21 @@ int32_t Sim::host_next_data(uint32_t host) {
     if (!retx && !more_new) continue;
     if (!retx) seq = sb.snd_nxt();
     const uint32_t bytes = payload_of(f, seq);
-    if (!urgent) {
-      if (!f.cc->can_send(sb.inflight(), bytes)) continue;  // ACK/credit wakes
-      if (f.last_bytes) {
-        const uint64_t ready =
-            f.last_send_ns + f.cc->pacing_gap_ns(f.last_bytes);
-        if (now_ < ready) {
-          wake = std::min(wake, ready);
-          continue;
-        }
-      }
-    }
+    uint32_t path = 0;
+    if (!pick_path(f, bytes, urgent, &path, &wake)) continue;
     // Send `seq`.
     h.rr = (h.rr + i + 1) % n;
-    const uint16_t path = static_cast<uint16_t>(f.paths->choose());
     if (retx) {
-      sb.resent(seq, path, now_);
+      sb.resent(seq, static_cast<uint16_t>(path), now_);
       ++f.retx;
     } else {
-      sb.send_new(path, bytes, now_);
+      sb.send_new(static_cast<uint16_t>(path), bytes, now_);
       if (f.unlimited) f.got.push_back(0);
     }
-    f.cc->on_send(now_, bytes);
-    f.last_send_ns = now_;
-    f.last_bytes = bytes;
+    FlowCc& pc = f.cc_of(path);
+    pc.cc->on_send(now_, bytes);
+    pc.last_send_ns = now_;
+    pc.last_bytes = bytes;
     const int32_t i_pkt = alloc_pkt();
     Packet& p = pkts_[i_pkt];
     p = Packet{};
@@ -67,7 +90,7 @@ int32_t Sim::host_next_data(uint32_t host) {
     p.wire_bytes = bytes + c_.header_bytes;
     p.src = f.spec.src;
     p.dst = f.spec.dst;
-    p.path = path;
+    p.path = static_cast<uint16_t>(path);
     p.sent_ns = now_;
     p.unsched = f.spec_left > 0;
     f.spec_left -= bytes;
@@ -98,7 +121,7 @@ void Sim::flow_start(Flow& f) {
   f.started = true;
   f.sb->note_idle(now_);
   if (credit_) {
-    f.spec_left = f.cc->cwnd_bytes();  // the speculative credit
+    f.spec_left = f.ccs[0].cc->cwnd_bytes();  // the speculative credit
     // Request-to-send with the demand; the first spec bytes go on
     // speculative credit.
     const uint64_t d = f.unlimited ? 0 : f.spec.bytes;
@@ -181,7 +204,8 @@ void Sim::on_ack(const Packet& a) {
   if (a.seq >= a.cum) sb.ack_selective(a.seq, now_, &o, none);
   const uint64_t rtt = sb.take_rtt_sample(a.seq, now_);  // Karn
   if (rtt != 0) {
-    f.paths->on_rtt(sb.seg(a.seq).path, rtt);
+    const uint16_t path = sb.seg(a.seq).path;
+    f.paths->on_rtt(path, rtt);
     cc::CcSample s;
     s.now_ns = now_;
     s.rtt_ns = rtt;
@@ -196,7 +220,7 @@ void Sim::on_ack(const Packet& a) {
       s.int_hops = int_ack_.data();
       s.int_count = std::min<uint32_t>(a.hops, kMaxIntHops);
     }
-    f.cc->on_ack(s);
+    f.cc_of(path).cc->on_ack(s);
   }
   report_losses(f, sb.finish_ack(o, now_));
   if (sender_finished(f)) {
@@ -210,8 +234,10 @@ void Sim::on_ack(const Packet& a) {
 // The controller hears what the scoreboard declared lost; with credit, the
 // receiver is asked to grant the resends.
 void Sim::report_losses(Flow& f, const cc::LossReport& r) {
-  if (r.fast_lost > 0) f.cc->on_loss(now_, false);
-  if (r.timeout) f.cc->on_loss(now_, true);
+  for (FlowCc& pc : f.ccs) {
+    if (r.fast_lost > 0) pc.cc->on_loss(now_, false);
+    if (r.timeout) pc.cc->on_loss(now_, true);
+  }
   const uint64_t lost = f.sb->take_lost_bytes();
   if (credit_ && lost) {
     send_ctrl(f.spec.src, PktKind::kRts, f, lost, f.spec.dst);

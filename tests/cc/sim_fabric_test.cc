@@ -1,6 +1,7 @@
-// The simulator's fabric: fat-tree routes equal the BFS tables' and are
-// shortest; PFC makes an incast lossless and its pauses spread hop by hop to
-// the senders; RED marks with its ramp; INT records every switch hop.
+// The simulator's fabric and hosts: fat-tree routes equal the BFS tables'
+// and are shortest; PFC makes an incast lossless and its pauses spread hop
+// by hop to the senders; RED marks with its ramp; INT records every switch
+// hop; per-path controllers and host jitter behave as the engine's hosts.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -59,6 +60,10 @@ class SimTestPeer {
     return s.int_[pkt * Sim::kMaxIntHops + hop];
   }
   static size_t packet_slots(const Sim& s) { return s.pkts_.size(); }
+  static const Flow& flow(const Sim& s, uint32_t i) { return s.flows_[i]; }
+  static uint64_t host_release(Sim* s, uint32_t h, uint64_t t) {
+    return s->host_release(h, t);
+  }
 };
 
 namespace {
@@ -257,6 +262,93 @@ TEST(SimInt, EverySwitchHopIsRecordedForHpcc) {
   EXPECT_GT(a.ts_ns, 0u);
   EXPECT_GT(b.ts_ns, a.ts_ns);
   EXPECT_GT(b.tx_bytes, 0u);
+}
+
+SimConfig sprayed_swift(bool per_path) {
+  SimConfig c = incast(1);
+  c.cc = "swift";
+  c.multipath = "spray";
+  c.paths = 4;
+  c.cc_per_path = per_path;
+  c.flows[0].bytes = 4 << 20;
+  return c;
+}
+
+TEST(SimPerPath, EachPathsControllerHearsItsOwnAcks) {
+  const SimConfig c = sprayed_swift(true);
+  Sim s(c);
+  ASSERT_TRUE(s.build().ok());
+  const SimResult r = s.run();
+  EXPECT_EQ(r.metrics.at("unfinished_flows"), 0);
+  const Flow& f = SimTestPeer::flow(s, 0);
+  ASSERT_EQ(f.ccs.size(), 4u);
+  // A controller that heard no ACK would still hold its first window.
+  auto fresh = cc::make_cc("swift", {}, c.mtu_bytes, c.host_gbps * 1e9);
+  ASSERT_TRUE(fresh.ok());
+  for (const FlowCc& pc : f.ccs) {
+    EXPECT_NE(pc.cc->cwnd_bytes(), (*fresh)->cwnd_bytes());
+    EXPECT_GT(pc.last_bytes, 0u);  // and each sent
+  }
+  const SimConfig c1 = sprayed_swift(false);  // Sim keeps a reference
+  Sim one(c1);
+  ASSERT_TRUE(one.build().ok());
+  const SimResult r1 = one.run();
+  EXPECT_EQ(SimTestPeer::flow(one, 0).ccs.size(), 1u);
+  // The flow's window is the sum of its paths': four first windows.
+  ASSERT_FALSE(r.flow_series.empty());
+  ASSERT_FALSE(r1.flow_series.empty());
+  EXPECT_DOUBLE_EQ(r.flow_series[0].cwnd_bytes,
+                   4 * r1.flow_series[0].cwnd_bytes);
+}
+
+TEST(SimPerPath, CreditAndBadValuesAreRefused) {
+  SimConfig c = sprayed_swift(true);
+  c.cc = "credit";
+  EXPECT_FALSE(run(c).ok());  // the engine refuses it too
+  SimConfig j = incast(1);
+  j.host_jitter_us = -1;
+  EXPECT_FALSE(run(j).ok());
+}
+
+TEST(SimHostJitter, ReleasesKeepOrderAndAddTheMeanDelay) {
+  SimConfig c = incast(1);
+  c.host_jitter_us = 10;
+  Sim a(c), b(c);
+  ASSERT_TRUE(a.build().ok());
+  ASSERT_TRUE(b.build().ok());
+  constexpr int kN = 20000;
+  double sum_ns = 0;
+  uint64_t last = 0;
+  for (int i = 0; i < kN; ++i) {
+    const uint64_t t = uint64_t{1000000} * i;  // far apart: no queueing
+    const uint64_t ra = SimTestPeer::host_release(&a, 1, t);
+    EXPECT_EQ(ra, SimTestPeer::host_release(&b, 1, t));  // seeded
+    ASSERT_GE(ra, t);
+    sum_ns += static_cast<double>(ra - t);
+    last = ra;
+  }
+  EXPECT_NEAR(sum_ns / kN, 10000, 300);  // exponential, mean 10 us
+  // Back-to-back arrivals leave in order: never before the previous one.
+  uint64_t prev = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const uint64_t r = SimTestPeer::host_release(&a, 1, last + i);
+    ASSERT_GE(r, prev);
+    prev = r;
+  }
+}
+
+TEST(SimHostJitter, DelaysEveryPacketAsFabricDelay) {
+  SimConfig c = incast(1);
+  c.flows[0].bytes = 4096;  // one packet and its ACK
+  auto quiet = run(c);
+  c.host_jitter_us = 50;
+  auto jittery = run(c);
+  ASSERT_TRUE(quiet.ok());
+  ASSERT_TRUE(jittery.ok());
+  // The packet waits in the receiving host before it counts as arrived.
+  EXPECT_GT(jittery->flows[0].finish_ns, quiet->flows[0].finish_ns);
+  EXPECT_GT(jittery->metrics.at("completion_us"),
+            quiet->metrics.at("completion_us"));
 }
 
 }  // namespace

@@ -76,6 +76,11 @@ class CongestionControl {
   // Whether on_ack needs CcSample::int_hops (the simulator records INT only
   // then).
   virtual bool wants_int() const { return false; }
+  // Whether on_ack reads the fabric/endpoint split of the RTT (the engine
+  // then asks its NIC for receive timestamps, so time spent waiting for
+  // its thread is endpoint delay), and CcSample::hops.
+  virtual bool uses_delay() const { return false; }
+  virtual bool uses_hops() const { return false; }
 };
 
 constexpr double kUnlimited = 1e300;

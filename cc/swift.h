@@ -56,6 +56,8 @@ class Swift final : public CongestionControl {
   double rate_bps() const override { return 0; }
   uint64_t pacing_gap_ns(uint32_t bytes) const override;
   std::string state() const override;
+  bool uses_delay() const override { return true; }
+  bool uses_hops() const override { return p_.hop_scale_us != 0; }
 
   // Windows in packets; the effective one is the smaller.
   double cwnd_pkts() const { return fcwnd_ < ecwnd_ ? fcwnd_ : ecwnd_; }

@@ -55,6 +55,7 @@ class Timely final : public CongestionControl {
   double cwnd_bytes() const override;
   double rate_bps() const override { return rate_bps_; }
   std::string state() const override;
+  bool uses_delay() const override { return true; }
 
   // For tests.
   double rtt_diff_us() const { return rtt_diff_us_; }

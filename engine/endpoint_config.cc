@@ -269,6 +269,17 @@ Result<transport::DeviceOptions> device_options(EndpointConfig* c) {
   dopt.faults_from_knobs = false;
   dopt.rate_gbps = c->nic_rate_gbps;
   dopt.backend_params = c->nic_params;
+  // What the controller reads: arrival times (delay split into fabric and
+  // endpoint) and hop limits (Swift's hop scaling). A bad name or
+  // parameter is reported by engine_config().
+  auto params = cc::CcParams::parse(c->cc_params);
+  if (params.ok()) {
+    auto probe = cc::make_cc(c->cc, *params, c->chunk_bytes, 100e9);
+    if (probe.ok()) {
+      dopt.rx_timestamps = (*probe)->uses_delay();
+      dopt.hop_limits = (*probe)->uses_hops();
+    }
+  }
   return dopt;
 }
 

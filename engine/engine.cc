@@ -369,6 +369,7 @@ void UcclRDMAEngine::idle_wait() {
   const int dev_fd = dev_->wait_fd();
   if (dev_fd < 0) {
     nanosleep(&ts, nullptr);
+    woke_ns_ = clock_->now_ns();
     return;
   }
   // Pairs with submit()'s and stop()'s read-modify-writes of waiting_: a
@@ -386,6 +387,7 @@ void UcclRDMAEngine::idle_wait() {
     }
   }
   waiting_.store(0, std::memory_order_release);
+  woke_ns_ = clock_->now_ns();
 }
 
 void UcclRDMAEngine::wake() {

@@ -3,6 +3,7 @@
 // commands -> data completions -> control completions -> timers -> sends.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -358,6 +359,16 @@ class UcclRDMAEngine {
 
   // Statistics (engine thread only; read through kQuery commands).
   uint64_t loops_ = 0, idle_loops_ = 0, commands_ = 0, idle_sleeps_ = 0;
+  // When the last idle sleep ended. A packet that arrived while this
+  // engine slept counts as arrived then: a sleeping engine is idle, not
+  // congested, so its wake-up is no endpoint delay (delay-based control
+  // would otherwise hold a lightly loaded flow down, which keeps the
+  // engines asleep).
+  uint64_t woke_ns_ = 0;
+  uint64_t arrival_ns(const transport::WorkCompletion& w, uint64_t now) const {
+    const uint64_t t = std::max(w.timestamp_ns, woke_ns_);
+    return t != 0 && t < now ? t : now;
+  }
   uint64_t idle_wakes_ = 0;  // idle sleeps an event ended early
   BusyMeter busy_;
   uint64_t protocol_errors_ = 0;

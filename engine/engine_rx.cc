@@ -114,8 +114,7 @@ void UcclRDMAEngine::on_chunk(const WorkCompletion& wc, uint64_t now) {
                          static_cast<uint8_t>(imm.buf),
                          wc.byte_len};
   uint32_t csn;
-  if (!rx.win.arrive(imm.csn, info, wc.timestamp_ns ? wc.timestamp_ns : now,
-                     now, &csn)) {
+  if (!rx.win.arrive(imm.csn, info, arrival_ns(wc, now), now, &csn)) {
     return;  // a duplicate: counted, and ACKed at once
   }
   trace("rx", c->index, csn, now);

@@ -43,6 +43,7 @@ void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
     out->rtt_max_ns = std::max(out->rtt_max_ns, c->tx.rtt.max());
     out->max_inflight_bytes =
         std::max(out->max_inflight_bytes, c->tx.max_inflight);
+    out->hops = std::max(out->hops, c->tx.hops);
     for (auto& pc : c->tx.ccs) {
       double w = pc.cc->cwnd_bytes();
       out->cwnd_bytes += w >= cc::kUnlimited ? 0 : w;

@@ -451,13 +451,20 @@ void UcclRDMAEngine::on_ack(const AckPacket& a,
       }
     }
   }
+  // Routers on the way, from the hop limit the ACK arrived with (paths
+  // are symmetric in hop count in Clos fabrics; 0 where the NIC does not
+  // report it).
+  tx.hops = transport::hops_from_hop_limit(transport::grh_hop_limit(grh));
   // RTT sample from the chunk that triggered this ACK (Karn: only chunks
-  // sent once), decomposed into fabric and endpoint (receiver) delay.
+  // sent once), decomposed into fabric and endpoint delay: the receiver's
+  // (its chunk's arrival to its ACK) and ours (the ACK's arrival to now,
+  // where the NIC stamps arrivals).
   const uint32_t t = a.trigger_csn;
   const uint64_t rtt = sb.take_rtt_sample(t, now);
   if (rtt != 0) {
     const cc::SegRec& seg = sb.seg(t);
-    const uint64_t endpoint = std::min<uint64_t>(a.rx_delay_ns, rtt);
+    const uint64_t local = now - arrival_ns(w, now);
+    const uint64_t endpoint = std::min<uint64_t>(a.rx_delay_ns + local, rtt);
     tx.rtt.add(rtt);
     tx.last_rtt_ns = rtt;
     tx.paths->on_rtt(seg.path, rtt);
@@ -469,6 +476,7 @@ void UcclRDMAEngine::on_ack(const AckPacket& a,
     s.acked_bytes = o.newly_bytes ? o.newly_bytes : seg.len;
     s.acked_packets = o.newly_packets ? o.newly_packets : 1;
     s.segment_bytes = seg.len;
+    s.hops = tx.hops;
     cc_for(tx, seg.path).cc->on_ack(s);
   }
   if (cfg_.rc_mode || c->failed) return;

@@ -154,6 +154,7 @@ struct TxFlow {
   // Statistics.
   Histogram rtt;
   uint64_t last_rtt_ns = 0;  // the latest sample (RequestCc)
+  uint32_t hops = 0;         // routers to the peer, from its latest ACK
   uint64_t tx_bytes = 0, tx_chunks = 0, acks_rx = 0;
   // Sends matched with a receive descriptor; those that had to wait for one
   // (receiver-driven: the peer had not posted yet) and the total wait.

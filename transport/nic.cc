@@ -163,4 +163,16 @@ std::string PortAddress::to_string() const {
   return buf;
 }
 
+int grh_hop_limit(const uint8_t* grh) {
+  if ((grh[0] >> 4) == 6) return grh[7];
+  if (grh[20] == 0x45) return grh[28];  // IPv4, no options
+  return -1;
+}
+
+uint32_t hops_from_hop_limit(int hop_limit) {
+  if (hop_limit < 0 || hop_limit > 255) return 0;
+  const int start = hop_limit <= 64 ? 64 : hop_limit <= 128 ? 128 : 255;
+  return static_cast<uint32_t>(start - hop_limit);
+}
+
 }  // namespace uccl::transport

@@ -365,7 +365,29 @@ struct DeviceOptions {
   // each backend's keys); a key the backend does not know fails the open.
   // Keys not given take the backend's knobs.
   std::string backend_params;
+  // Receive completions' timestamp_ns is when the packet reached the host,
+  // not when the device's owner polled it, where the backend learns that
+  // at a cost (the software NIC: the kernel's receive time, one control
+  // message per datagram). Delay-based congestion control asks for it, so
+  // the time a packet waited for the polling thread counts as endpoint
+  // delay rather than fabric delay. The verbs backend ignores it: its
+  // completions carry the NIC's completion time where the CQ reports one
+  // (extended CQs), else the poll time.
+  bool rx_timestamps = false;
+  // UD receives' GRH carries the hop limit (IP TTL) the packet arrived
+  // with, where the backend must ask the kernel for it (the software NIC;
+  // otherwise it writes 64, as sent). Verbs NICs always fill it in.
+  bool hop_limits = false;
 };
+
+// The hop limit a received UD packet arrived with, from its GRH: the IPv6
+// form's (byte 7), or the TTL of the IPv4 header that RoCEv2 NICs put in
+// the GRH's last 20 bytes (byte 28); -1 when neither form is there.
+int grh_hop_limit(const uint8_t* grh);
+// Routers a packet crossed, from the hop limit it arrived with: senders
+// start at 64, 128 or 255 (Linux, Windows, RoCE NICs' GRH), so the
+// smallest of those not below it is taken as the start; 0 for -1.
+uint32_t hops_from_hop_limit(int hop_limit);
 
 // An opened device context (ibv_context + port). Owns nothing it hands out:
 // callers keep the objects and destroy them before the device.

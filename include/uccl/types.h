@@ -128,6 +128,10 @@ struct FlowStats {
   uint64_t acks_sent = 0, acks_received = 0;
   uint64_t rtt_p50_ns = 0, rtt_p99_ns = 0, rtt_max_ns = 0;
   uint64_t max_inflight_bytes = 0;  // high-water mark of unacked bytes
+  // Routers to the peer, from the hop limit its latest ACK arrived with
+  // (0 where the NIC does not report it: the software NIC only for a
+  // controller that uses hops, e.g. Swift's hop scaling).
+  uint32_t hops = 0;
   double cwnd_bytes = 0, rate_bps = 0;
   std::string cc_state;
 };

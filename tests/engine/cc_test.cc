@@ -1,5 +1,6 @@
 // Congestion control is enforced, not just computed: a TIMELY rate cap, a
-// Swift window and receiver-granted credit each bound what the sender does.
+// Swift window and receiver-granted credit each bound what the sender does;
+// and it hears what the NIC reports (hops).
 // Time bounds here are one-sided (enforcement can only slow a transfer).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -62,6 +63,26 @@ TEST(CcEnforcementTest, SwiftWindowBoundsInflight) {
   FlowStats free_st;
   transfer_seconds(q.get(), 8 << 20, &free_st);
   EXPECT_GT(free_st.max_inflight_bytes, 2u * 64 * 1024);
+}
+
+TEST(CcInputsTest, SwiftHearsTheHopsItsPeersAcksCrossed) {
+  EndpointConfig s = test_config(1, 1);
+  s.cc = "swift";
+  s.nic_params = "ttl=62";  // the server's ACKs look two routers away
+  EndpointConfig c = s;
+  c.nic_params = "";
+  c.cc_params = "min_cwnd=1";
+  auto p = Pair::make(s, c);
+  ASSERT_TRUE(p);
+  FlowStats st;
+  transfer_seconds(p.get(), 1 << 20, &st);
+  EXPECT_EQ(st.hops, 2u);
+  // Without hop scaling the client's NIC is not asked for hop limits.
+  c.cc_params = "min_cwnd=1,hop_scale_us=0";
+  auto q = Pair::make(s, c);
+  ASSERT_TRUE(q);
+  transfer_seconds(q.get(), 1 << 20, &st);
+  EXPECT_EQ(st.hops, 0u);
 }
 
 TEST(CcEnforcementTest, ReceiverCreditPacesTheSender) {

@@ -119,6 +119,12 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
   }
   d->faults_ = std::make_unique<FaultInjector>(faults);
   UCCL_RETURN_IF_ERROR(d->open_socket(nif));
+  d->enable_rx_meta(opts);
+  d->tx_ttl_ = params.ttl;
+  if (d->tx_ttl_ > 0 && setsockopt(d->fd_, IPPROTO_IP, IP_TTL, &d->tx_ttl_,
+                                   sizeof(d->tx_ttl_)) != 0) {
+    return ErrnoStatus("software NIC ttl", errno);
+  }
   d->choose_mtu(nif, name, opts, params);
   d->fill_info(nif, name);
   d->alloc_buffers(opts, params);
@@ -157,6 +163,18 @@ Status SoftDevice::open_socket(const NetIf& nif) {
   socklen_t len = sizeof(local_);
   getsockname(fd_, reinterpret_cast<sockaddr*>(&local_), &len);
   return Status::OK();
+}
+
+// Control messages the receive path asks the kernel for (nic.h,
+// DeviceOptions). Timestamps need the system clock: another clock (a
+// test's) has no known relation to the kernel's CLOCK_REALTIME stamps.
+void SoftDevice::enable_rx_meta(const DeviceOptions& opts) {
+  const int on = 1;
+  rx_ts_ = opts.rx_timestamps && clock_ == SystemClock::get() &&
+           setsockopt(fd_, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof(on)) == 0;
+  const bool ttl = opts.hop_limits && setsockopt(fd_, IPPROTO_IP, IP_RECVTTL,
+                                                 &on, sizeof(on)) == 0;
+  rx_meta_on_ = rx_ts_ || ttl;
 }
 
 // The payload MTU: the interface's, at most UCCL_SOFTNIC_MTU and the
@@ -328,6 +346,9 @@ Result<std::unique_ptr<QueuePair>> SoftDevice::create_qp(const QpConfig& cfg) {
     tx_fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (tx_fd < 0) return ErrnoStatus("QP source-port socket", errno);
     set_sockbuf(tx_fd, sockbuf_bytes_);
+    if (tx_ttl_ > 0) {
+      setsockopt(tx_fd, IPPROTO_IP, IP_TTL, &tx_ttl_, sizeof(tx_ttl_));
+    }
     sockaddr_in a = local_;
     a.sin_port = 0;
     if (bind(tx_fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {

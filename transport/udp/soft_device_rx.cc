@@ -115,6 +115,7 @@ int SoftDevice::receive_batch(uint64_t now) {
   // polled 64 B UDP trip on the GPU machine (socket_bench --lat_rxq_ovfl).
   // Each source address is written back with its length (always a
   // sockaddr_in on this IPv4 socket, so msg_namelen stays as set up).
+  if (rx_meta_on_) prepare_rx_meta(kRxBatch);
   int n = recvmmsg(fd_, rx_msgs_, kRxBatch, MSG_DONTWAIT, nullptr);
   if (n <= 0) return -1;
   if (trace_fn_) {
@@ -129,6 +130,7 @@ int SoftDevice::receive_batch(uint64_t now) {
       ++counters_.drop_malformed;
       continue;
     }
+    if (rx_meta_on_) take_rx_meta(rx_msgs_[i].msg_hdr);
     FaultInjector* f = faults_.get();
     if (f->enabled(Direction::kRx)) {
       FaultDecision d = f->decide(Direction::kRx, now);
@@ -161,11 +163,13 @@ int SoftDevice::receive_batch(uint64_t now) {
       direct_large_ns_ = now;
     }
   }
+  cur_rx_ = RxMeta{};
   return n < kRxBatch ? -1 : n;
 }
 
 int SoftDevice::receive_direct(uint64_t now) {
   const uint32_t min_len = sizeof(WireHeader) + std::max(direct_rx_bytes_, 1u);
+  if (rx_meta_on_) prepare_rx_meta(0);
   for (int k = 0; k < kRxBatch; ++k) {
     if (faults_->enabled(Direction::kRx)) {  // switched on at run time
       direct_mode_ = false;
@@ -210,6 +214,10 @@ int SoftDevice::receive_direct(uint64_t now) {
     m.msg_namelen = sizeof(got_from);
     m.msg_iov = iov;
     m.msg_iovlen = 2;
+    if (rx_meta_on_) {
+      m.msg_control = rx_cbuf_[0];
+      m.msg_controllen = kRxCmsgBytes;
+    }
     ssize_t r = recvmsg(fd_, &m, MSG_DONTWAIT);
     if (r < 0) return -1;
     ++counters_.rx_packets;
@@ -224,21 +232,33 @@ int SoftDevice::receive_direct(uint64_t now) {
       continue;
     }
     ++counters_.rx_direct;
+    if (rx_meta_on_) take_rx_meta(m);
     qp->on_packet(got, dst, got_from, now);  // checks payload_crc in place
+    cur_rx_ = RxMeta{};
   }
   return kRxBatch;
 }
 
 bool SoftDevice::receive_one_staged(uint64_t now) {
-  auto* buf = static_cast<uint8_t*>(rx_iov_[0].iov_base);
   sockaddr_in from{};
-  socklen_t from_len = sizeof(from);
-  ssize_t n = recvfrom(fd_, buf, kRxBufBytes, MSG_DONTWAIT,
-                       reinterpret_cast<sockaddr*>(&from), &from_len);
+  iovec iov{rx_iov_[0].iov_base, kRxBufBytes};
+  msghdr m{};
+  m.msg_name = &from;
+  m.msg_namelen = sizeof(from);
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  if (rx_meta_on_) {
+    m.msg_control = rx_cbuf_[0];
+    m.msg_controllen = kRxCmsgBytes;
+  }
+  ssize_t n = recvmsg(fd_, &m, MSG_DONTWAIT);
   if (n < 0) return false;
   ++counters_.rx_packets;
   counters_.rx_bytes += static_cast<uint64_t>(n);
-  handle_datagram(buf, static_cast<uint32_t>(n), from, now);
+  if (rx_meta_on_) take_rx_meta(m);
+  handle_datagram(static_cast<uint8_t*>(iov.iov_base), static_cast<uint32_t>(n),
+                  from, now);
+  cur_rx_ = RxMeta{};
   return true;
 }
 
@@ -276,6 +296,21 @@ void SoftDevice::handle_datagram(uint8_t* buf, uint32_t len,
     return;
   }
   it->second->on_packet(h, buf + sizeof(WireHeader), from, now);
+}
+
+void SoftDevice::prepare_rx_meta(int count) {
+  // The kernel writes back how much of each control buffer it used.
+  for (int i = 0; i < count; ++i) {
+    rx_msgs_[i].msg_hdr.msg_control = rx_cbuf_[i];
+    rx_msgs_[i].msg_hdr.msg_controllen = kRxCmsgBytes;
+  }
+  if (rx_ts_) {
+    timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    rx_ts_offset_ns_ =
+        static_cast<int64_t>(now_ns()) -
+        (static_cast<int64_t>(rt.tv_sec) * 1000000000 + rt.tv_nsec);
+  }
 }
 
 }  // namespace uccl::transport::udp

@@ -268,7 +268,11 @@ void SoftDevice::release_held(uint64_t now, bool packet_passed, Direction dir) {
     } else {
       // Copy out: handling may hold more packets and reuse this slot.
       std::memcpy(scratch_.get(), h.data.get(), h.len);
+      // Held by fault injection: its kernel metadata is gone.
+      const RxMeta current = cur_rx_;
+      cur_rx_ = RxMeta{};
       handle_datagram(scratch_.get(), h.len, h.addr, now);
+      cur_rx_ = current;
     }
   }
 }

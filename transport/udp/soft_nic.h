@@ -14,6 +14,7 @@
 #include "transport/nic.h"
 #include "transport/soft/soft_pd.h"
 #include "transport/udp/netif.h"
+#include "transport/udp/rx_meta.h"
 #include "transport/udp/wire.h"
 
 namespace uccl::transport::udp {
@@ -51,6 +52,10 @@ struct SoftNicParams {
   // 1 = splice large unsummed payloads marked SendWr::payload_stable (the
   // kernel takes the pages, no copy; wire.h, "Spliced payloads"); 0 = copy.
   int splice = -1;
+  // IP TTL of every datagram this device sends, 1..255 (-1: the system's,
+  // net.ipv4.ip_default_ttl). Peers see hops as the start's distance to
+  // what arrives (transport::hops_from_hop_limit).
+  int ttl = -1;
   static Result<SoftNicParams> parse(const std::string& text);
 };
 
@@ -388,6 +393,7 @@ class SoftDevice final : public Device {
                   const DeviceOptions& opts, const SoftNicParams& params);
   void fill_info(const NetIf& nif, const std::string& name);
   void alloc_buffers(const DeviceOptions& opts, const SoftNicParams& params);
+  void enable_rx_meta(const DeviceOptions& opts);
   friend class SoftQp;
   friend class SoftNicTestAccess;
   SoftDevice() = default;
@@ -456,6 +462,20 @@ class SoftDevice final : public Device {
             uint32_t len, int fd, const sockaddr_in* dest, uint64_t now_ns);
   void mark_pending(SoftQp* qp);
   uint64_t now_ns() const { return clock_->now_ns(); }
+  // The datagram being handled: when it reached the host (its kernel
+  // receive time where DeviceOptions::rx_timestamps asked for it and that
+  // is before `now`, else `now`), and the IP TTL it came with (-1: not
+  // asked for, or held by fault injection and handled later).
+  uint64_t arrival_ns(uint64_t now) const {
+    const uint64_t a = cur_rx_.arrival_ns;
+    return a != 0 && a < now ? a : now;
+  }
+  int rx_ttl() const { return cur_rx_.ttl; }
+  // Receive-call setup for control messages, and reading them per datagram.
+  void prepare_rx_meta(int count);
+  void take_rx_meta(const msghdr& m) {
+    cur_rx_ = parse_rx_meta(m, rx_ts_, rx_ts_offset_ns_);
+  }
   uint64_t kernel_drops() const;
   // Payload bytes per packet towards `ipv4_be`; `*local` (if given): the
   // route is loopback, i.e. the peer is on this host.
@@ -496,6 +516,14 @@ class SoftDevice final : public Device {
   // UCCL_SOFTNIC_RC_* knobs, read once at open).
   uint32_t rc_window_pkts_ = 64;
   uint64_t rc_min_timeout_ns_ = 200000;
+  // Control messages (DeviceOptions::rx_timestamps, hop_limits): one
+  // buffer per batch slot; the device clock minus CLOCK_REALTIME, taken
+  // per receive call; the datagram being handled's.
+  bool rx_meta_on_ = false, rx_ts_ = false;
+  int64_t rx_ts_offset_ns_ = 0;
+  int tx_ttl_ = -1;  // SoftNicParams::ttl
+  alignas(cmsghdr) char rx_cbuf_[kRxBatch][kRxCmsgBytes];
+  RxMeta cur_rx_;
   bool direct_mode_ = false;
   uint32_t direct_misses_ = 0;
   uint64_t direct_large_ns_ = 0;  // when the last large datagram was seen

@@ -61,10 +61,13 @@ Result<SoftNicParams> SoftNicParams::parse(const std::string& text) {
       p.local_crc = b;
     } else if (key == "splice" && parse_knob_value(val, &b)) {
       p.splice = b;
+    } else if (key == "ttl" && parse_knob_value(val, &v) && v >= 1 &&
+               v <= 255) {
+      p.ttl = static_cast<int>(v);
     } else {
-      return InvalidArgument(
-          "software NIC option '" + item +
-          "': expected direct_rx_bytes=<bytes>, local_crc=0|1 or splice=0|1");
+      return InvalidArgument("software NIC option '" + item +
+                             "': expected direct_rx_bytes=<bytes>, "
+                             "local_crc=0|1, splice=0|1 or ttl=1..255");
     }
   }
   return p;

@@ -179,7 +179,7 @@ void SoftQp::on_ud(const WireHeader& h, const uint8_t* payload,
   wc.qp_num = qpn_;
   wc.src_qp = h.src_qpn;
   wc.with_grh = true;
-  wc.timestamp_ns = now;
+  wc.timestamp_ns = dev_->arrival_ns(now);
   if (r.total_len < kGrhBytes + h.payload_len) {
     ++dev_->counters_.drop_recv_too_small;
     wc.status = WcStatus::kLocalLengthError;
@@ -197,7 +197,7 @@ void SoftQp::on_ud(const WireHeader& h, const uint8_t* payload,
   uint16_t plen = htons(static_cast<uint16_t>(h.payload_len));
   std::memcpy(grh + 4, &plen, 2);
   grh[6] = 0x1b;
-  grh[7] = 64;
+  grh[7] = static_cast<uint8_t>(dev_->rx_ttl() >= 0 ? dev_->rx_ttl() : 64);
   ipv4_to_gid(from.sin_addr.s_addr, grh + 8);
   PortAddress me = dev_->port_address();
   std::memcpy(grh + 24, me.gid, 16);
@@ -304,7 +304,7 @@ bool SoftQp::place_fragment(const WireHeader& h, const uint8_t* payload,
 void SoftQp::finish_message(uint64_t now) {
   WorkCompletion wc;
   wc.qp_num = qpn_;
-  wc.timestamp_ns = now;
+  wc.timestamp_ns = dev_->arrival_ns(now);  // the last fragment's
   wc.byte_len = msg_.msg_len;
   switch (msg_.op) {
     case WireOp::kWrite:

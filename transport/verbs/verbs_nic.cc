@@ -442,6 +442,14 @@ int VerbsCq::poll(int max, WorkCompletion* out) {
   if (cq_ex_ != nullptr) {
     ibv_poll_cq_attr pa = {};
     if (n >= max || ibv_start_poll(cq_ex_, &pa) != 0) return n;
+    // The NIC's completion times are wall-clock nanoseconds; the device's
+    // clock (monotonic, or a test's) is shifted from that by this much now.
+    const uint64_t now = dev_->clock()->now_ns();
+    timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    const int64_t shift =
+        static_cast<int64_t>(now) -
+        (static_cast<int64_t>(rt.tv_sec) * 1000000000 + rt.tv_nsec);
     do {
       WorkCompletion& w = out[n++];
       ibv_wc_opcode op = ibv_wc_read_opcode(cq_ex_);
@@ -450,7 +458,12 @@ int VerbsCq::poll(int max, WorkCompletion* out) {
            ibv_wc_read_imm_data(cq_ex_), (flags & IBV_WC_WITH_IMM) != 0,
            ibv_wc_read_qp_num(cq_ex_), ibv_wc_read_src_qp(cq_ex_),
            (flags & IBV_WC_GRH) != 0);
-      w.timestamp_ns = ibv_wc_read_completion_wallclock_ns(cq_ex_);
+      const int64_t t =
+          static_cast<int64_t>(ibv_wc_read_completion_wallclock_ns(cq_ex_)) +
+          shift;
+      w.timestamp_ns = t > 0 && static_cast<uint64_t>(t) <= now
+                           ? static_cast<uint64_t>(t)
+                           : now;
     } while (n < max && ibv_next_poll(cq_ex_) == 0);
     ibv_end_poll(cq_ex_);
     return n;

@@ -116,4 +116,12 @@ int PullPacer::poll(uint64_t now_ns, Grant* out, int max) {
   return n;
 }
 
+double PullPacer::payload_rate_bps(double line_rate_bps,
+                                   uint32_t packet_payload,
+                                   uint32_t packet_overhead) {
+  if (packet_payload == 0) return line_rate_bps;
+  return line_rate_bps * packet_payload /
+         (static_cast<double>(packet_payload) + packet_overhead);
+}
+
 }  // namespace uccl::cc

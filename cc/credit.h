@@ -60,6 +60,13 @@ class PullPacer {
   };
   PullPacer(const CreditParams& p, double line_rate_bps, uint32_t max_flows,
             uint64_t now_ns);
+  // The rate to grant payload at so that the packets carrying it fill
+  // `line_rate_bps` and no more: each packet of up to `packet_payload`
+  // bytes adds `packet_overhead` header bytes on the wire. Granting
+  // payload at the line rate would overrun the receiver's link by the
+  // headers' share and keep a queue growing there.
+  static double payload_rate_bps(double line_rate_bps, uint32_t packet_payload,
+                                 uint32_t packet_overhead);
 
   // `bytes` more will arrive on `flow`; the first spec_bytes of a new flow
   // were covered by speculative credit and are not granted again.

@@ -197,8 +197,13 @@ UcclRDMAEngine::~UcclRDMAEngine() {
 void UcclRDMAEngine::start() {
   if (cfg_.cc_name == "credit") {  // needs the final line rate
     auto p = cc::CreditSender::params_from(cfg_.cc_params);
-    pacer_ = std::make_unique<cc::PullPacer>(*p, cfg_.line_rate_bps,
-                                             Imm::kMaxFlows, clock_->now_ns());
+    // Grants are payload; each packet's headers share the link too.
+    const transport::DeviceInfo& di = dev_->info();
+    pacer_ = std::make_unique<cc::PullPacer>(
+        *p,
+        cc::PullPacer::payload_rate_bps(cfg_.line_rate_bps, di.mtu_bytes,
+                                        di.wire_overhead_bytes),
+        Imm::kMaxFlows, clock_->now_ns());
   }
   thread_ = std::thread([this] { run(); });
 }

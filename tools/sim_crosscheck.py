@@ -7,10 +7,14 @@ For each congestion control, transport_test's flows cross a tbf bottleneck
 between two network namespaces (tools/testbed/netns.sh); ccsim then
 simulates that setup: one sender and one receiver host, the same flows,
 rate, drop-tail queue, chunk size (one simulated packet per engine chunk),
-the engine's controller and parameters, told the same line rate, and the
-unloaded one-way delay transport_test measured through the testbed as the
-hosts' link delay. Compared: throughput, the bottleneck's average queue
-(the engine's sampled from tc every 50 ms) and Jain's index over the flows.
+the engine's controller and parameters, told the same line rate, its
+paths (4, sprayed) and one controller per flow as the engine's default,
+and the hosts' delay as transport_test measured it unloaded through the
+testbed: a constant part as the hosts' link delay and the spread as host
+jitter (host_jitter_us: exponential, so the one-way p50 and p99 of a
+ping-pong, base + the mean of two draws, give the base and the mean).
+Compared: throughput, the bottleneck's average queue (the engine's
+sampled from tc every 50 ms) and Jain's index over the flows.
 
 Tolerances (stated, not tuned per run): throughput within 15%, average
 queue within a factor of two or both under 32 KB, Jain's index within 0.1.
@@ -52,7 +56,7 @@ def engine_run(tt, flags, cc, duration_s, tmp):
     used); a run that never finishes (a stalled controller) counts as
     0 Gb/s."""
     args = [f"--flagfile={flags}", f"--duration_s={duration_s}", f"--cc={cc}",
-            "--json"]
+            "--json", "--flow_stats"]
     srv = subprocess.Popen([TB, "exec", f"--name={NAME}", "b", tt, "--server",
                             "--device=udp:10.199.0.2"] + args,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -89,8 +93,11 @@ def engine_run(tt, flags, cc, duration_s, tmp):
             float(jain[-1]) if jain else float("nan"), int(chunk.group(1)))
 
 
-def base_one_way_us(tt, tmp):
-    """Unloaded one-way delay through the testbed (transport_test lat)."""
+def host_delay_us(tt, tmp):
+    """The hosts' delay through the testbed, unloaded (transport_test lat):
+    (constant one-way part, mean host jitter), or None. A one-way sample
+    is half a round trip, base + (X1 + X2) / 2 with X exponential of mean
+    m: its median is base + 0.839 m and its p99 base + 3.319 m."""
     args = ["--perftype=lat", "--msize=64", "--nflow=1", "--iterations=2000",
             "--json"]
     srv = subprocess.Popen([TB, "exec", f"--name={NAME}", "b", tt, "--server",
@@ -101,7 +108,11 @@ def base_one_way_us(tt, tmp):
               "--device=udp:10.199.0.1"] + args, timeout=120)
     srv.communicate(timeout=30)
     c = last_json(cli.stdout, "client")
-    return c["lat_us"]["p50"] if c else None
+    if not c:
+        return None
+    p50, p99 = c["lat_us"]["p50"], c["lat_us"]["p99"]
+    m = max(p99 - p50, 0.0) / (3.319 - 0.839)
+    return max(p50 - 0.839 * m, 0.0), m
 
 
 def flags_of(path):
@@ -114,7 +125,7 @@ def flags_of(path):
     return out
 
 
-def sim_run(ccsim, cc, flags, chunk, rate_gbps, queue_kb, duration_s, one_way_us,
+def sim_run(ccsim, cc, flags, chunk, rate_gbps, queue_kb, duration_s, host,
             tmp):
     nflow = int(flags.get("nflow", "1"))
     link = float(flags.get("link_gbps", rate_gbps))
@@ -133,7 +144,11 @@ def sim_run(ccsim, cc, flags, chunk, rate_gbps, queue_kb, duration_s, one_way_us
         f"bottleneck_gbps = {rate_gbps}",
         f"cc_line_gbps = {link}",
         "link_delay_us = 0",
-        f"host_delay_us = {one_way_us / 2:.2f},{one_way_us / 2:.2f}",
+        f"host_delay_us = {host[0] / 2:.2f},{host[0] / 2:.2f}",
+        f"host_jitter_us = {host[1]:.2f}",
+        "multipath = spray",
+        f"paths = {flags.get('paths', '4')}",
+        "cc_per_path = 0",
         f"buffer_kb = {queue_kb}",
         f"mtu_bytes = {chunk}",
         f"header_bytes = {header}",
@@ -206,13 +221,14 @@ def main():
     lines = []
     status = 0
     try:
-        one_way = base_one_way_us(tt, tmp)
-        if one_way is None:
+        host = host_delay_us(tt, tmp)
+        if host is None:
             print("sim_crosscheck: the latency run failed", file=sys.stderr)
             return 2
         lines += [f"Bottleneck {a.rate_gbps:g} Gb/s, {a.queue_kb} KiB drop-tail queue, "
-                  f"{flags.get('nflow', '1')} flows, {a.duration_s} s; unloaded one-way delay {one_way:.0f} us "
-                  f"(the simulated hosts' link delay).", "",
+                  f"{flags.get('nflow', '1')} flows, {a.duration_s} s; unloaded one-way delay "
+                  f"{host[0]:.0f} us + host jitter of mean {host[1]:.0f} us "
+                  "(the simulated hosts' link delay and host_jitter_us).", "",
                   "| cc | engine Gb/s | sim Gb/s | sim/engine | engine avg queue | "
                   "sim avg queue | engine Jain | sim Jain | verdict |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -221,7 +237,7 @@ def main():
             eng = engine_run(tt, flags_path, cc, a.duration_s, tmp)
             sim = None if eng is None else sim_run(
                 ccsim, cc, flags, eng[3], a.rate_gbps, a.queue_kb, a.duration_s,
-                one_way, tmp)
+                host, tmp)
             if eng is None or sim is None:
                 lines.append(f"| {cc} | run failed (logs in {tmp}) | | | | | | | FAIL |")
                 status = 2

@@ -91,8 +91,8 @@ Status Sim::build() {
     UCCL_ASSIGN_OR_RETURN(cc::CreditParams cp,
                           cc::CreditSender::params_from(params));
     // The pacer grants payload bytes: its rate leaves room for headers.
-    const double payload_bps =
-        cc_line_bps_ * c_.mtu_bytes / (c_.mtu_bytes + c_.header_bytes);
+    const double payload_bps = cc::PullPacer::payload_rate_bps(
+        cc_line_bps_, c_.mtu_bytes, c_.header_bytes);
     for (Host& h : host_) {
       if (h.rx_flows.empty()) continue;
       h.pacer = std::make_unique<cc::PullPacer>(

@@ -363,6 +363,18 @@ TEST(CreditTest, PullPacerNeverExceedsLineRate) {
   EXPECT_GT(granted, 0u);
 }
 
+// Granted payload plus each packet's headers fills the line exactly: the
+// engine's software NIC (8,896-byte packets, 104 bytes of headers) and
+// the simulator's packets alike.
+TEST(CreditTest, PayloadRateLeavesRoomForHeaders) {
+  const double line = 1e9;
+  const double r = PullPacer::payload_rate_bps(line, 8896, 104);
+  EXPECT_NEAR(r, 1e9 * 8896 / 9000, 1);
+  // Packets of r's payload and their headers take the whole line.
+  EXPECT_NEAR(r / 8896 * 9000, line, 1);
+  EXPECT_EQ(PullPacer::payload_rate_bps(line, 0, 104), line);  // unknown
+}
+
 // A late poll may grant up to the bucket (200 us of line rate by default,
 // at least two grants) at once, and no more.
 TEST(CreditTest, BucketBoundsTheBurstAfterALatePoll) {

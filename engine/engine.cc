@@ -355,11 +355,18 @@ void UcclRDMAEngine::run() {
       // idle_spin_loops empty loops and idle_sleep_after_ns of idle time.
       ++idle_loops_;
       if (idle++ == 0) idle_since_ns = now;
-      if (idle > cfg_.idle_spin_loops && cfg_.idle_sleep_ns > 0 &&
-          now - idle_since_ns >= cfg_.idle_sleep_after_ns) {
+      const bool sleep = idle > cfg_.idle_spin_loops &&
+                         cfg_.idle_sleep_ns > 0 &&
+                         now - idle_since_ns >= cfg_.idle_sleep_after_ns;
+      // A delayed ACK waits for more chunks to cover; an engine about to
+      // give its core away sends it first, or its wait (milliseconds on a
+      // busy host) would read as the receiver's endpoint delay.
+      if (sleep || idle > cfg_.idle_yield_loops) send_held_acks(now);
+      if (sleep) {
         idle_wait();
       } else if (idle > cfg_.idle_yield_loops) {
-        sched_yield();
+        sched_yield();  // on a busy host: gone for a time slice
+        woke_ns_ = clock_->now_ns();
       }
     } else {
       idle = 0;

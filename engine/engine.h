@@ -243,6 +243,9 @@ class UcclRDMAEngine {
               const uint8_t* grh, uint64_t now);
   void post_recv_slot(Conn* c, const Command& cmd);
   void maybe_send_ack(Conn* c, uint64_t now, bool force);
+  // Every ACK the active connections are holding back, now (the engine is
+  // about to yield or sleep).
+  void send_held_acks(uint64_t now);
   void send_ctrl(Conn* c, const CtrlMsg& m);
   void flush_ctrl(Conn* c);
   void on_ctrl_batch(Conn* c, const uint8_t* p, uint32_t len);
@@ -359,15 +362,22 @@ class UcclRDMAEngine {
 
   // Statistics (engine thread only; read through kQuery commands).
   uint64_t loops_ = 0, idle_loops_ = 0, commands_ = 0, idle_sleeps_ = 0;
-  // When the last idle sleep ended. A packet that arrived while this
-  // engine slept counts as arrived then: a sleeping engine is idle, not
-  // congested, so its wake-up is no endpoint delay (delay-based control
-  // would otherwise hold a lightly loaded flow down, which keeps the
-  // engines asleep).
+  // When the engine last came back from giving its core away while idle
+  // (a sleep, or a yield: a time slice on a busy host). A packet that
+  // arrived meanwhile counts as arrived then: an idle engine is not a
+  // congested one, so the time it took to come back is no endpoint delay
+  // (delay-based control would otherwise hold a lightly loaded flow down,
+  // which keeps the engines idle).
   uint64_t woke_ns_ = 0;
-  uint64_t arrival_ns(const transport::WorkCompletion& w, uint64_t now) const {
-    const uint64_t t = std::max(w.timestamp_ns, woke_ns_);
-    return t != 0 && t < now ? t : now;
+  // When a completion's packet reached the host (the NIC's stamp, not
+  // after now), and when this engine got to it: not before it came back
+  // from being idle.
+  static uint64_t arrived_ns(const transport::WorkCompletion& w, uint64_t now) {
+    return w.timestamp_ns != 0 && w.timestamp_ns < now ? w.timestamp_ns : now;
+  }
+  uint64_t busy_from_ns(const transport::WorkCompletion& w,
+                        uint64_t now) const {
+    return std::min(std::max(arrived_ns(w, now), woke_ns_), now);
   }
   uint64_t idle_wakes_ = 0;  // idle sleeps an event ended early
   BusyMeter busy_;

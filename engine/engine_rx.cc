@@ -114,7 +114,8 @@ void UcclRDMAEngine::on_chunk(const WorkCompletion& wc, uint64_t now) {
                          static_cast<uint8_t>(imm.buf),
                          wc.byte_len};
   uint32_t csn;
-  if (!rx.win.arrive(imm.csn, info, arrival_ns(wc, now), now, &csn)) {
+  if (!rx.win.arrive(imm.csn, info, arrived_ns(wc, now), now, &csn,
+                     busy_from_ns(wc, now))) {
     return;  // a duplicate: counted, and ACKed at once
   }
   trace("rx", c->index, csn, now);
@@ -263,6 +264,17 @@ void UcclRDMAEngine::post_recv_slot(Conn* c, const Command& cmd) {
   if (!is_read) m.region = add_grants(c, &m, m.n);
   send_ctrl(c, m);
   send_grants(c);
+}
+
+void UcclRDMAEngine::send_held_acks(uint64_t now) {
+  bool sent = false;
+  for (const uint32_t i : active_) {
+    Conn* c = conns_[i].get();
+    if (c->rx.win.quiet()) continue;
+    maybe_send_ack(c, now, true);
+    sent = true;
+  }
+  if (sent && cfg_.drive_nic) dev_->flush();  // before the core is given away
 }
 
 void UcclRDMAEngine::maybe_send_ack(Conn* c, uint64_t now, bool force) {

@@ -456,23 +456,27 @@ void UcclRDMAEngine::on_ack(const AckPacket& a,
   // report it).
   tx.hops = transport::hops_from_hop_limit(transport::grh_hop_limit(grh));
   // RTT sample from the chunk that triggered this ACK (Karn: only chunks
-  // sent once), decomposed into fabric and endpoint delay: the receiver's
-  // (its chunk's arrival to its ACK) and ours (the ACK's arrival to now,
-  // where the NIC stamps arrivals).
+  // sent once). For the controller it is split into fabric delay (send to
+  // the ACK's arrival here, less the receiver's time) and endpoint delay
+  // (the receiver's time and ours from the ACK's arrival, where the NIC
+  // stamps arrivals), leaving out the time either engine was idle before
+  // it got to the packet: no queue caused that.
   const uint32_t t = a.trigger_csn;
   const uint64_t rtt = sb.take_rtt_sample(t, now);
   if (rtt != 0) {
     const cc::SegRec& seg = sb.seg(t);
-    const uint64_t local = now - arrival_ns(w, now);
-    const uint64_t endpoint = std::min<uint64_t>(a.rx_delay_ns + local, rtt);
+    const uint64_t wire_rtt = rtt - std::min(rtt, now - arrived_ns(w, now));
+    const uint64_t remote = std::min<uint64_t>(a.rx_delay_ns, wire_rtt);
+    const uint64_t endpoint = remote - std::min<uint64_t>(a.idle_ns, remote) +
+                              (now - busy_from_ns(w, now));
     tx.rtt.add(rtt);
     tx.last_rtt_ns = rtt;
     tx.paths->on_rtt(seg.path, rtt);
     cc::CcSample s;
     s.now_ns = now;
-    s.rtt_ns = rtt;
+    s.fabric_delay_ns = wire_rtt - remote;
     s.endpoint_delay_ns = endpoint;
-    s.fabric_delay_ns = rtt - endpoint;
+    s.rtt_ns = s.fabric_delay_ns + endpoint;
     s.acked_bytes = o.newly_bytes ? o.newly_bytes : seg.len;
     s.acked_packets = o.newly_packets ? o.newly_packets : 1;
     s.segment_bytes = seg.len;

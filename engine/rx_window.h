@@ -9,6 +9,7 @@
 // kMaxChunksInFlight (half the CSN space) unacknowledged.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -47,24 +48,25 @@ class RxWindow {
   // the resend that drew it (which the sender does not time, by Karn's
   // rule), not a chunk that arrived an RTO ago, whose time here would read
   // as that much receiver delay and RTT.
+  // `busy_from_ns` (>= arrival_ns): when the engine, idle until then, got
+  // to it; the time between is reported apart (AckPacket::idle_ns).
   bool arrive(uint32_t imm_csn, const RxChunkInfo& info, uint64_t arrival_ns,
-              uint64_t now, uint32_t* csn) {
+              uint64_t now, uint32_t* csn, uint64_t busy_from_ns = 0) {
     const uint32_t delta = (imm_csn - rcv_cum_) & (Imm::kCsnSpace - 1);
     if (delta >= kMaxChunksInFlight) {  // behind the cumulative point
       const uint32_t back = (rcv_cum_ - imm_csn) & (Imm::kCsnSpace - 1);
-      return duplicate(rcv_cum_ - back, arrival_ns, now);
+      return duplicate(rcv_cum_ - back, arrival_ns, now, busy_from_ns);
     }
     *csn = rcv_cum_ + delta;
     RxChunkInfo& slot = at(*csn);
-    if (slot.valid) return duplicate(*csn, arrival_ns, now);
+    if (slot.valid) return duplicate(*csn, arrival_ns, now, busy_from_ns);
     slot = info;
     slot.valid = true;
     rx_bytes_ += info.len;
     ++rx_chunks_;
     if (delta != 0) ack_now_ = true;  // a hole: tell the sender now
     if (unacked_++ == 0) first_unacked_ns_ = now;
-    trigger_csn_ = *csn;
-    trigger_arrival_ns_ = arrival_ns < now ? arrival_ns : now;
+    set_trigger(*csn, arrival_ns, now, busy_from_ns);
     return true;
   }
 
@@ -103,6 +105,8 @@ class RxWindow {
       if (at(rcv_cum_ + 1 + i).valid) a->sack[i / 64] |= 1ull << (i % 64);
     }
     a->rx_delay_ns = now > trigger_arrival_ns_ ? now - trigger_arrival_ns_ : 0;
+    a->idle_ns = static_cast<uint32_t>(
+        std::min<uint64_t>({trigger_idle_ns_, a->rx_delay_ns, UINT32_MAX}));
   }
   void ack_sent() {
     unacked_ = 0;
@@ -118,12 +122,20 @@ class RxWindow {
   uint64_t duplicates() const { return duplicates_; }
 
  private:
-  bool duplicate(uint32_t csn, uint64_t arrival_ns, uint64_t now) {
+  bool duplicate(uint32_t csn, uint64_t arrival_ns, uint64_t now,
+                 uint64_t busy_from_ns) {
     ++duplicates_;
     ack_now_ = true;
+    set_trigger(csn, arrival_ns, now, busy_from_ns);
+    return false;
+  }
+  void set_trigger(uint32_t csn, uint64_t arrival_ns, uint64_t now,
+                   uint64_t busy_from_ns) {
     trigger_csn_ = csn;
     trigger_arrival_ns_ = arrival_ns < now ? arrival_ns : now;
-    return false;
+    const uint64_t busy = busy_from_ns < now ? busy_from_ns : now;
+    trigger_idle_ns_ =
+        busy > trigger_arrival_ns_ ? busy - trigger_arrival_ns_ : 0;
   }
   RxChunkInfo& at(uint32_t csn) { return ring_[csn & (kRing - 1)]; }
   const RxChunkInfo& at(uint32_t csn) const { return ring_[csn & (kRing - 1)]; }
@@ -136,6 +148,7 @@ class RxWindow {
   uint64_t first_unacked_ns_ = 0;
   uint32_t trigger_csn_ = 0;
   uint64_t trigger_arrival_ns_ = 0;
+  uint64_t trigger_idle_ns_ = 0;
   bool ack_now_ = false;  // a hole or a duplicate: ACK at once
   bool ack_due_ = false;  // a message completed: ACK in this loop
   uint64_t rx_bytes_ = 0, rx_chunks_ = 0, duplicates_ = 0;

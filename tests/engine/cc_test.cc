@@ -85,6 +85,25 @@ TEST(CcInputsTest, SwiftHearsTheHopsItsPeersAcksCrossed) {
   EXPECT_EQ(st.hops, 0u);
 }
 
+// A receiver holding a delayed ACK while it has nothing else to do sends
+// it before it yields or sleeps, so a one-chunk window waits an RTT per
+// chunk rather than the ACK delay (20 ms here, under an RTO kept above
+// it); otherwise that wait is also every sample's endpoint delay, which
+// holds a delay-based controller down while the hosts are idle.
+TEST(CcInputsTest, AnIdleReceiverDoesNotHoldItsAcks) {
+  KnobOverride ack_delay(knob_ack_delay_us(), 20000);
+  KnobOverride rto_min(knob_rto_min_us(), 200000);
+  EndpointConfig c = test_config(1, 1);
+  c.cc = "swift";
+  c.cc_params = "init_cwnd=1,max_cwnd=1,min_cwnd=1";  // one chunk at a time
+  auto p = Pair::make(c);
+  ASSERT_TRUE(p);
+  FlowStats st;
+  transfer_seconds(p.get(), 16 * 64 * 1024, &st);
+  EXPECT_GT(st.acks_received, 8u);
+  EXPECT_LT(st.rtt_p50_ns, 10000000u) << "ACKs held for the ACK delay";
+}
+
 TEST(CcEnforcementTest, ReceiverCreditPacesTheSender) {
   EndpointConfig c = test_config(1, 2);
   c.cc = "credit";

@@ -17,6 +17,7 @@
 namespace uccl {
 // Engine knobs the tests set (engine/endpoint_config.cc).
 UCCL_DECLARE_KNOB(int64_t, knob_rto_min_us);
+UCCL_DECLARE_KNOB(int64_t, knob_ack_delay_us);
 }  // namespace uccl
 
 namespace uccl::testing {

@@ -1,6 +1,7 @@
 // The receiver's chunk window (engine/rx_window.h), single-threaded with
 // time passed in: in-order hand-off, holes and their SACK bitmap,
-// duplicates, CSN extension across the immediate's wrap, ACK coalescing.
+// duplicates, CSN extension across the immediate's wrap, ACK coalescing,
+// the receiver delay each ACK reports.
 #include "engine/rx_window.h"
 
 #include <gtest/gtest.h>
@@ -170,6 +171,28 @@ TEST(RxWindow, AcksCoalesceUntilTheDelayUnlessSomethingIsDue) {
   EXPECT_TRUE(w.should_ack(100 * kUs, false, false));  // a message is done
   w.ack_sent();
   EXPECT_FALSE(w.should_ack(200 * kUs, false, false));
+}
+
+// The ACK reports the trigger's whole time here and, apart, the part the
+// engine was idle before it got to the chunk (never more than the whole).
+TEST(RxWindow, AcksReportTheIdlePartOfTheReceiverDelay) {
+  RxWindow w;
+  uint32_t e = 0;
+  const uint64_t t0 = 1000 * kUs;
+  ASSERT_TRUE(w.arrive(0, chunk(), t0, t0 + 30 * kUs, &e, t0 + 25 * kUs));
+  AckPacket a{};
+  w.fill_ack(&a, t0 + 40 * kUs);
+  EXPECT_EQ(a.rx_delay_ns, 40 * kUs);
+  EXPECT_EQ(a.idle_ns, 25 * kUs);
+  // Busy from before the arrival, or no time given: nothing idle.
+  ASSERT_TRUE(
+      w.arrive(1, chunk(), t0 + 50 * kUs, t0 + 60 * kUs, &e, t0 + 40 * kUs));
+  w.fill_ack(&a, t0 + 70 * kUs);
+  EXPECT_EQ(a.idle_ns, 0u);
+  ASSERT_TRUE(w.arrive(2, chunk(), t0 + 80 * kUs, t0 + 90 * kUs, &e));
+  w.fill_ack(&a, t0 + 90 * kUs);
+  EXPECT_EQ(a.rx_delay_ns, 10 * kUs);
+  EXPECT_EQ(a.idle_ns, 0u);
 }
 
 }  // namespace

@@ -456,19 +456,19 @@ void UcclRDMAEngine::on_ack(const AckPacket& a,
   // report it).
   tx.hops = transport::hops_from_hop_limit(transport::grh_hop_limit(grh));
   // RTT sample from the chunk that triggered this ACK (Karn: only chunks
-  // sent once). For the controller it is split into fabric delay (send to
-  // the ACK's arrival here, less the receiver's time) and endpoint delay
-  // (the receiver's time and ours from the ACK's arrival, where the NIC
-  // stamps arrivals), leaving out the time either engine was idle before
-  // it got to the packet: no queue caused that.
+  // sent once). As Swift measures it with NIC timestamps, the controller
+  // hears the round trip up to the ACK's arrival at this host (where the
+  // NIC stamps arrivals; not the wait for this engine to get to it), split
+  // into endpoint delay (the receiver's time, less any time its engine was
+  // idle before it got to the chunk: no queue caused that) and fabric
+  // delay (the rest).
   const uint32_t t = a.trigger_csn;
   const uint64_t rtt = sb.take_rtt_sample(t, now);
   if (rtt != 0) {
     const cc::SegRec& seg = sb.seg(t);
     const uint64_t wire_rtt = rtt - std::min(rtt, now - arrived_ns(w, now));
     const uint64_t remote = std::min<uint64_t>(a.rx_delay_ns, wire_rtt);
-    const uint64_t endpoint = remote - std::min<uint64_t>(a.idle_ns, remote) +
-                              (now - busy_from_ns(w, now));
+    const uint64_t endpoint = remote - std::min<uint64_t>(a.idle_ns, remote);
     tx.rtt.add(rtt);
     tx.last_rtt_ns = rtt;
     tx.paths->on_rtt(seg.path, rtt);

@@ -369,8 +369,8 @@ struct DeviceOptions {
   // not when the device's owner polled it, where the backend learns that
   // at a cost (the software NIC: the kernel's receive time, one control
   // message per datagram). Delay-based congestion control asks for it, so
-  // the time a packet waited for the polling thread counts as endpoint
-  // delay rather than fabric delay. The verbs backend ignores it: its
+  // the time a packet waited for the polling thread counts as host delay
+  // rather than fabric delay. The verbs backend ignores it: its
   // completions carry the NIC's completion time where the CQ reports one
   // (extended CQs), else the poll time.
   bool rx_timestamps = false;

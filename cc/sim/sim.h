@@ -80,9 +80,10 @@ struct SimConfig {
   bool cc_per_path = false;
   // Host scheduling delay: each packet reaching a host waits an extra
   // exponentially distributed time of this mean before its transport sees
-  // it, in order (a descheduled engine thread delays what is behind it).
-  // It is not endpoint delay: the engine's software NIC cannot see it
-  // either, so it counts as fabric delay. 0: none.
+  // it, in order (a busy engine thread delays what is behind it). As the
+  // engine reports it with NIC timestamps: the receiver's wait is
+  // endpoint delay; an ACK's wait at its sender is left out of the
+  // sample. 0: none.
   double host_jitter_us = 0;
   // Congestion control (cc/cc.h names) and its parameters.
   std::string cc = "swift";

@@ -49,6 +49,8 @@ struct Packet {
   bool trimmed;  // data whose payload a switch cut; ACK: a NACK for it
   int32_t next;
   uint32_t in_port;  // the link it last crossed (PFC's ingress accounting)
+  // Host jitter: how long it waited in the host it reached (ns, saturated).
+  uint32_t host_wait_ns;
 };
 
 enum EvType : uint32_t {

@@ -136,9 +136,12 @@ void Sim::transmit(uint32_t port, int32_t pkt) {
   }
   pkts_[pkt].in_port = port;
   at(now_ + ser, kEvPortFree, port);
-  uint64_t t = now_ + ser + p.prop_ns;
-  if (jitter_mean_ns_ > 0 && p.to < hosts_) t = host_release(p.to, t);
-  at(t, kEvArrive, p.to, static_cast<uint32_t>(pkt));
+  const uint64_t t = now_ + ser + p.prop_ns;
+  uint64_t release = t;
+  if (jitter_mean_ns_ > 0 && p.to < hosts_) release = host_release(p.to, t);
+  pkts_[pkt].host_wait_ns =
+      static_cast<uint32_t>(std::min<uint64_t>(release - t, UINT32_MAX));
+  at(release, kEvArrive, p.to, static_cast<uint32_t>(pkt));
 }
 
 uint64_t Sim::host_release(uint32_t h, uint64_t t) {

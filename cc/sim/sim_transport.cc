@@ -173,9 +173,12 @@ void Sim::on_data(int32_t pkt) {
   k.cum = f.rcv_cum;
   std::swap(k.src, k.dst);
   k.wire_bytes = c_.ctrl_bytes;
-  k.aux = static_cast<uint64_t>(c_.rx_delay_us * 1000);
-  if (k.aux > 0) {
-    at(now_ + k.aux, kEvAckOut, static_cast<uint32_t>(pkt));
+  // The receiver's time, from the packet's arrival at its NIC: its wait
+  // in this host (host jitter) and the ACK delay.
+  const uint64_t hold = static_cast<uint64_t>(c_.rx_delay_us * 1000);
+  k.aux = hold + k.host_wait_ns;
+  if (hold > 0) {
+    at(now_ + hold, kEvAckOut, static_cast<uint32_t>(pkt));
     return;
   }
   enqueue(host_[k.src].port, pkt);
@@ -206,11 +209,14 @@ void Sim::on_ack(const Packet& a) {
   if (rtt != 0) {
     const uint16_t path = sb.seg(a.seq).path;
     f.paths->on_rtt(path, rtt);
+    // As the engine's controllers hear it: up to the ACK's arrival at the
+    // NIC (not its wait in this host), the receiver's time as endpoint
+    // delay.
     cc::CcSample s;
     s.now_ns = now_;
-    s.rtt_ns = rtt;
-    s.endpoint_delay_ns = std::min(a.aux, rtt);
-    s.fabric_delay_ns = rtt - s.endpoint_delay_ns;
+    s.rtt_ns = rtt - std::min<uint64_t>(a.host_wait_ns, rtt);
+    s.endpoint_delay_ns = std::min(a.aux, s.rtt_ns);
+    s.fabric_delay_ns = s.rtt_ns - s.endpoint_delay_ns;
     s.acked_bytes = o.newly_bytes ? o.newly_bytes : payload_of(f, a.seq);
     s.acked_packets = o.newly_packets ? o.newly_packets : 1;
     s.hops = a.hops;

@@ -337,7 +337,7 @@ TEST(SimHostJitter, ReleasesKeepOrderAndAddTheMeanDelay) {
   }
 }
 
-TEST(SimHostJitter, DelaysEveryPacketAsFabricDelay) {
+TEST(SimHostJitter, DelaysEveryPacketItsHostReceives) {
   SimConfig c = incast(1);
   c.flows[0].bytes = 4096;  // one packet and its ACK
   auto quiet = run(c);

@@ -232,10 +232,17 @@ def main():
         if host is None:
             print("sim_crosscheck: the latency run failed", file=sys.stderr)
             return 2
+        # What the engine's hosts move with no controller: where it is
+        # below the bottleneck, the hosts (CPU), not the link, are the limit,
+        # which the simulator's hosts never are.
+        sh(up)
+        ceiling = engine_run(tt, flags_path, "none", a.duration_s, tmp)
         lines += [f"Bottleneck {a.rate_gbps:g} Gb/s, {a.queue_kb} KiB drop-tail queue, "
                   f"{flags.get('nflow', '1')} flows, {a.duration_s} s; unloaded one-way delay "
                   f"{host[0]:.0f} us + host jitter of mean {host[1]:.0f} us "
-                  "(the simulated hosts' link delay and host_jitter_us).", "",
+                  "(the simulated hosts' link delay and host_jitter_us); "
+                  "the engine with cc=none: "
+                  + (f"{ceiling[0]:.3f} Gb/s" if ceiling else "failed") + ".", "",
                   "| cc | engine Gb/s | sim Gb/s | sim/engine | engine avg queue | "
                   "sim avg queue | engine Jain | sim Jain | verdict |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---|"]

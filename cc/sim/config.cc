@@ -67,6 +67,13 @@ Status apply(SimConfig* c, Workload* w, const std::string& k,
     UCCL_ASSIGN_OR_RETURN(*out, to_u32(k, v));
     return Status::OK();
   };
+  auto flag = [&](bool* out) -> Status {
+    uint32_t on = 0;
+    UCCL_RETURN_IF_ERROR(cnt(&on));
+    if (on > 1) return InvalidArgument(k + ": 0 or 1, not '" + v + "'");
+    *out = on == 1;
+    return Status::OK();
+  };
   if (k == "name") return c->name = v, Status::OK();
   if (k == "description") return Status::OK();
   if (k == "topology") return c->topology = v, Status::OK();
@@ -111,25 +118,13 @@ Status apply(SimConfig* c, Workload* w, const std::string& k,
   if (k == "ctrl_bytes") return cnt(&c->ctrl_bytes);
   if (k == "multipath") return c->multipath = v, Status::OK();
   if (k == "paths") return cnt(&c->paths);
-  if (k == "cc_per_path") {
-    uint32_t on = 0;
-    UCCL_RETURN_IF_ERROR(cnt(&on));
-    if (on > 1) return InvalidArgument("cc_per_path: 0 or 1, not '" + v + "'");
-    c->cc_per_path = on == 1;
-    return Status::OK();
-  }
+  if (k == "cc_per_path") return flag(&c->cc_per_path);
   if (k == "host_jitter_us") return num(&c->host_jitter_us);
   if (k == "rto_min_us") return num(&c->rto_min_us);
   if (k == "rto_max_us") return num(&c->rto_max_us);
   if (k == "rto_init_us") return num(&c->rto_init_us);
   if (k == "dupack_threshold") return cnt(&c->dupack_threshold);
-  if (k == "tlp") {
-    uint32_t on = 0;
-    UCCL_RETURN_IF_ERROR(cnt(&on));
-    if (on > 1) return InvalidArgument("tlp: 0 or 1, not '" + v + "'");
-    c->tlp = on == 1;
-    return Status::OK();
-  }
+  if (k == "tlp") return flag(&c->tlp);
   if (k == "duration_ms") return num(&c->duration_ms);
   if (k == "max_sim_ms") return num(&c->max_sim_ms);
   if (k == "sample_us") return num(&c->sample_us);

@@ -34,16 +34,12 @@ DeviceOptions receiving(bool timestamps, bool hop_limits) {
   return o;
 }
 
-// One UD datagram a -> b; b's completion and the GRH it wrote.
-struct UdResult {
-  WorkCompletion wc;
-  uint8_t hop_limit = 0;
-};
-UdResult ud_once(Side* a, Side* b) {
-  UdResult r;
+// Posts one 64-byte UD SEND a -> b; the address handle it used (kept until
+// the datagram is out), or nullptr.
+std::unique_ptr<AddressHandle> post_ud_send(Side* a, Side* b) {
   auto ah = a->dev->create_ah(a->pd.get(), b->qp->local_info().addr);
   EXPECT_TRUE(ah.ok()) << ah.status();
-  EXPECT_TRUE(b->post_recv(1, 0, kGrhBytes + 64).ok());
+  if (!ah.ok()) return nullptr;
   Sge sge{a->addr(), 64, a->mr->lkey()};
   SendWr wr;
   wr.wr_id = 1;
@@ -53,7 +49,20 @@ UdResult ud_once(Side* a, Side* b) {
   wr.ah = ah->get();
   wr.remote_qpn = b->qp->qpn();
   wr.remote_qkey = QpConfig().qkey;
-  EXPECT_TRUE(a->qp->post_send(&wr, nullptr).ok());
+  Status st = a->qp->post_send(&wr, nullptr);
+  EXPECT_TRUE(st.ok()) << st;
+  return st.ok() ? std::move(*ah) : nullptr;
+}
+
+// One UD datagram a -> b; b's completion and the GRH it wrote.
+struct UdResult {
+  WorkCompletion wc;
+  uint8_t hop_limit = 0;
+};
+UdResult ud_once(Side* a, Side* b) {
+  UdResult r;
+  EXPECT_TRUE(b->post_recv(1, 0, kGrhBytes + 64).ok());
+  auto ah = post_ud_send(a, b);
   EXPECT_TRUE(drive({a, b}, [&] { return !b->recv_wcs.empty(); }));
   if (!b->recv_wcs.empty()) r.wc = b->recv_wcs[0];
   r.hop_limit = b->buf[7];
@@ -101,18 +110,10 @@ void expect_arrival_stamp(QpType type, bool asked) {
   ASSERT_TRUE(
       b->post_recv(1, 0, type == QpType::kUD ? kGrhBytes + 64 : 64).ok());
   const uint64_t sent_ns = monotonic_ns();
+  std::unique_ptr<AddressHandle> ah;
   if (type == QpType::kUD) {
-    auto ah = a->dev->create_ah(a->pd.get(), b->qp->local_info().addr);
-    ASSERT_TRUE(ah.ok());
-    Sge sge{a->addr(), 64, a->mr->lkey()};
-    SendWr wr;
-    wr.opcode = WrOpcode::kSend;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.ah = ah->get();
-    wr.remote_qpn = b->qp->qpn();
-    wr.remote_qkey = QpConfig().qkey;
-    ASSERT_TRUE(a->qp->post_send(&wr, nullptr).ok());
+    ah = post_ud_send(a.get(), b.get());
+    ASSERT_TRUE(ah);
   } else {
     ASSERT_TRUE(a->post_send(WrOpcode::kSend, 1, 0, 64).ok());
   }

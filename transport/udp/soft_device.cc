@@ -346,8 +346,11 @@ Result<std::unique_ptr<QueuePair>> SoftDevice::create_qp(const QpConfig& cfg) {
     tx_fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (tx_fd < 0) return ErrnoStatus("QP source-port socket", errno);
     set_sockbuf(tx_fd, sockbuf_bytes_);
-    if (tx_ttl_ > 0) {
-      setsockopt(tx_fd, IPPROTO_IP, IP_TTL, &tx_ttl_, sizeof(tx_ttl_));
+    if (tx_ttl_ > 0 &&
+        setsockopt(tx_fd, IPPROTO_IP, IP_TTL, &tx_ttl_, sizeof(tx_ttl_)) != 0) {
+      Status st = ErrnoStatus("QP source-port socket ttl", errno);
+      close(tx_fd);
+      return st;
     }
     sockaddr_in a = local_;
     a.sin_port = 0;

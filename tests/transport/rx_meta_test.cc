@@ -1,6 +1,8 @@
 // Receive metadata on the software NIC: completions stamped with the
 // kernel's arrival time, UD GRHs with the TTL a datagram came with.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <thread>
@@ -132,11 +134,22 @@ void expect_arrival_stamp(QpType type, bool asked) {
 }
 
 TEST(RxMeta, CompletionsCarryTheKernelArrivalTimeWhenAsked) {
+  // The kernel switches receive timestamps on for all sockets once one
+  // asks, but asynchronously (deferred work), and off again when the last
+  // one that asked closes; a datagram that arrives meanwhile is stamped
+  // when it is read. One socket asking for the whole test, and a moment
+  // for the switch, keep them on across the devices opened and closed.
+  const int guard = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(guard, 0);
+  const int on = 1;
+  ASSERT_EQ(setsockopt(guard, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof(on)), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   for (QpType type : {QpType::kUD, QpType::kUC}) {
     SCOPED_TRACE(qp_type_name(type));
     expect_arrival_stamp(type, true);
     expect_arrival_stamp(type, false);
   }
+  close(guard);
 }
 
 }  // namespace

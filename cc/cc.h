@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "cc/delay_floor.h"
 #include "cc/params.h"
 #include "uccl/status.h"
 
@@ -81,6 +82,13 @@ class CongestionControl {
   // its thread is endpoint delay), and CcSample::hops.
   virtual bool uses_delay() const { return false; }
   virtual bool uses_hops() const { return false; }
+  // Controllers that learn their target from the smallest delay seen
+  // (Swift's target_from_min_delay) keep that floor in `floor`, shared
+  // with the other flows to the same peer (cc/delay_floor.h); the others
+  // ignore it.
+  virtual void share_delay_floor(std::shared_ptr<DelayFloor> floor) {
+    (void)floor;
+  }
 };
 
 constexpr double kUnlimited = 1e300;

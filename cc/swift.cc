@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 namespace uccl::cc {
 
@@ -62,13 +63,28 @@ double Swift::target_delay_us(uint32_t hops) const {
   return p_.base_target_us + hops * p_.hop_scale_us + fs;
 }
 
+void Swift::share_delay_floor(std::shared_ptr<DelayFloor> floor) {
+  shared_floor_ = std::move(floor);
+  // What this flow saw before it joined counts too.
+  if (shared_floor_ && min_fabric_us_ >= 0) {
+    shared_floor_->observe(static_cast<uint64_t>(min_fabric_us_ * 1000));
+  }
+}
+
+double Swift::floor_us() const {
+  if (shared_floor_) {
+    const uint64_t ns = shared_floor_->floor_ns();
+    return ns == DelayFloor::kNone ? 0 : ns / 1000.0;
+  }
+  return min_fabric_us_ > 0 ? min_fabric_us_ : 0;
+}
+
 double Swift::effective_target_us(uint32_t hops) const {
-  const double floor_us =
-      p_.target_from_min_delay != 0 && min_fabric_us_ > 0 ? min_fabric_us_ : 0;
+  const double floor = p_.target_from_min_delay != 0 ? floor_us() : 0;
   const double room_us =
       line_rate_bps_ > 0 ? p_.target_queue_pkts * mss_ * 8e6 / line_rate_bps_
                          : 0;
-  return target_delay_us(hops) + floor_us + room_us;
+  return target_delay_us(hops) + floor + room_us;
 }
 
 bool Swift::can_decrease(uint64_t now_ns) const {
@@ -102,6 +118,9 @@ void Swift::on_ack(const CcSample& s) {
       0.0);
   if (min_fabric_us_ < 0 || fabric_us < min_fabric_us_) {
     min_fabric_us_ = fabric_us;
+  }
+  if (shared_floor_) {
+    shared_floor_->observe(static_cast<uint64_t>(fabric_us * 1000));
   }
   update(&fcwnd_, fabric_us, effective_target_us(s.hops));
   update(&ecwnd_, s.endpoint_delay_ns / 1000.0, p_.endpoint_target_us);
@@ -139,12 +158,12 @@ uint64_t Swift::pacing_gap_ns(uint32_t bytes) const {
 }
 
 std::string Swift::state() const {
-  char buf[128];
+  char buf[160];
   std::snprintf(buf, sizeof(buf),
                 "cwnd_pkts=%.3f fcwnd=%.3f ecwnd=%.3f "
-                "target_us=%.1f srtt_us=%.1f",
+                "target_us=%.1f floor_us=%.1f srtt_us=%.1f",
                 cwnd_pkts(), fcwnd_, ecwnd_, effective_target_us(last_hops_),
-                srtt_ns_ / 1000.0);
+                floor_us(), srtt_ns_ / 1000.0);
   return buf;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "cc/cc.h"
@@ -58,6 +59,7 @@ class Swift final : public CongestionControl {
   std::string state() const override;
   bool uses_delay() const override { return true; }
   bool uses_hops() const override { return p_.hop_scale_us != 0; }
+  void share_delay_floor(std::shared_ptr<DelayFloor> floor) override;
 
   // Windows in packets; the effective one is the smaller.
   double cwnd_pkts() const { return fcwnd_ < ecwnd_ ? fcwnd_ : ecwnd_; }
@@ -75,6 +77,9 @@ class Swift final : public CongestionControl {
  private:
   bool can_decrease(uint64_t now_ns) const;
   double clamp(double w) const;
+  // The floor the target adds (us, 0 before any sample): the shared one
+  // where there is one.
+  double floor_us() const;
 
   SwiftParams p_;
   uint32_t mss_;
@@ -87,6 +92,8 @@ class Swift final : public CongestionControl {
   int retx_count_ = 0;
   uint32_t last_hops_ = 0;
   double min_fabric_us_ = -1;  // smallest fabric delay sampled
+  // The floor of all flows to this peer, or null (min_fabric_us_ alone).
+  std::shared_ptr<DelayFloor> shared_floor_;
 };
 
 }  // namespace uccl::cc

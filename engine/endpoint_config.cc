@@ -49,6 +49,9 @@ UCCL_KNOB(std::string, knob_cc_params, "UCCL_CC_PARAMS", "",
           "Congestion-control parameters, 'key=value,...' (see cc/*.h).");
 UCCL_KNOB(bool, knob_cc_per_path, "UCCL_CC_PER_PATH", false,
           "One congestion controller per path instead of per flow.");
+UCCL_KNOB(bool, knob_cc_shared_floor, "UCCL_CC_SHARED_FLOOR", true,
+          "Flows to one peer host share the smallest delay any has seen, "
+          "which Swift's target adds (0: each flow learns its own).");
 UCCL_KNOB(double, knob_link_gbps, "UCCL_LINK_GBPS", 0.0,
           "Line rate for congestion control in Gb/s (0: the device's).", 0.0,
           100000.0);
@@ -292,6 +295,9 @@ Result<EngineConfig> engine_config(const EndpointConfig& c) {
     if (!probe.ok()) return probe.status();
   }
   ec.cc_per_path = knob_cc_per_path().get();
+  if (knob_cc_shared_floor().get()) {
+    ec.delay_floors = std::make_shared<cc::DelayFloorTable>();
+  }
   if (c.cc == "credit" && ec.cc_per_path) {
     return InvalidArgument("cc=credit is per flow; unset UCCL_CC_PER_PATH");
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cc/credit.h"
+#include "cc/delay_floor.h"
 #include "cc/params.h"
 #include "engine/busy_meter.h"
 #include "engine/channel.h"
@@ -45,6 +46,10 @@ struct EngineConfig {
   std::string cc_name = "none";
   cc::CcParams cc_params;
   bool cc_per_path = false;
+  // Floors of delay-based controllers shared by the flows to one peer host
+  // (cc/delay_floor.h; UCCL_CC_SHARED_FLOOR), one table for an Endpoint's
+  // engines; null: every flow learns its own.
+  std::shared_ptr<cc::DelayFloorTable> delay_floors;
   double line_rate_bps = 100e9;
   // Reliability (UC mode).
   uint64_t rto_min_ns = 1000000;

@@ -196,6 +196,12 @@ void UcclRDMAEngine::connect_conn(ConnSetup* s) {
     s->done.store(1, std::memory_order_release);
     return;
   }
+  if (cfg_.delay_floors) {
+    // The peer host's address names the fabric path its flows share.
+    auto floor = cfg_.delay_floors->get(std::string(
+        reinterpret_cast<const char*>(s->peer_ud.gid), sizeof(s->peer_ud.gid)));
+    for (auto& pc : c->tx.ccs) pc.cc->share_delay_floor(floor);
+  }
   c->peer_ud_qpn = s->peer_ud_qpn;
   c->peer_ud_qkey = s->peer_ud_qkey;
   c->peer_flow = s->peer_flow;

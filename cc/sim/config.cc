@@ -119,6 +119,7 @@ Status apply(SimConfig* c, Workload* w, const std::string& k,
   if (k == "multipath") return c->multipath = v, Status::OK();
   if (k == "paths") return cnt(&c->paths);
   if (k == "cc_per_path") return flag(&c->cc_per_path);
+  if (k == "shared_floor") return flag(&c->shared_floor);
   if (k == "host_jitter_us") return num(&c->host_jitter_us);
   if (k == "rto_min_us") return num(&c->rto_min_us);
   if (k == "rto_max_us") return num(&c->rto_max_us);

@@ -142,9 +142,16 @@ Status Sim::add_flow(uint32_t i, const cc::CcParams& params) {
       c_.multipath == "spray" ? std::max<uint32_t>(c_.paths, 1) : 1,
       mix64(c_.seed ^ (i * 0x1234567ull)));
   f.ccs.resize(c_.cc_per_path ? f.paths->size() : 1);
+  std::shared_ptr<cc::DelayFloor> floor;
+  if (c_.shared_floor) {
+    auto& slot = floors_[uint64_t{s.src} << 32 | s.dst];
+    if (!slot) slot = std::make_shared<cc::DelayFloor>();
+    floor = slot;
+  }
   for (FlowCc& pc : f.ccs) {
     UCCL_ASSIGN_OR_RETURN(
         pc.cc, cc::make_cc(c_.cc, params, c_.mtu_bytes, cc_line_bps_));
+    if (floor) pc.cc->share_delay_floor(floor);
   }
   cc::ScoreboardConfig sc;
   // Packets out at most: the whole flow, up to kMaxOutstanding.

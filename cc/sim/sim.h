@@ -78,6 +78,11 @@ struct SimConfig {
   // UCCL_CC_PER_PATH, default off): with spraying, each path's controller
   // sees that path's RTTs and packets in flight; not with credit.
   bool cc_per_path = false;
+  // The controllers of the flows between the same two hosts share the
+  // floor they learn their target from (Swift's target_from_min_delay,
+  // cc/delay_floor.h), as the engine's flows to one peer do
+  // (UCCL_CC_SHARED_FLOOR, default on).
+  bool shared_floor = true;
   // Host scheduling delay: each packet reaching a host waits an extra
   // exponentially distributed time of this mean before its transport sees
   // it, in order (a busy engine thread delays what is behind it). As the

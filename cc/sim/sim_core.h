@@ -289,8 +289,10 @@ class Sim {
   bool int_on_ = false;
   std::vector<cc::IntHop> int_;
   std::array<cc::IntHop, kMaxIntHops> int_ack_{};
-  uint64_t ecn_seed_ = 0;                // RED marking draws
-  uint64_t jitter_seed_ = 0;             // host jitter draws
+  uint64_t ecn_seed_ = 0;     // RED marking draws
+  uint64_t jitter_seed_ = 0;  // host jitter draws
+  // shared_floor: one per (sender, receiver) host pair, src << 32 | dst.
+  std::unordered_map<uint64_t, std::shared_ptr<cc::DelayFloor>> floors_;
   double jitter_mean_ns_ = 0;            // host_jitter_us; 0: none
   uint64_t pfc_xoff_ = 0, pfc_xon_ = 0;  // bytes; xoff 0: no PFC
   // Shared buffers: bytes each switch holds (0: per-port buffers), and

@@ -9,8 +9,11 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "cc/credit.h"
+#include "cc/delay_floor.h"
 #include "cc/pacer.h"
 #include "cc/path_selector.h"
 #include "cc/swift.h"
@@ -342,6 +345,61 @@ TEST(SwiftTest, EndpointWindowSeesOnlyEndpointDelay) {
   EXPECT_GT(s.fabric_cwnd(), p.init_cwnd) << "fabric is fine";
   EXPECT_LT(s.endpoint_cwnd(), p.init_cwnd) << "endpoint is not";
   EXPECT_DOUBLE_EQ(s.cwnd_pkts(), s.endpoint_cwnd());
+}
+
+// A flow that starts behind a queue other flows hold sees only queued
+// samples: on its own it takes the queue as its floor and aims above
+// them. Sharing the floor with the flows to the same peer gives it theirs.
+TEST(SwiftTest, FlowsToOnePeerAimAtTheSharedFloor) {
+  SwiftParams p = swift_params();
+  p.target_from_min_delay = 1;
+  auto floor = std::make_shared<DelayFloor>();
+  Swift first(p, kMss), late(p, kMss), alone(p, kMss);
+  first.share_delay_floor(floor);
+  first.on_ack(rtt_sample(1000, 10));  // before any queue: 10 us
+  late.share_delay_floor(floor);
+  late.on_ack(rtt_sample(2000, 60));  // behind 50 us of queue
+  alone.on_ack(rtt_sample(2000, 60));
+  EXPECT_NEAR(late.effective_target_us(0) - late.target_delay_us(0), 10, 1e-6);
+  EXPECT_NEAR(alone.effective_target_us(0) - alone.target_delay_us(0), 60,
+              1e-6);
+  // So the late flow backs off from the queue instead of growing into it.
+  const double w = late.fabric_cwnd();
+  late.on_ack(rtt_sample(100000, 60));
+  EXPECT_LT(late.fabric_cwnd(), w);
+  // A floor seen before joining counts: the table's floor drops to it.
+  auto other = std::make_shared<DelayFloor>();
+  other->observe(30000);
+  alone.share_delay_floor(other);
+  EXPECT_EQ(other->floor_ns(), 30000u) << "60 us does not raise it";
+  Swift early(p, kMss);
+  early.on_ack(rtt_sample(1000, 5));
+  early.share_delay_floor(other);
+  EXPECT_EQ(other->floor_ns(), 5000u);
+  EXPECT_NE(late.state().find("floor_us=10.0"), std::string::npos)
+      << late.state();
+}
+
+// Flows of one peer on several engine threads lower one floor at once:
+// it ends at the smallest delay any of them observed, and a table hands
+// every connection to one peer the same floor.
+TEST(DelayFloorTest, ConcurrentObserversKeepTheMinimum) {
+  DelayFloorTable table;
+  auto f = table.get("10.0.0.2");
+  EXPECT_EQ(table.get("10.0.0.2"), f);
+  EXPECT_NE(table.get("10.0.0.3"), f);
+  EXPECT_EQ(table.size(), 2u);
+  EXPECT_EQ(f->floor_ns(), DelayFloor::kNone);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t) {
+    ts.emplace_back([&f, t] {
+      std::mt19937_64 rng(t);
+      for (int i = 0; i < 100000; ++i) f->observe(1000 + rng() % 1000000);
+      f->observe(100 + t);  // thread 0's 100 is the smallest
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(f->floor_ns(), 100u);
 }
 
 TEST(CreditTest, PullPacerNeverExceedsLineRate) {

@@ -104,6 +104,38 @@ TEST(CcInputsTest, AnIdleReceiverDoesNotHoldItsAcks) {
   EXPECT_LT(st.rtt_p50_ns, 10000000u) << "ACKs held for the ACK delay";
 }
 
+double swift_floor_us(const FlowStats& st) {
+  const size_t at = st.cc_state.find("floor_us=");
+  return at == std::string::npos ? -1 : std::stod(st.cc_state.substr(at + 9));
+}
+
+// The connections to one peer share the floor Swift's target counts from
+// (UCCL_CC_SHARED_FLOOR), across engines: one that has sent nothing yet
+// aims from the floor another measured, so a flow that starts behind the
+// others' queue does not take it for distance. Each learns its own with
+// the knob off.
+TEST(CcInputsTest, ConnectionsToOnePeerShareTheirDelayFloor) {
+  EndpointConfig c = test_config(2, 1);
+  c.cc = "swift";
+  c.cc_params = "min_cwnd=1";
+  c.link_gbps = 1000;  // a chunk's serialization (0.5 us) is not its delay
+  for (bool shared : {true, false}) {
+    KnobOverride k(knob_cc_shared_floor(), shared);
+    auto p = Pair::make(c, 2);
+    ASSERT_TRUE(p);
+    FlowStats busy;
+    transfer_seconds(p.get(), 1 << 20, &busy);
+    const FlowStats idle = *p->client->conn_stats(p->c_conns[1]);
+    EXPECT_EQ(idle.tx_chunks, 0u);
+    ASSERT_GT(swift_floor_us(busy), 0) << busy.cc_state;
+    if (shared) {
+      EXPECT_EQ(swift_floor_us(idle), swift_floor_us(busy)) << idle.cc_state;
+    } else {
+      EXPECT_EQ(swift_floor_us(idle), 0) << idle.cc_state;
+    }
+  }
+}
+
 TEST(CcEnforcementTest, ReceiverCreditPacesTheSender) {
   EndpointConfig c = test_config(1, 2);
   c.cc = "credit";

@@ -18,6 +18,7 @@ namespace uccl {
 // Engine knobs the tests set (engine/endpoint_config.cc).
 UCCL_DECLARE_KNOB(int64_t, knob_rto_min_us);
 UCCL_DECLARE_KNOB(int64_t, knob_ack_delay_us);
+UCCL_DECLARE_KNOB(bool, knob_cc_shared_floor);
 }  // namespace uccl
 
 namespace uccl::testing {
@@ -67,9 +68,10 @@ struct Pair {
 };
 
 // Sets a knob for the endpoints this scope creates, and back afterwards.
+template <typename T>
 class KnobOverride {
  public:
-  KnobOverride(Knob<int64_t>& k, int64_t v) : k_(k), old_(k.get()) {
+  KnobOverride(Knob<T>& k, T v) : k_(k), old_(k.get()) {
     k_.set_for_testing(v);
   }
   ~KnobOverride() { k_.set_for_testing(old_); }
@@ -77,9 +79,11 @@ class KnobOverride {
   KnobOverride& operator=(const KnobOverride&) = delete;
 
  private:
-  Knob<int64_t>& k_;
-  int64_t old_;
+  Knob<T>& k_;
+  T old_;
 };
+template <typename T, typename V>
+KnobOverride(Knob<T>&, V) -> KnobOverride<T>;
 
 // The Endpoint's test hooks (friend of Endpoint).
 class EndpointTestAccess {

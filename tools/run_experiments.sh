@@ -64,7 +64,7 @@ if [ -f "$OUT/REPORT.md" ] && [ "${UCCL_CROSSCHECK:-1}" != 0 ]; then
     fi
   } >>"$OUT/REPORT.md"
   rows=$(grep -cE '^\| [a-z_]+ \| ([0-9]|run failed)' "$OUT/crosscheck/CROSSCHECK.md" 2>/dev/null)
-  echo "   ${rows:-0} controller(s) compared, $(grep -c 'agree |' \
+  echo "   ${rows:-0} controller(s) compared, $(grep -c '| agree' \
     "$OUT/crosscheck/CROSSCHECK.md" 2>/dev/null || true) agree (exit $rc)"
 fi
 echo "report: $OUT/REPORT.md"

@@ -19,6 +19,11 @@ engine's sampled from tc every 50 ms) and Jain's index over the flows.
 
 Tolerances (stated, not tuned per run): throughput within 15%, average
 queue within a factor of two or both under 32 KB, Jain's index within 0.1.
+Where the engine's hosts cannot fill the bottleneck (with cc=none they move
+under 90% of its rate: CPU-bound hosts, e.g. two engines, tc and the
+sampling on two cores), the link is not what sets the rate or the queue,
+which the simulated hosts never are: throughput and queue are then shown
+and marked "host-limited", not judged; Jain's index still is.
 Exit status: 0 every controller agrees, 1 one does not, 2 bad usage or
 a run failed; 0 with a "skipped" line without root or iproute2.
 
@@ -167,7 +172,7 @@ def sim_run(ccsim, cc, flags, chunk, rate_gbps, queue_kb, duration_s, host,
         "trace_flows = 0",
         "rto_init_us = 5000",
         "check.unfinished_flows = <= 0",
-    ] + [f"flow = 0 1 0 0" for _ in range(nflow)]) + "\n"
+    ] + ["flow = 0 1 0 0" for _ in range(nflow)]) + "\n"
     path = os.path.join(tmp, f"sim_{cc}.conf")
     with open(path, "w") as f:
         f.write(conf)
@@ -187,11 +192,15 @@ def sim_run(ccsim, cc, flags, chunk, rate_gbps, queue_kb, duration_s, host,
             metrics.get("jain", float("nan")))
 
 
-def agree(eng, sim):
+def agree(eng, sim, host_limited):
+    """(sim/engine throughput, throughput ok, queue ok, Jain ok); None for
+    what is not judged because the hosts, not the link, limit the engine."""
     tput = sim[0] / eng[0] if eng[0] > 0 else float("inf")
     q_ok = (max(eng[1], sim[1]) < 32 * 1024 or
             (eng[1] > 0 and 0.5 <= sim[1] / eng[1] <= 2))
     jain_ok = abs(eng[2] - sim[2]) <= 0.1
+    if host_limited:
+        return tput, None, None, jain_ok
     return tput, 0.85 <= tput <= 1.15, q_ok, jain_ok
 
 
@@ -237,6 +246,7 @@ def main():
         # which the simulator's hosts never are.
         sh(up)
         ceiling = engine_run(tt, flags_path, "none", a.duration_s, tmp)
+        host_limited = ceiling is not None and ceiling[0] < 0.9 * a.rate_gbps
         lines += [f"Bottleneck {a.rate_gbps:g} Gb/s, {a.queue_kb} KiB drop-tail queue, "
                   f"{flags.get('nflow', '1')} flows, {a.duration_s} s; unloaded one-way delay "
                   f"{host[0]:.0f} us + host jitter of mean {host[1]:.0f} us "
@@ -246,6 +256,11 @@ def main():
                   "| cc | engine Gb/s | sim Gb/s | sim/engine | engine avg queue | "
                   "sim avg queue | engine Jain | sim Jain | verdict |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        if host_limited:
+            lines[0] += (" The hosts move under 90% of the bottleneck with no "
+                         "controller: they, not the link, limit the engine, so "
+                         "throughput and queue are shown, not judged "
+                         "(host-limited).")
         for cc in a.cc.split(","):
             sh(up)  # a fresh queue for each controller
             eng = engine_run(tt, flags_path, cc, a.duration_s, tmp)
@@ -256,10 +271,12 @@ def main():
                 lines.append(f"| {cc} | run failed (logs in {tmp}) | | | | | | | FAIL |")
                 status = 2
                 continue
-            ratio, t_ok, q_ok, j_ok = agree(eng, sim)
+            ratio, t_ok, q_ok, j_ok = agree(eng, sim, host_limited)
             why = [n for n, ok in (("throughput", t_ok), ("queue", q_ok), ("Jain", j_ok))
-                   if not ok]
+                   if ok is False]
             verdict = "agree" if not why else "DISAGREE: " + ", ".join(why)
+            if host_limited:
+                verdict += " (host-limited: Jain only)"
             if why:
                 status = max(status, 1)
             lines.append(f"| {cc} | {eng[0]:.3f} | {sim[0]:.3f} | {ratio:.2f} | "

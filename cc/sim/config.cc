@@ -114,6 +114,7 @@ Status apply(SimConfig* c, Workload* w, const std::string& k,
   }
   if (k == "pfc_xon_kb") return num(&c->pfc_xon_kb);
   if (k == "mtu_bytes") return cnt(&c->mtu_bytes);
+  if (k == "chunk_bytes") return cnt(&c->chunk_bytes);
   if (k == "header_bytes") return cnt(&c->header_bytes);
   if (k == "ctrl_bytes") return cnt(&c->ctrl_bytes);
   if (k == "multipath") return c->multipath = v, Status::OK();

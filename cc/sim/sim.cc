@@ -29,6 +29,11 @@ Status Sim::build() {
         "need host_gbps > 0, link_delay_us >= 0, buffer_kb > 0, "
         "mtu_bytes > 0, sample_us > 0");
   }
+  if (c_.chunk_bytes < c_.mtu_bytes ||
+      c_.chunk_bytes / c_.mtu_bytes > UINT16_MAX) {
+    return InvalidArgument("need mtu_bytes <= chunk_bytes <= 65535 packets");
+  }
+  chunk_ = c_.chunk_bytes - c_.chunk_bytes % c_.mtu_bytes;  // as the engine
   if (c_.multipath != "single" && c_.multipath != "spray") {
     return InvalidArgument("multipath must be 'single' or 'spray', not '" +
                            c_.multipath + "'");
@@ -50,7 +55,7 @@ Status Sim::build() {
   // Congestion control: check the name and parameters once.
   UCCL_ASSIGN_OR_RETURN(cc::CcParams params, cc::CcParams::parse(c_.cc_params));
   UCCL_ASSIGN_OR_RETURN(auto probe,
-                        cc::make_cc(c_.cc, params, c_.mtu_bytes, cc_line_bps_));
+                        cc::make_cc(c_.cc, params, chunk_, cc_line_bps_));
   credit_ = c_.cc == "credit";
   if (credit_ && c_.cc_per_path) {  // as the engine refuses it
     return InvalidArgument("cc=credit is per flow; cc_per_path must be 0");
@@ -131,9 +136,7 @@ Status Sim::add_flow(uint32_t i, const cc::CcParams& params) {
   if (f.unlimited)
     unlimited_until_ = std::max(unlimited_until_, f.spec.stop_ns);
   f.npkts =
-      f.unlimited
-          ? 0
-          : static_cast<uint32_t>((s.bytes + c_.mtu_bytes - 1) / c_.mtu_bytes);
+      f.unlimited ? 0 : static_cast<uint32_t>((s.bytes + chunk_ - 1) / chunk_);
   if (!f.unlimited) {
     f.got.resize(f.npkts);
     ++finite_left_;
@@ -149,8 +152,8 @@ Status Sim::add_flow(uint32_t i, const cc::CcParams& params) {
     floor = slot;
   }
   for (FlowCc& pc : f.ccs) {
-    UCCL_ASSIGN_OR_RETURN(
-        pc.cc, cc::make_cc(c_.cc, params, c_.mtu_bytes, cc_line_bps_));
+    UCCL_ASSIGN_OR_RETURN(pc.cc,
+                          cc::make_cc(c_.cc, params, chunk_, cc_line_bps_));
     if (floor) pc.cc->share_delay_floor(floor);
   }
   cc::ScoreboardConfig sc;
@@ -170,6 +173,7 @@ Status Sim::add_flow(uint32_t i, const cc::CcParams& params) {
   // The receiver's ACK delay, which the tail loss probe waits out.
   sc.ack_delay_ns = static_cast<uint64_t>(c_.rx_delay_us * 1000);
   f.sb = std::make_unique<cc::Scoreboard>(sc);
+  if (chunk_ > c_.mtu_bytes) f.reasm.resize(sc.capacity);
   host_[s.src].tx_flows.push_back(i);
   f.rx_slot = static_cast<uint32_t>(host_[s.dst].rx_flows.size());
   host_[s.dst].rx_flows.push_back(i);
@@ -180,13 +184,18 @@ Status Sim::add_flow(uint32_t i, const cc::CcParams& params) {
 uint64_t Sim::ideal_fct(const FlowSpec& f) const {
   double slowest = 0;
   const uint64_t base = base_latency(f, &slowest);
-  const uint64_t pk = (f.bytes + c_.mtu_bytes - 1) / c_.mtu_bytes;
-  const uint64_t wire = f.bytes + pk * c_.header_bytes;
+  const uint64_t wire = f.bytes + wire_packets(f.bytes) * c_.header_bytes;
   // Store and forward: the first packet's way, then the rest at the
   // slowest link's rate.
   const uint64_t first =
       std::min<uint64_t>(wire, c_.mtu_bytes + c_.header_bytes);
   return base + ser_ns(wire - first, slowest);
+}
+
+uint64_t Sim::wire_packets(uint64_t bytes) const {
+  const uint64_t per_chunk = chunk_ / c_.mtu_bytes;
+  const uint64_t rest = bytes % chunk_;
+  return bytes / chunk_ * per_chunk + (rest + c_.mtu_bytes - 1) / c_.mtu_bytes;
 }
 
 uint64_t Sim::base_latency(const FlowSpec& f, double* slowest_bps) const {

@@ -62,7 +62,14 @@ struct SimConfig {
   // switch exceeds pfc_xoff_kb, resume below pfc_xon_kb; 0 = no PFC
   // (drop-tail at buffer_kb).
   double pfc_xoff_kb = 0, pfc_xon_kb = 0;
-  uint32_t mtu_bytes = 4096;   // payload per data packet
+  // A flow's data goes in chunks, the unit its controller, scoreboard and
+  // ACKs count (the engine's chunk: one RDMA message, UCCL_CHUNK_KB's 64
+  // KiB), each sent back to back as packets of at most mtu_bytes payload
+  // (RoCE's 4096-byte MTU); as on a UC queue pair, a chunk that loses a
+  // packet is lost whole. chunk_bytes is rounded down to whole packets;
+  // chunk_bytes = mtu_bytes is one packet per chunk (the papers' model).
+  uint32_t mtu_bytes = 4096;
+  uint32_t chunk_bytes = 65536;
   uint32_t header_bytes = 64;  // per data packet on the wire
   uint32_t ctrl_bytes = 64;    // ACK / credit / request packets
   // Receiver host delay: each data packet's ACK leaves this long after it

@@ -43,15 +43,17 @@ struct Packet {
   uint16_t path;      // ECMP entropy
   uint8_t hops;       // switches traversed (data; echoed in the ACK)
   PktKind kind;
-  bool ecn;
-  bool first;    // RTS: the flow's first demand
-  bool unsched;  // data sent on speculative credit (credit)
-  bool trimmed;  // data whose payload a switch cut; ACK: a NACK for it
+  bool ecn : 1;
+  bool first : 1;    // RTS: the flow's first demand
+  bool unsched : 1;  // data sent on speculative credit (credit)
+  bool trimmed : 1;  // data whose payload a switch cut; ACK: a NACK for it
+  uint16_t frags;    // data: packets in its chunk
   int32_t next;
   uint32_t in_port;  // the link it last crossed (PFC's ingress accounting)
   // Host jitter: how long it waited in the host it reached (ns, saturated).
   uint32_t host_wait_ns;
 };
+static_assert(sizeof(Packet) == 64, "a packet fills one cache line");
 
 enum EvType : uint32_t {
   kEvPortFree,
@@ -119,6 +121,16 @@ struct Flow {
   double spec_left = 0;      // credit: speculative credit not yet used
   uint32_t rx_slot = 0;      // credit: its slot in the receiver's pacer
   // Receiver.
+  // Chunks of several packets being reassembled, by sequence number mod
+  // their count (a power of two, the scoreboard's window): the
+  // transmission (send time) and packets seen; dead after a trimmed one.
+  struct Reasm {
+    uint32_t seq = UINT32_MAX;
+    uint16_t got = 0;
+    bool dead = false, ecn = false;
+    uint64_t sent_ns = 0;
+  };
+  std::vector<Reasm> reasm;
   std::vector<uint8_t> got;
   uint32_t rcv_cum = 0;
   uint64_t delivered = 0, delivered_at_sample = 0;
@@ -140,6 +152,11 @@ struct Host {
   // Credit receiver: pull pacer over the flows it receives (only hosts
   // that receive have one), each flow by its slot here.
   std::unique_ptr<cc::PullPacer> pacer;
+  // The chunk whose packets its NIC is sending (back to back, as a NIC
+  // executes one message): the first packet, copied for the rest.
+  uint32_t burst_left = 0;   // packets of it still to send
+  uint32_t burst_bytes = 0;  // payload bytes still to send
+  Packet burst{};
   std::vector<uint32_t> rx_flows;
   uint64_t pending_demand = 0;
   bool pacer_armed = false;
@@ -238,6 +255,12 @@ class Sim {
   bool sender_finished(const Flow& f) const;
   void finish_sender(Flow& f);
   uint32_t payload_of(const Flow& f, uint32_t seq) const;
+  // Packets on the wire for `bytes` of a flow's data (whole chunks, then
+  // the rest's).
+  uint64_t wire_packets(uint64_t bytes) const;
+  // Whether data packet `pkt` completes its chunk (the receiver's
+  // reassembly); the packet is freed when it does not.
+  bool chunk_complete(Flow& f, int32_t pkt);
 
   void sample();
   void summarize(SimResult* r);
@@ -278,6 +301,7 @@ class Sim {
   uint32_t finite_left_ = 0;
   double line_bps_ = 0;
   double cc_line_bps_ = 0;  // the rate controllers are told (cc_line_gbps)
+  uint32_t chunk_ = 0;      // chunk_bytes in whole packets
   uint64_t stop_ns_ = kNever;
   std::vector<FlowSample> fseries_;
   std::vector<QueueSample> qseries_;

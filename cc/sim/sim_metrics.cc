@@ -97,7 +97,7 @@ Sim::FlowTotals Sim::summarize_flows(SimResult* r) {
     if (!f.unlimited) {
       fr.ideal_fct_ns = ideal_fct(f.spec);
       total_bytes += f.spec.bytes;
-      total_pkts += f.npkts;
+      total_pkts += wire_packets(f.spec.bytes);
       double slowest_bps;
       min_base = std::min(min_base, base_latency(f.spec, &slowest_bps));
       if (f.finish_ns) {

@@ -10,8 +10,8 @@
 namespace uccl::sim::detail {
 
 uint32_t Sim::payload_of(const Flow& f, uint32_t seq) const {
-  if (f.unlimited || seq + 1 < f.npkts) return c_.mtu_bytes;
-  return static_cast<uint32_t>(f.spec.bytes - uint64_t{seq} * c_.mtu_bytes);
+  if (f.unlimited || seq + 1 < f.npkts) return chunk_;
+  return static_cast<uint32_t>(f.spec.bytes - uint64_t{seq} * chunk_);
 }
 
 bool Sim::pick_path(Flow& f, uint32_t bytes, bool urgent, uint32_t* path,
@@ -48,6 +48,16 @@ bool Sim::pick_path(Flow& f, uint32_t bytes, bool urgent, uint32_t* path,
 
 int32_t Sim::host_next_data(uint32_t host) {
   Host& h = host_[host];
+  if (h.burst_left > 0) {  // the rest of the chunk, back to back
+    const int32_t i_pkt = alloc_pkt();
+    Packet& p = pkts_[i_pkt];
+    p = h.burst;
+    p.payload = std::min(h.burst_bytes, c_.mtu_bytes);
+    p.wire_bytes = p.payload + c_.header_bytes;
+    h.burst_bytes -= p.payload;
+    --h.burst_left;
+    return i_pkt;
+  }
   const size_t n = h.tx_flows.size();
   uint64_t wake = kNever;
   for (size_t i = 0; i < n; ++i) {
@@ -86,14 +96,20 @@ int32_t Sim::host_next_data(uint32_t host) {
     p.kind = PktKind::kData;
     p.flow = f.id;
     p.seq = seq;
-    p.payload = bytes;
-    p.wire_bytes = bytes + c_.header_bytes;
+    p.frags = static_cast<uint16_t>((bytes + c_.mtu_bytes - 1) / c_.mtu_bytes);
+    p.payload = std::min(bytes, c_.mtu_bytes);
+    p.wire_bytes = p.payload + c_.header_bytes;
     p.src = f.spec.src;
     p.dst = f.spec.dst;
     p.path = static_cast<uint16_t>(path);
     p.sent_ns = now_;
     p.unsched = f.spec_left > 0;
     f.spec_left -= bytes;
+    if (p.frags > 1) {  // the chunk's other packets follow this one
+      h.burst = p;
+      h.burst_left = p.frags - 1u;
+      h.burst_bytes = bytes - p.payload;
+    }
     if (credit_ && f.unlimited) request_more(f);
     arm_timer(f, now_);
     return i_pkt;
@@ -138,7 +154,7 @@ void Sim::flow_start(Flow& f) {
 void Sim::request_more(Flow& f) {
   // Unlimited flows ask for credit ahead in 256 KiB steps.
   constexpr uint64_t kStep = 256 << 10;
-  const uint64_t sent = uint64_t{f.sb->snd_nxt()} * c_.mtu_bytes;
+  const uint64_t sent = uint64_t{f.sb->snd_nxt()} * chunk_;
   if (f.demand_sent > sent + kStep) return;
   if (now_ >= f.spec.stop_ns || now_ >= stop_ns_) return;
   const bool first = f.demand_sent == 0;
@@ -146,14 +162,48 @@ void Sim::request_more(Flow& f) {
   send_ctrl(f.spec.src, PktKind::kRts, f, 2 * kStep, f.spec.dst, first);
 }
 
-void Sim::on_data(int32_t pkt) {
+bool Sim::chunk_complete(Flow& f, int32_t pkt) {
   Packet& k = pkts_[pkt];
-  Flow& f = flows_[k.flow];
-  if (k.seq >= f.got.size()) f.got.resize(k.seq + 1);  // unlimited flows
-  Host& rx = host_[f.spec.dst];
-  if (k.unsched && rx.pacer && !k.trimmed) {
-    rx.pacer->charge_unscheduled(k.payload);
+  if (k.frags <= 1) return true;
+  Flow::Reasm& r = f.reasm[k.seq & (f.reasm.size() - 1)];
+  const bool older =
+      r.seq != UINT32_MAX &&
+      (k.seq < r.seq || (k.seq == r.seq && k.sent_ns < r.sent_ns));
+  if (older) {  // a packet of a transmission superseded here: dropped
+    free_pkt(pkt);
+    return false;
   }
+  if (k.seq != r.seq || k.sent_ns != r.sent_ns)
+    r = Flow::Reasm{k.seq, 0, false, false, k.sent_ns};
+  if (r.dead) {  // its transmission was lost (trimmed) and NACKed once
+    free_pkt(pkt);
+    return false;
+  }
+  if (k.trimmed) {  // the first trimmed packet NACKs the chunk
+    r.dead = true;
+    return true;
+  }
+  r.ecn |= k.ecn;
+  if (++r.got < k.frags) {
+    free_pkt(pkt);
+    return false;
+  }
+  // The chunk's last packet stands for it: its bytes, any packet's mark.
+  k.payload = payload_of(f, k.seq);
+  k.ecn = r.ecn;
+  r.dead = true;  // a stray duplicate of this transmission is not counted
+  return true;
+}
+
+void Sim::on_data(int32_t pkt) {
+  Flow& f = flows_[pkts_[pkt].flow];
+  if (pkts_[pkt].seq >= f.got.size()) f.got.resize(pkts_[pkt].seq + 1);
+  Host& rx = host_[f.spec.dst];
+  if (pkts_[pkt].unsched && rx.pacer && !pkts_[pkt].trimmed) {
+    rx.pacer->charge_unscheduled(pkts_[pkt].payload);
+  }
+  if (!chunk_complete(f, pkt)) return;
+  Packet& k = pkts_[pkt];
   const bool fresh = !k.trimmed && !f.got[k.seq];
   if (fresh) {
     f.got[k.seq] = 1;

@@ -71,6 +71,7 @@ namespace {
 
 SimConfig fat_tree(uint32_t k, uint32_t per_edge) {
   SimConfig c;
+  c.chunk_bytes = c.mtu_bytes;  // a packet per chunk, as the papers
   c.topology = "fattree";
   c.fattree_k = k;
   c.hosts_per_edge = per_edge;
@@ -117,6 +118,7 @@ TEST(SimRoutes, BadFatTreesAreRefused) {
 
 SimConfig incast(uint32_t senders) {
   SimConfig c;
+  c.chunk_bytes = c.mtu_bytes;  // a packet per chunk, as the papers
   c.senders = senders;
   c.receivers = 1;
   c.cc = "none";
@@ -153,6 +155,7 @@ TEST(SimPfc, PausesSpreadHopByHopToTheSenders) {
   // leaf1->host4 is the bottleneck; its backlog pauses spine->leaf1, the
   // spine's backlog pauses leaf0->spine, leaf 0's pauses the senders.
   SimConfig c;
+  c.chunk_bytes = c.mtu_bytes;  // a packet per chunk, as the papers
   c.topology = "leafspine";
   c.leaves = 2;
   c.spines = 1;

@@ -169,6 +169,7 @@ TEST(PullPacer, UnscheduledArrivalsUseTokens) {
 
 SimConfig dumbbell(uint32_t senders, const std::string& cc) {
   SimConfig c;
+  c.chunk_bytes = c.mtu_bytes;  // a packet per chunk, as the papers
   c.senders = senders;
   c.receivers = 1;
   c.host_gbps = 100;
@@ -346,6 +347,7 @@ TEST(Sim, ConvergenceIsMeasuredFromTheFlowSeries) {
 
 TEST(Sim, SprayingAvoidsEcmpCollisions) {
   SimConfig c;
+  c.chunk_bytes = c.mtu_bytes;  // a packet per chunk, as the papers
   c.topology = "leafspine";
   c.leaves = 4;
   c.spines = 4;

@@ -10,7 +10,7 @@ mkdir -p "$OUTDIR/bin"
 strip --strip-debug -o "$OUTDIR/libnccl-net-uccl.so" "$BUILD/lib/libnccl-net-uccl.so"
 # The profiler plugin (tools/nccl_test.py profile) sits beside the net plugin.
 strip --strip-debug -o "$OUTDIR/libnccl-profiler-uccl.so" "$BUILD/lib/libnccl-profiler-uccl.so"
-for b in transport_test socket_bench nccl_plugin_conformance nic_bench engine_bench crc_bench late_recv_bench uccl_devinfo nccl_perf wake_bench channel_bench profiler_harness; do
+for b in transport_test ccsim socket_bench nccl_plugin_conformance nic_bench engine_bench crc_bench late_recv_bench uccl_devinfo nccl_perf wake_bench channel_bench profiler_harness; do
   [ -x "$BUILD/bin/$b" ] && strip --strip-debug -o "$OUTDIR/bin/$b" "$BUILD/bin/$b"
 done
 EXCL="$(git rev-parse --git-dir)/info/exclude"

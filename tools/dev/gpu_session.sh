@@ -31,6 +31,10 @@
 #   tools/dev/gpu_session.sh procs    nccl_perf one process per GPU against
 #                                 one process driving every GPU, UCCL and
 #                                 Socket 4x4, $ROUNDS interleaved rounds
+#   tools/dev/gpu_session.sh crosscheck  the engine against the simulator
+#                                 (tools/sim_crosscheck.py) at $RATES Gb/s,
+#                                 $ROUNDS rounds, on a host with cores to
+#                                 spare (needs gpu_netroot/ carried)
 # GPUS=N runs N ranks (one GPU each) in the NCCL modes; default 2.
 set -u
 PART=${1:-nccl}
@@ -201,6 +205,17 @@ case "$PART" in
           grep -E "^\||FAIL|round"
         echo "dropped by the link: a $($TB drops --name=nt a), b $($TB drops --name=nt b)"
         $TB down --name=nt >/dev/null
+      done
+    done
+    ;;
+  crosscheck)
+    # shellcheck disable=SC1091
+    source gpu_netroot/env.sh
+    for rate in ${RATES:-1}; do
+      for r in $(seq "${ROUNDS:-2}"); do
+        echo "== ${rate} Gb/s, round $r"
+        timeout 280 "$PY" tools/sim_crosscheck.py --build="$C" --rate_gbps="$rate" \
+          --out="$OUT/crosscheck_${rate}g_$r" 2>&1 | grep -E "^\||Bottleneck"
       done
     done
     ;;

@@ -83,7 +83,8 @@ class CongestionControl {
   virtual bool uses_delay() const { return false; }
   virtual bool uses_hops() const { return false; }
   // Controllers that learn their target from the smallest delay seen
-  // (Swift's target_from_min_delay) keep that floor in `floor`, shared
+  // (Swift's target_from_min_delay, TIMELY's thresholds_from_min_rtt)
+  // keep that floor in `floor`, shared
   // with the other flows to the same peer (cc/delay_floor.h); the others
   // ignore it.
   virtual void share_delay_floor(std::shared_ptr<DelayFloor> floor) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 namespace uccl::cc {
 
@@ -65,8 +66,10 @@ void Timely::on_ack(const CcSample& s) {
   const uint64_t rtt_ns = s.fabric_delay_ns ? s.fabric_delay_ns : s.rtt_ns;
   const double raw = std::max(rtt_ns / 1000.0 - ser_us, 0.0);
   if (floor_rtt_us_ < 0 || raw < floor_rtt_us_) floor_rtt_us_ = raw;
+  if (shared_floor_) shared_floor_->observe(static_cast<uint64_t>(raw * 1000));
+  const double floor = floor_us();
   const double rtt =
-      p_.thresholds_from_min_rtt != 0 ? raw - floor_rtt_us_ : raw;
+      p_.thresholds_from_min_rtt != 0 ? std::max(raw - floor, 0.0) : raw;
   if (prev_rtt_us_ == 0) prev_rtt_us_ = rtt;
   const double new_diff = rtt - prev_rtt_us_;
   prev_rtt_us_ = rtt;
@@ -78,7 +81,7 @@ void Timely::on_ack(const CcSample& s) {
   // (host-inclusive RTTs jitter by tens of us: a 20 us normalizer turns
   // that noise into gradients that cut the rate to min_rate).
   const double norm_us = p_.thresholds_from_min_rtt != 0
-                             ? std::max(p_.min_rtt_us, floor_rtt_us_)
+                             ? std::max(p_.min_rtt_us, floor)
                              : p_.min_rtt_us;
   const double gradient = rtt_diff_us_ / norm_us;
   neg_count_ = gradient <= 0 ? neg_count_ + 1 : 0;
@@ -109,12 +112,27 @@ void Timely::on_ack(const CcSample& s) {
   rate_bps_ = std::clamp(rate, p_.min_rate_bps, max_rate_);
 }
 
+void Timely::share_delay_floor(std::shared_ptr<DelayFloor> floor) {
+  shared_floor_ = std::move(floor);
+  // What this flow saw before it joined counts too.
+  if (shared_floor_ && floor_rtt_us_ >= 0) {
+    shared_floor_->observe(static_cast<uint64_t>(floor_rtt_us_ * 1000));
+  }
+}
+
+double Timely::floor_us() const {
+  if (!shared_floor_) return floor_rtt_us_;
+  const uint64_t ns = shared_floor_->floor_ns();
+  return ns == DelayFloor::kNone ? -1 : ns / 1000.0;
+}
+
 double Timely::cwnd_bytes() const {
   // The window covers the whole RTT (host delay included), not just the
   // part above the floor the thresholds apply to.
-  const double floor_us =
-      p_.thresholds_from_min_rtt != 0 && floor_rtt_us_ > 0 ? floor_rtt_us_ : 0;
-  const double rtt_us = std::max(last_raw_rtt_us_, p_.t_high_us + floor_us);
+  const double floor = floor_us();
+  const double base_us =
+      p_.thresholds_from_min_rtt != 0 && floor > 0 ? floor : 0;
+  const double rtt_us = std::max(last_raw_rtt_us_, p_.t_high_us + base_us);
   return std::max<double>(mss_, rate_bps_ / 8 * rtt_us * 1e-6 * p_.window_rtts);
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "cc/cc.h"
@@ -56,6 +57,7 @@ class Timely final : public CongestionControl {
   double rate_bps() const override { return rate_bps_; }
   std::string state() const override;
   bool uses_delay() const override { return true; }
+  void share_delay_floor(std::shared_ptr<DelayFloor> floor) override;
 
   // For tests.
   double rtt_diff_us() const { return rtt_diff_us_; }
@@ -74,8 +76,13 @@ class Timely final : public CongestionControl {
   double rtt_diff_us_ = 0;
   double last_rtt_us_ = 0;
   double floor_rtt_us_ = -1;  // smallest RTT seen (thresholds_from_min_rtt)
+  // The floor of all flows to this peer, or null (floor_rtt_us_ alone).
+  std::shared_ptr<DelayFloor> shared_floor_;
   double last_raw_rtt_us_ = 0;
   int neg_count_ = 0;
+  // The floor thresholds count from (us; -1 before any sample): the
+  // shared one where there is one.
+  double floor_us() const;
   double pending_bytes_ = 0;  // acked since the last update (segment_bytes)
 };
 

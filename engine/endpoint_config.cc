@@ -51,7 +51,8 @@ UCCL_KNOB(bool, knob_cc_per_path, "UCCL_CC_PER_PATH", false,
           "One congestion controller per path instead of per flow.");
 UCCL_KNOB(bool, knob_cc_shared_floor, "UCCL_CC_SHARED_FLOOR", true,
           "Flows to one peer host share the smallest delay any has seen, "
-          "which Swift's target adds (0: each flow learns its own).");
+          "which Swift's target and TIMELY's thresholds count from (0: "
+          "each flow learns its own).");
 UCCL_KNOB(double, knob_link_gbps, "UCCL_LINK_GBPS", 0.0,
           "Line rate for congestion control in Gb/s (0: the device's).", 0.0,
           100000.0);

@@ -87,8 +87,8 @@ struct SimConfig {
   bool cc_per_path = false;
   // The controllers of the flows between the same two hosts share the
   // floor they learn their target from (Swift's target_from_min_delay,
-  // cc/delay_floor.h), as the engine's flows to one peer do
-  // (UCCL_CC_SHARED_FLOOR, default on).
+  // TIMELY's thresholds_from_min_rtt; cc/delay_floor.h), as the engine's flows
+  // to one peer do (UCCL_CC_SHARED_FLOOR, default on).
   bool shared_floor = true;
   // Host scheduling delay: each packet reaching a host waits an extra
   // exponentially distributed time of this mean before its transport sees

@@ -380,6 +380,26 @@ TEST(SwiftTest, FlowsToOnePeerAimAtTheSharedFloor) {
       << late.state();
 }
 
+// TIMELY with thresholds from the smallest RTT seen has the same trap:
+// a flow whose first RTTs include others' queue counts only what is above
+// them, and sees no congestion. With the peer's floor shared it does.
+TEST(TimelyTest, ThresholdsCountFromTheSharedFloor) {
+  TimelyParams p = paper_timely();
+  p.thresholds_from_min_rtt = 1;
+  auto floor = std::make_shared<DelayFloor>();
+  Timely first(p, true, kLine, kMss), late(p, true, kLine, kMss),
+      alone(p, true, kLine, kMss);
+  first.share_delay_floor(floor);
+  first.on_ack(rtt_sample(1000, 10));
+  late.share_delay_floor(floor);
+  for (Timely* t : {&late, &alone}) {
+    t->set_rate_for_testing(10e9);
+    t->on_ack(rtt_sample(2000, 1010));  // behind 1 ms of queue: 2x T_high
+  }
+  EXPECT_LT(late.rate_bps(), 10e9) << "1000 us above the floor: decrease";
+  EXPECT_GE(alone.rate_bps(), 10e9) << "its own floor: nothing above it";
+}
+
 // Flows of one peer on several engine threads lower one floor at once:
 // it ends at the smallest delay any of them observed, and a table hands
 // every connection to one peer the same floor.

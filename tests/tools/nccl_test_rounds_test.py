@@ -1,6 +1,6 @@
-# tools/nccl_test.py's host-side logic, without GPUs or torch: medians, how
-# ranks' rows merge, how interleaved rounds combine, the bench worker's rows
-# (torch stood in for), and bad flags.
+# tools/nccl_test.py's host-side logic (and tools/nccl_rounds.py), without
+# GPUs or torch: medians, how ranks' rows merge, how interleaved rounds
+# combine, the bench worker's rows (torch stood in for), and bad flags.
 import contextlib
 import io
 import json
@@ -13,6 +13,7 @@ import unittest
 TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                      "tools")
 sys.path.insert(0, TOOLS)
+import nccl_rounds  # noqa: E402
 import nccl_test  # noqa: E402
 
 
@@ -142,17 +143,17 @@ class CombineRoundsTest(unittest.TestCase):
                                           "lat_us": None})
 
     def test_rounds_apart(self):
-        self.assertEqual(nccl_test.rounds_apart([1, 2, 3], [4, 5, 6]),
+        self.assertEqual(nccl_rounds.rounds_apart([1, 2, 3], [4, 5, 6]),
                          "faster")
-        self.assertEqual(nccl_test.rounds_apart([7, 5, 6], [1, 2, 4.9]),
+        self.assertEqual(nccl_rounds.rounds_apart([7, 5, 6], [1, 2, 4.9]),
                          "slower")
-        self.assertEqual(nccl_test.rounds_apart([1, 2, 5], [4, 6, 7]),
+        self.assertEqual(nccl_rounds.rounds_apart([1, 2, 5], [4, 6, 7]),
                          "level")
         # A tie is no win either way.
-        self.assertEqual(nccl_test.rounds_apart([1, 2, 4], [4, 5, 6]),
+        self.assertEqual(nccl_rounds.rounds_apart([1, 2, 4], [4, 5, 6]),
                          "level")
-        self.assertIsNone(nccl_test.rounds_apart([1, 2], [4, 5, 6]))
-        self.assertIsNone(nccl_test.rounds_apart([1, 2, 3], []))
+        self.assertIsNone(nccl_rounds.rounds_apart([1, 2], [4, 5, 6]))
+        self.assertIsNone(nccl_rounds.rounds_apart([1, 2, 3], []))
 
     def test_no_baseline_gives_no_ratio(self):
         c = nccl_test.combine_rounds([{"UCCL": [row(4, 30.0)]}], "UCCL",

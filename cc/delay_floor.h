@@ -1,5 +1,5 @@
 // The smallest fabric delay the flows between two hosts have seen, shared by
-// their controllers, and the table of such floors by peer.
+// their controllers, each controller's view of it, and the table by peer.
 #pragma once
 
 #include <atomic>
@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 namespace uccl::cc {
 
@@ -38,6 +39,33 @@ class DelayFloor {
 
  private:
   std::atomic<uint64_t> floor_ns_{kNone};
+};
+
+// A controller's floor: the smallest delay it sampled, or, once it shares
+// its peer's DelayFloor, that floor (to which what it sampled before is
+// added). Swift's target and TIMELY's thresholds count from it.
+class LearnedFloor {
+ public:
+  void observe(double delay_us) {
+    if (own_us_ < 0 || delay_us < own_us_) own_us_ = delay_us;
+    if (shared_) shared_->observe(static_cast<uint64_t>(delay_us * 1000));
+  }
+  void share(std::shared_ptr<DelayFloor> floor) {
+    shared_ = std::move(floor);
+    if (shared_ && own_us_ >= 0) {
+      shared_->observe(static_cast<uint64_t>(own_us_ * 1000));
+    }
+  }
+  // Microseconds; -1 before any sample.
+  double us() const {
+    if (!shared_) return own_us_;
+    const uint64_t ns = shared_->floor_ns();
+    return ns == DelayFloor::kNone ? -1 : ns / 1000.0;
+  }
+
+ private:
+  double own_us_ = -1;
+  std::shared_ptr<DelayFloor> shared_;
 };
 
 // One floor per peer (any byte string that names the peer host, e.g. its

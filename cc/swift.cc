@@ -64,20 +64,10 @@ double Swift::target_delay_us(uint32_t hops) const {
 }
 
 void Swift::share_delay_floor(std::shared_ptr<DelayFloor> floor) {
-  shared_floor_ = std::move(floor);
-  // What this flow saw before it joined counts too.
-  if (shared_floor_ && min_fabric_us_ >= 0) {
-    shared_floor_->observe(static_cast<uint64_t>(min_fabric_us_ * 1000));
-  }
+  floor_.share(std::move(floor));
 }
 
-double Swift::floor_us() const {
-  if (shared_floor_) {
-    const uint64_t ns = shared_floor_->floor_ns();
-    return ns == DelayFloor::kNone ? 0 : ns / 1000.0;
-  }
-  return min_fabric_us_ > 0 ? min_fabric_us_ : 0;
-}
+double Swift::floor_us() const { return std::max(floor_.us(), 0.0); }
 
 double Swift::effective_target_us(uint32_t hops) const {
   const double floor = p_.target_from_min_delay != 0 ? floor_us() : 0;
@@ -116,12 +106,7 @@ void Swift::on_ack(const CcSample& s) {
   const double fabric_us = std::max(
       (s.fabric_delay_ns ? s.fabric_delay_ns : s.rtt_ns) / 1000.0 - ser_us,
       0.0);
-  if (min_fabric_us_ < 0 || fabric_us < min_fabric_us_) {
-    min_fabric_us_ = fabric_us;
-  }
-  if (shared_floor_) {
-    shared_floor_->observe(static_cast<uint64_t>(fabric_us * 1000));
-  }
+  floor_.observe(fabric_us);
   update(&fcwnd_, fabric_us, effective_target_us(s.hops));
   update(&ecwnd_, s.endpoint_delay_ns / 1000.0, p_.endpoint_target_us);
   if (decreased) {

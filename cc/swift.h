@@ -91,9 +91,7 @@ class Swift final : public CongestionControl {
   bool decreased_ever_ = false;
   int retx_count_ = 0;
   uint32_t last_hops_ = 0;
-  double min_fabric_us_ = -1;  // smallest fabric delay sampled
-  // The floor of all flows to this peer, or null (min_fabric_us_ alone).
-  std::shared_ptr<DelayFloor> shared_floor_;
+  LearnedFloor floor_;  // smallest fabric delay (its own or its peer's)
 };
 
 }  // namespace uccl::cc

@@ -65,9 +65,8 @@ void Timely::on_ack(const CcSample& s) {
   // receiver held the ACK (coalescing, its engine loop): the fabric part.
   const uint64_t rtt_ns = s.fabric_delay_ns ? s.fabric_delay_ns : s.rtt_ns;
   const double raw = std::max(rtt_ns / 1000.0 - ser_us, 0.0);
-  if (floor_rtt_us_ < 0 || raw < floor_rtt_us_) floor_rtt_us_ = raw;
-  if (shared_floor_) shared_floor_->observe(static_cast<uint64_t>(raw * 1000));
-  const double floor = floor_us();
+  floor_.observe(raw);
+  const double floor = floor_.us();
   const double rtt =
       p_.thresholds_from_min_rtt != 0 ? std::max(raw - floor, 0.0) : raw;
   if (prev_rtt_us_ == 0) prev_rtt_us_ = rtt;
@@ -113,23 +112,13 @@ void Timely::on_ack(const CcSample& s) {
 }
 
 void Timely::share_delay_floor(std::shared_ptr<DelayFloor> floor) {
-  shared_floor_ = std::move(floor);
-  // What this flow saw before it joined counts too.
-  if (shared_floor_ && floor_rtt_us_ >= 0) {
-    shared_floor_->observe(static_cast<uint64_t>(floor_rtt_us_ * 1000));
-  }
-}
-
-double Timely::floor_us() const {
-  if (!shared_floor_) return floor_rtt_us_;
-  const uint64_t ns = shared_floor_->floor_ns();
-  return ns == DelayFloor::kNone ? -1 : ns / 1000.0;
+  floor_.share(std::move(floor));
 }
 
 double Timely::cwnd_bytes() const {
   // The window covers the whole RTT (host delay included), not just the
   // part above the floor the thresholds apply to.
-  const double floor = floor_us();
+  const double floor = floor_.us();
   const double base_us =
       p_.thresholds_from_min_rtt != 0 && floor > 0 ? floor : 0;
   const double rtt_us = std::max(last_raw_rtt_us_, p_.t_high_us + base_us);

@@ -75,14 +75,10 @@ class Timely final : public CongestionControl {
   double prev_rtt_us_ = 0;
   double rtt_diff_us_ = 0;
   double last_rtt_us_ = 0;
-  double floor_rtt_us_ = -1;  // smallest RTT seen (thresholds_from_min_rtt)
-  // The floor of all flows to this peer, or null (floor_rtt_us_ alone).
-  std::shared_ptr<DelayFloor> shared_floor_;
+  LearnedFloor floor_;  // smallest RTT (thresholds_from_min_rtt)
   double last_raw_rtt_us_ = 0;
   int neg_count_ = 0;
-  // The floor thresholds count from (us; -1 before any sample): the
-  // shared one where there is one.
-  double floor_us() const;
+
   double pending_bytes_ = 0;  // acked since the last update (segment_bytes)
 };
 

@@ -3,21 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "cc/sim/sim.h"
+#include "tests/cc/sim_test_util.h"
 
 namespace uccl::sim {
 namespace {
-
-SimConfig one_link(uint32_t senders, const std::string& cc) {
-  SimConfig c;
-  c.senders = senders;
-  c.receivers = 1;
-  c.host_gbps = 100;
-  c.link_delay_us = 1;
-  c.buffer_kb = 1024;
-  c.cc = cc;
-  c.progress = false;
-  return c;
-}
 
 TEST(SimChunks, DefaultsAreTheEnginesAndRoundToWholePackets) {
   const SimConfig d;
@@ -25,7 +14,7 @@ TEST(SimChunks, DefaultsAreTheEnginesAndRoundToWholePackets) {
   EXPECT_EQ(d.mtu_bytes, 4096u);
   // 10000 bytes are two whole 4096-byte packets, as the engine rounds:
   // Swift's first window is ten of those chunks.
-  SimConfig c = one_link(1, "swift");
+  SimConfig c = dumbbell(1, "swift");
   c.chunk_bytes = 10000;
   c.flows.push_back(FlowSpec{0, 1, 1 << 20, 0, 0});
   auto r = run(c);
@@ -40,7 +29,8 @@ TEST(SimChunks, DefaultsAreTheEnginesAndRoundToWholePackets) {
 // after the first packet, not after the whole chunk (store and forward
 // per packet), and the run's ideal counts it that way.
 TEST(SimChunks, PacketsOfAChunkPipelineThroughTheSwitches) {
-  SimConfig c = one_link(1, "none");
+  SimConfig c = dumbbell(1, "none");
+  c.chunk_bytes = 65536;
   c.flows.push_back(FlowSpec{0, 1, 65536, 0, 0});
   auto packets = run(c);
   c.mtu_bytes = 65536;  // the chunk as one packet
@@ -58,7 +48,7 @@ TEST(SimChunks, PacketsOfAChunkPipelineThroughTheSwitches) {
 // An incast that overflows the queue: a chunk that loses a packet is
 // resent whole, and the receiver counts only complete chunks, once.
 TEST(SimChunks, ALostPacketLosesItsWholeChunk) {
-  SimConfig c = one_link(8, "none");
+  SimConfig c = dumbbell(8, "none");
   c.buffer_kb = 128;
   c.chunk_bytes = 16384;  // four packets
   for (uint32_t i = 0; i < 8; ++i) {
@@ -82,7 +72,7 @@ TEST(SimChunks, ALostPacketLosesItsWholeChunk) {
 // which is resent at once and whole, with no timeout; the rest of that
 // transmission is ignored.
 TEST(SimChunks, ATrimmedPacketNacksItsChunkOnce) {
-  SimConfig c = one_link(8, "swift");
+  SimConfig c = dumbbell(8, "swift");
   c.buffer_kb = 128;
   c.chunk_bytes = 16384;
   c.trim = true;

@@ -13,6 +13,7 @@
 #include "cc/recovery.h"
 #include "cc/sim/config.h"
 #include "cc/timely.h"
+#include "tests/cc/sim_test_util.h"
 
 namespace uccl::sim {
 namespace {
@@ -165,19 +166,6 @@ TEST(PullPacer, UnscheduledArrivalsUseTokens) {
   EXPECT_LE(ga, 100000u + 2 * 4096u);  // line rate over 100 us, + bucket
   EXPECT_GE(ga, 100000u - 4096u);
   EXPECT_NEAR(static_cast<double>(ga - gb), 40960.0, 4096.0);
-}
-
-SimConfig dumbbell(uint32_t senders, const std::string& cc) {
-  SimConfig c;
-  c.chunk_bytes = c.mtu_bytes;  // a packet per chunk, as the papers
-  c.senders = senders;
-  c.receivers = 1;
-  c.host_gbps = 100;
-  c.link_delay_us = 1;
-  c.buffer_kb = 1024;
-  c.cc = cc;
-  c.progress = false;
-  return c;
 }
 
 TEST(Sim, ReceiverDelayIsEndpointDelayForSwiftsEndpointWindow) {

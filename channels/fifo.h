@@ -36,15 +36,13 @@ class TriggerFifo {
   // producer has published it; false when it is not there yet.
   bool pop(device::Trigger* out) {
     device::Trigger* s = &h_.ring[tail_ & (h_.slots - 1)];
-    const uint64_t w0 = __atomic_load_n(&s->w[0], __ATOMIC_ACQUIRE);
-    // This lap's trigger, not the previous lap's (device/fifo.h, step 3).
-    if ((w0 & 0xff) == 0 || ((w0 & device::kLapMask) >> device::kLapShift) !=
-                                device::fifo_lap(tail_, h_.slots)) {
-      return false;
-    }
-    out->w[0] = w0 & ~device::kLapMask;
-    for (int k = 1; k < 4; ++k) {
-      out->w[k] = __atomic_load_n(&s->w[k], __ATOMIC_RELAXED);
+    // Every word of this lap's trigger, not the previous lap's: each word
+    // carries the lap's phase once it has arrived (device/fifo.h, step 3).
+    const uint64_t phase = device::fifo_phase(tail_, h_.slots);
+    for (int k = 0; k < 4; ++k) {
+      const uint64_t w = __atomic_load_n(&s->w[k], __ATOMIC_ACQUIRE);
+      if ((w & device::kPhaseBit) != phase) return false;
+      out->w[k] = w & ~device::kPhaseBit;
     }
     ++tail_;
     __atomic_store_n(&h_.shared->tail, tail_, __ATOMIC_RELEASE);

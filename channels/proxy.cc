@@ -72,6 +72,9 @@ Result<std::unique_ptr<ChannelProxy>> ChannelProxy::create(
     return InvalidArgument(
         "channels: need semaphores, buffers and a piece size > 0");
   }
+  if (cfg.num_semaphores - 1 > device::kMaxArg) {
+    return InvalidArgument("channels: at most 2^31 semaphores");
+  }
   std::unique_ptr<ChannelProxy> p(new ChannelProxy);
   p->cfg_ = cfg;
   p->ep_ = ep;

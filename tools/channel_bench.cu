@@ -123,102 +123,6 @@ int run_fifo() {
   return got == total && bad == 0 && nfailed == 0 ? 0 : 1;
 }
 
-// ------------------------------------------------------------------- rtt
-
-// One trip per iteration: push, then poll the host's answer, either with
-// an acquire load per poll or with relaxed polls and one acquire fence
-// (the way channel_wait polls), to compare the two in one run.
-__global__ void rtt_kernel(dev::FifoHandle f, const uint64_t* answer, int iters,
-                           bool acquire_each, uint64_t* ns) {
-  for (int i = 0; i < iters; ++i) {
-    const uint64_t t0 = dev::fifo_detail::now_ns();
-    const uint64_t want = static_cast<uint64_t>(i + 1);
-    dev::fifo_push(
-        f, dev::encode_trigger(dev::TriggerOp::kSignal, 0,
-                               static_cast<uint32_t>(want), 0, 0, 0, 0, 0));
-    if (acquire_each) {
-      while (dev::fifo_detail::load_acquire_sys(answer) < want) {
-      }
-    } else {
-      while (dev::fifo_detail::load_relaxed_sys(answer) < want) {
-      }
-      dev::fifo_detail::fence_acquire_sys();
-    }
-    ns[i] = dev::fifo_detail::now_ns() - t0;
-  }
-}
-
-// The consumer: answers each trigger by storing its arg.
-void answer_loop(TriggerFifo* fifo, uint64_t* answer, int iters) {
-  dev::Trigger t;
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
-  for (int i = 0; i < iters && Clock::now() < deadline;) {
-    if (!fifo->pop(&t)) continue;
-    __atomic_store_n(answer, static_cast<uint64_t>(t.w[0] >> 32),
-                     __ATOMIC_RELEASE);
-    ++i;
-  }
-}
-
-int run_rtt() {
-  const int n = FLAGS_iterations;
-  // Baseline: a CPU thread in the GPU's place, host memory throughout.
-  std::vector<double> cpu_us;
-  {
-    FifoConfig cfg;
-    auto fifo = TriggerFifo::create(cfg);
-    if (!fifo.ok()) return 1;
-    alignas(64) static uint64_t answer = 0;
-    std::thread consumer(answer_loop, fifo->get(), &answer, n);
-    const dev::FifoHandle h = (*fifo)->handle();
-    for (int i = 0; i < n; ++i) {
-      const auto t0 = Clock::now();
-      dev::fifo_push(
-          h, dev::encode_trigger(dev::TriggerOp::kSignal, 0,
-                                 static_cast<uint32_t>(i + 1), 0, 0, 0, 0, 0));
-      while (__atomic_load_n(&answer, __ATOMIC_ACQUIRE) <
-             static_cast<uint64_t>(i + 1)) {
-      }
-      cpu_us.push_back(
-          std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-    }
-    consumer.join();
-  }
-  // The GPU's trips, both ways of polling, on a fresh FIFO each.
-  std::vector<double> gpu_us[2];
-  uint64_t* answer = nullptr;
-  uint64_t* ns = nullptr;
-  CUDA_OK(cudaHostAlloc(&answer, 64, cudaHostAllocMapped));
-  CUDA_OK(cudaMalloc(&ns, sizeof(uint64_t) * n));
-  for (int v = 0; v < 2; ++v) {
-    FifoConfig cfg;
-    cfg.placement = FifoPlacement::kGpu;
-    cfg.gpu = FLAGS_gpu;
-    auto fifo = TriggerFifo::create(cfg);
-    if (!fifo.ok()) return 1;
-    *answer = 0;
-    std::thread consumer(answer_loop, fifo->get(), answer, n);
-    rtt_kernel<<<1, 1>>>((*fifo)->handle(), answer, n, v == 0, ns);
-    CUDA_OK(cudaGetLastError());
-    consumer.join();
-    CUDA_OK(cudaDeviceSynchronize());
-    std::vector<uint64_t> host(n);
-    CUDA_OK(cudaMemcpy(host.data(), ns, sizeof(uint64_t) * n,
-                       cudaMemcpyDeviceToHost));
-    for (int i = n / 10; i < n; ++i) gpu_us[v].push_back(host[i] / 1000.0);
-  }
-  std::printf(
-      "rtt: GPU push -> host answer -> GPU, p50 / p99 us: acquire per poll "
-      "%.2f / %.2f, relaxed polls + one fence %.2f / %.2f; CPU thread "
-      "(baseline) %.2f / %.2f; ratio p50 %.2f\n",
-      pct(gpu_us[0], 0.5), pct(gpu_us[0], 0.99), pct(gpu_us[1], 0.5),
-      pct(gpu_us[1], 0.99), pct(cpu_us, 0.5), pct(cpu_us, 0.99),
-      pct(gpu_us[1], 0.5) / pct(cpu_us, 0.5));
-  cudaFreeHost(answer);
-  cudaFree(ns);
-  return 0;
-}
-
 }  // namespace
 
 double channel_bench::pct(std::vector<double> v, double p) {
@@ -239,7 +143,7 @@ int main(int argc, char** argv) {
   }
   cudaSetDevice(FLAGS_gpu);
   if (FLAGS_mode == "fifo") return run_fifo();
-  if (FLAGS_mode == "rtt") return run_rtt();
+  if (FLAGS_mode == "rtt") return channel_bench::run_rtt();
   if (FLAGS_mode == "pingpong") return channel_bench::run_pingpong();
   if (FLAGS_mode == "ep") return channel_bench::run_ep();
   std::fprintf(stderr, "channel_bench: unknown --mode %s\n",

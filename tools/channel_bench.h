@@ -6,6 +6,7 @@
 
 namespace channel_bench {
 
+int run_rtt();       // tools/channel_rtt.cu
 int run_pingpong();  // tools/channel_pingpong.cu
 int run_ep();        // tools/channel_ep.cu
 

@@ -139,6 +139,10 @@ MUTANTS = [
      "    if (!st.ok() && !h->identified()) {",
      "    if (false && !st.ok() && !h->identified()) {",
      "engine_tests", "BootstrapTest.*"),
+    ("fifo-phase-of-word0-only", "channels/fifo.h",
+     "      if ((w & device::kPhaseBit) != phase) return false;",
+     "      if (k == 0 && (w & device::kPhaseBit) != phase) return false;",
+     "channels_tests", "TriggerFifo.*"),
 ]
 
 

@@ -54,19 +54,21 @@ bool pop_n(TriggerFifo* f, size_t n, std::vector<Trigger>* out,
 
 TEST(TriggerLayout, FieldsRoundTripAtTheirWidths) {
   const uint64_t max48 = device::kOffsetMask;
-  Trigger t = encode_trigger(TriggerOp::kPutWithSignal, 0xffff, 0xffffffffu,
-                             max48, 0xffff, max48, 0xfffe, max48 - 1);
+  const uint32_t max_mem = device::kMaxMemIds - 1;
+  Trigger t = encode_trigger(TriggerOp::kPutWithSignal, 0xffff, device::kMaxArg,
+                             max48, max_mem, max48, max_mem - 1, max48 - 1);
   auto f = decode_trigger(t);
   EXPECT_EQ(f.op, TriggerOp::kPutWithSignal);
   EXPECT_EQ(f.channel, 0xffffu);
-  EXPECT_EQ(f.arg, 0xffffffffu);
+  EXPECT_EQ(f.arg, device::kMaxArg);
   EXPECT_EQ(f.bytes, max48);
-  EXPECT_EQ(f.src_mem, 0xffffu);
+  EXPECT_EQ(f.src_mem, max_mem);
   EXPECT_EQ(f.src_off, max48);
-  EXPECT_EQ(f.dst_mem, 0xfffeu);
+  EXPECT_EQ(f.dst_mem, max_mem - 1);
   EXPECT_EQ(f.dst_off, max48 - 1);
   EXPECT_TRUE(device::trigger_well_formed(t));
-  EXPECT_NE(t.w[0], 0u);  // never mistaken for an empty slot
+  // Every word leaves bit 63 to the ring's phase, whatever the fields.
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(t.w[k] & device::kPhaseBit, 0u) << k;
 }
 
 TEST(TriggerLayout, MalformedTriggersAreToldApart) {
@@ -81,6 +83,44 @@ TEST(TriggerLayout, MalformedTriggersAreToldApart) {
   bad = t;
   bad.w[1] |= 1ull << 50;  // bytes past 48 bits
   EXPECT_FALSE(device::trigger_well_formed(bad));
+  for (int k = 0; k < 4; ++k) {  // a phase bit left in (a torn slot)
+    bad = t;
+    bad.w[k] |= device::kPhaseBit;
+    EXPECT_FALSE(device::trigger_well_formed(bad)) << k;
+  }
+}
+
+// The producer's four words reach the ring in any order (a GPU's relaxed
+// PCIe writes): the consumer takes the slot only once every word carries
+// this lap's phase, on the first lap (a zeroed ring) and on later ones
+// (the previous lap's trigger still in the slot).
+TEST(TriggerFifo, WordsMayArriveInAnyOrder) {
+  auto f = make_fifo(2);
+  ASSERT_NE(f, nullptr);
+  device::Trigger* ring = f->handle().ring;
+  Trigger got;
+  for (uint64_t ticket = 0; ticket < 6; ++ticket) {
+    // Tickets 0, 2, 4 are written by hand into slot 0, word by word;
+    // 1, 3, 5 are pushed into slot 1 by the real producer.
+    if (ticket % 2 == 1) {
+      ASSERT_EQ(fifo_push(f->handle(), tagged(1, ticket)),
+                static_cast<int64_t>(ticket));
+      ASSERT_TRUE(f->pop(&got));
+      EXPECT_EQ(decode_trigger(got).src_off, ticket);
+      continue;
+    }
+    ASSERT_EQ(device::fifo_detail::claim(&f->handle().state->head), ticket);
+    const Trigger want = tagged(2, ticket);
+    const uint64_t phase = device::fifo_phase(ticket, 2);
+    for (int k : {2, 0, 3}) {
+      ring[0].w[k] = want.w[k] | phase;
+      EXPECT_FALSE(f->pop(&got)) << "ticket " << ticket << " word " << k;
+    }
+    ring[0].w[1] = want.w[1] | phase;
+    ASSERT_TRUE(f->pop(&got)) << ticket;
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(got.w[k], want.w[k]) << ticket;
+  }
+  EXPECT_EQ(f->popped(), 6u);
 }
 
 TEST(TriggerFifo, RefusesSizesThatAreNotPowersOfTwo) {
@@ -131,7 +171,10 @@ TEST(TriggerFifo, ManyProducersLoseNothingAndTakeNothingTwice) {
     producers.emplace_back([&, p] {
       const device::FifoHandle h = f->handle();
       for (uint64_t i = 0; i < kEach; ++i) {
-        const int64_t ticket = fifo_push(h, tagged(p, i));
+        // Both ways of publishing, as puts and signals mix in a channel.
+        const int64_t ticket = fifo_push(
+            h, tagged(p, i),
+            i % 2 ? device::Publish::kRelaxed : device::Publish::kRelease);
         ASSERT_GE(ticket, 0);
         ASSERT_LT(static_cast<uint64_t>(ticket), kTotal);
         by_ticket[ticket].store((uint64_t{p} << 32) | i);

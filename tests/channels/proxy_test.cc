@@ -332,6 +332,11 @@ TEST(ChannelProxy, SetupMistakesAreRefused) {
   EXPECT_FALSE(p->a->start().ok());
   EXPECT_FALSE(p->a->register_memory(p->mem_a.data(), 8).ok());
   EXPECT_FALSE(ChannelProxy::create(nullptr, test_proxy_config()).ok());
+  // A signal names its semaphore in 31 bits (device/trigger.h).
+  ProxyConfig too_many = test_proxy_config();
+  too_many.num_semaphores = device::kMaxArg + 2u;
+  auto r = ChannelProxy::create(p->p2p->server.get(), too_many);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status();
 }
 
 }  // namespace

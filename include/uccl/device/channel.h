@@ -74,8 +74,10 @@ UCCL_HD int spin_until(const ChannelHandle& c, const uint64_t* p,
   }
 }
 
-UCCL_HD int push(const ChannelHandle& c, const Trigger& t) {
-  return fifo_push(c.fifo, t) >= 0 ? kChannelOk : kChannelFailed;
+// Puts name data this thread (or those it synchronized with) wrote, so
+// they publish with a release; signals and flushes name none.
+UCCL_HD int push(const ChannelHandle& c, const Trigger& t, Publish order) {
+  return fifo_push(c.fifo, t, order) >= 0 ? kChannelOk : kChannelFailed;
 }
 
 }  // namespace channel_detail
@@ -84,13 +86,16 @@ UCCL_HD int channel_put(const ChannelHandle& c, uint32_t dst_mem,
                         uint64_t dst_off, uint32_t src_mem, uint64_t src_off,
                         uint64_t bytes) {
   return channel_detail::push(
-      c, encode_trigger(TriggerOp::kPut, c.id, 0, bytes, src_mem, src_off,
-                        dst_mem, dst_off));
+      c,
+      encode_trigger(TriggerOp::kPut, c.id, 0, bytes, src_mem, src_off, dst_mem,
+                     dst_off),
+      Publish::kRelease);
 }
 
 UCCL_HD int channel_signal(const ChannelHandle& c, uint32_t sem) {
   return channel_detail::push(
-      c, encode_trigger(TriggerOp::kSignal, c.id, sem, 0, 0, 0, 0, 0));
+      c, encode_trigger(TriggerOp::kSignal, c.id, sem, 0, 0, 0, 0, 0),
+      Publish::kRelaxed);
 }
 
 UCCL_HD int channel_put_with_signal(const ChannelHandle& c, uint32_t dst_mem,
@@ -98,8 +103,10 @@ UCCL_HD int channel_put_with_signal(const ChannelHandle& c, uint32_t dst_mem,
                                     uint64_t src_off, uint64_t bytes,
                                     uint32_t sem) {
   return channel_detail::push(
-      c, encode_trigger(TriggerOp::kPutWithSignal, c.id, sem, bytes, src_mem,
-                        src_off, dst_mem, dst_off));
+      c,
+      encode_trigger(TriggerOp::kPutWithSignal, c.id, sem, bytes, src_mem,
+                     src_off, dst_mem, dst_off),
+      Publish::kRelease);
 }
 
 UCCL_HD int channel_wait(const ChannelHandle& c, uint32_t sem, uint64_t value) {
@@ -109,7 +116,8 @@ UCCL_HD int channel_wait(const ChannelHandle& c, uint32_t sem, uint64_t value) {
 
 UCCL_HD int channel_flush(const ChannelHandle& c) {
   const int64_t ticket = fifo_push(
-      c.fifo, encode_trigger(TriggerOp::kFlush, c.id, 0, 0, 0, 0, 0, 0));
+      c.fifo, encode_trigger(TriggerOp::kFlush, c.id, 0, 0, 0, 0, 0, 0),
+      Publish::kRelaxed);
   if (ticket < 0) return kChannelFailed;
   return channel_detail::spin_until(c, &c.shared->flushed,
                                     static_cast<uint64_t>(ticket) + 1);

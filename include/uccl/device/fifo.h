@@ -18,16 +18,24 @@
 //     tail, which it makes after reading the slot: those reads happen
 //     before this producer's writes. The cache is raised with a release and
 //     read with an acquire, so a producer that trusts it inherits that
-//     order too.
-//  3. Publish: words 1-3, then word 0 with a release store at system scope
-//     (PCIe writes of one thread then arrive in order behind it). Word 0
-//     carries the op (never 0) and, in bits 24-31, the ticket's lap
-//     (ticket / slots, mod 256), so the consumer's acquire load of word 0
-//     tells this lap's trigger (whose words 1-3 it then sees) from the
-//     previous lap's still in the slot, and the consumer never writes the
-//     ring (no cache line goes back and forth with the GPU's writes).
+//     order too. The cache only grows, so it may be read while the claim
+//     is still in flight (both are GPU-memory round trips; one wait).
+//  3. Publish: the four words as relaxed stores (two 16-byte stores, whose
+//     8-byte halves each land whole), each carrying the slot's
+//     phase in bit 63 (1 on even laps, 0 on odd ones, so the zeroed ring of
+//     lap 0 reads as empty). Until this lap's word has arrived, a word
+//     still holds the previous lap's value, whose phase differs (step 2:
+//     the consumer took it before this producer got room), so the
+//     consumer checks each word's phase and needs no order among them, and
+//     it never writes the ring (no cache line goes back and forth with the
+//     GPU's writes). A trigger naming data the producer wrote (a put) is
+//     published with kRelease: a system-scope release fence first, so the
+//     proxy, which sees the trigger, sees the data. Signals and flushes
+//     name none and skip that fence: on an H200 it is 0.5 of a put's
+//     0.86 us push (channel_bench --mode rtt).
 //  4. Consume (host, one thread, channels/fifo.h): in ticket order, wait
-//     for the lap's word 0, read the trigger, release tail + 1.
+//     until all four words carry the lap's phase, read the trigger,
+//     release tail + 1.
 // A producer that finds no room for `full_timeout_ns` (a consumer gone)
 // marks the FIFO failed and returns kPushFailed; its claimed slot is never
 // written, so every later push fails fast too and the host reads the error
@@ -76,11 +84,15 @@ struct FifoHandle {
 
 constexpr int64_t kPushFailed = -1;
 
-// Word 0's lap tag (trigger.h's bits 24-31, 0 in an encoded trigger).
-constexpr uint64_t kLapShift = 24;
-constexpr uint64_t kLapMask = uint64_t{0xff} << kLapShift;
-UCCL_HD uint64_t fifo_lap(uint64_t ticket, uint32_t slots) {
-  return (ticket / slots) & 0xff;
+// How a push orders the producer's earlier writes (see step 3 above).
+enum class Publish : uint32_t {
+  kRelease,  // earlier writes are visible to whoever sees the trigger
+  kRelaxed,  // the trigger names no data the producer wrote
+};
+
+// The phase bit (trigger.h's bit 63) every word of `ticket`'s slot carries.
+UCCL_HD uint64_t fifo_phase(uint64_t ticket, uint32_t slots) {
+  return ((ticket / slots) & 1) != 0 ? 0 : kPhaseBit;
 }
 
 namespace fifo_detail {
@@ -113,12 +125,16 @@ __device__ __forceinline__ uint64_t load_relaxed_sys(const uint64_t* p) {
 __device__ __forceinline__ void fence_acquire_sys() {
   asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
-__device__ __forceinline__ void store_release_sys(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v)
-               : "memory");
+__device__ __forceinline__ void fence_release_sys() {
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
-__device__ __forceinline__ void store_relaxed(uint64_t* p, uint64_t v) {
-  *reinterpret_cast<volatile uint64_t*>(p) = v;
+// Two words in one 16-byte store (one PCIe write); each word carries its
+// own phase, so nothing relies on the pair arriving whole.
+__device__ __forceinline__ void store_pair(uint64_t* p, uint64_t a,
+                                           uint64_t b) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a),
+               "l"(b)
+               : "memory");
 }
 // The tail cache passes the consumer's release on to the other producers:
 // a release max, read with an acquire (GPU scope: producers share a GPU).
@@ -165,11 +181,10 @@ inline uint64_t load_relaxed_sys(const uint64_t* p) {
   return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
 inline void fence_acquire_sys() { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
-inline void store_release_sys(uint64_t* p, uint64_t v) {
-  __atomic_store_n(p, v, __ATOMIC_RELEASE);
-}
-inline void store_relaxed(uint64_t* p, uint64_t v) {
-  __atomic_store_n(p, v, __ATOMIC_RELAXED);
+inline void fence_release_sys() { __atomic_thread_fence(__ATOMIC_RELEASE); }
+inline void store_pair(uint64_t* p, uint64_t a, uint64_t b) {
+  __atomic_store_n(p, a, __ATOMIC_RELAXED);
+  __atomic_store_n(p + 1, b, __ATOMIC_RELAXED);
 }
 inline void cache_max(unsigned long long* p, uint64_t v) {
   unsigned long long cur = __atomic_load_n(p, __ATOMIC_RELAXED);
@@ -226,23 +241,28 @@ UCCL_HD bool fifo_wait_room(const FifoHandle& f, uint64_t last) {
   }
 }
 
-UCCL_HD uint64_t fifo_word0(const Trigger& t, uint64_t ticket, uint32_t slots) {
-  return (t.w[0] & ~kLapMask) | (fifo_lap(ticket, slots) << kLapShift);
-}
-
-// Pushes `t` (its word 0 must be non-zero: encode_trigger's is). Returns
+// Pushes `t` (bit 63 of each word clear: encode_trigger's are). Returns
 // its ticket (the order the consumer takes it in), or kPushFailed when the
 // FIFO has failed or stayed full past full_timeout_ns (see above).
-UCCL_HD int64_t fifo_push(const FifoHandle& f, const Trigger& t) {
+UCCL_HD int64_t fifo_push(const FifoHandle& f, const Trigger& t,
+                          Publish order = Publish::kRelease) {
   namespace d = fifo_detail;
-  if (d::load_error(&f.state->error) != kFifoOk) return kPushFailed;
+  // Three GPU-memory reads, none waiting for another: the error, the claim
+  // and the cached tail (a lower bound of the tail whenever it is read, so
+  // the room test stays conservative). A ticket claimed from a failed FIFO
+  // is lost with it: the consumer never gets past the failed push's hole.
+  const uint32_t error = d::load_error(&f.state->error);
   const uint64_t ticket = d::claim(&f.state->head);
-  if (!fifo_wait_room(f, ticket)) return kPushFailed;
+  const uint64_t cached = d::load_cache(&f.state->tail_cache);
+  if (error != kFifoOk) return kPushFailed;
+  if (ticket >= cached + f.slots && !fifo_wait_room(f, ticket)) {
+    return kPushFailed;
+  }
+  if (order == Publish::kRelease) d::fence_release_sys();
   Trigger* s = &f.ring[ticket & (f.slots - 1)];
-  d::store_relaxed(&s->w[1], t.w[1]);
-  d::store_relaxed(&s->w[2], t.w[2]);
-  d::store_relaxed(&s->w[3], t.w[3]);
-  d::store_release_sys(&s->w[0], fifo_word0(t, ticket, f.slots));
+  const uint64_t phase = fifo_phase(ticket, f.slots);
+  d::store_pair(&s->w[0], t.w[0] | phase, t.w[1] | phase);
+  d::store_pair(&s->w[2], t.w[2] | phase, t.w[3] | phase);
   return static_cast<int64_t>(ticket);
 }
 

@@ -2,6 +2,7 @@
 // is covered by unit tests on machines without RDMA NICs.
 #include "transport/verbs/verbs_util.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -50,6 +51,10 @@ Result<VerbsParams> VerbsParams::parse(const std::string& text) {
     p.gid_index = static_cast<int>(v);
   }
   return p;
+}
+
+Status verbs_errno(const std::string& what) {
+  return ErrnoStatus(what, errno ? errno : EINVAL);
 }
 
 int choose_gid_index(const std::vector<GidEntry>& table, int preferred) {

@@ -24,6 +24,10 @@ struct GidEntry {
 // any non-zero GID. -1 when the table has no usable entry.
 int choose_gid_index(const std::vector<GidEntry>& table, int preferred);
 
+// A failed verbs call's Status: `what` with errno (EINVAL when the library
+// left errno 0).
+Status verbs_errno(const std::string& what);
+
 // The verbs backend's own options (DeviceOptions::backend_params,
 // "key=value,..."): gid_index=N (0-255) overrides UCCL_IB_GID_INDEX (the
 // NCCL plugin passes NCCL_IB_GID_INDEX this way). -1: not given. Any other

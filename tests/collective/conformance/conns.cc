@@ -195,8 +195,13 @@ void scenario_flush(Api& a) {
                "message %d corrupted", m);
   }
   CHECK_THAT(!reads || flushed == 40, "%d flushes", flushed);
-  a.dereg_mr(sc, smh);
-  a.dereg_mr(rc, rmh);
+  closer.dismiss();
+  CHECK_THAT(a.dereg_mr(sc, smh) == kSuccess, "deregMr");
+  CHECK_THAT(a.dereg_mr(rc, rmh) == kSuccess, "deregMr");
+  CHECK_THAT(a.close_send(sc) == kSuccess, "closeSend");
+  CHECK_THAT(a.close_recv(rc) == kSuccess, "closeRecv");
+  CHECK_THAT(a.close_listen(lc) == kSuccess, "closeListen");
+  std::printf("  40 messages, %d flushes read back\n", flushed);
 }
 
 // maxRecvs > 1 (UCCL_NCCL_MAX_RECVS=8): grouped receives, tags pick buffers.

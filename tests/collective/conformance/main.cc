@@ -213,6 +213,16 @@ int main(int argc, char** argv) {
       {"data", 11, {"UCCL_FAULT_TX=drop=0.01", "UCCL_FAULT_SEED=7"}});
   runs.push_back(
       {"twoproc", 11, {"UCCL_FAULT_TX=drop=0.01", "UCCL_FAULT_SEED=9"}});
+  // The receiver-driven credit controller under the same loss, in NCCL's
+  // calling pattern: grants ride on ACKs, which are lost too.
+  runs.push_back(
+      {"data",
+       11,
+       {"UCCL_CC=credit", "UCCL_FAULT_TX=drop=0.01", "UCCL_FAULT_SEED=5"}});
+  runs.push_back(
+      {"twoproc",
+       11,
+       {"UCCL_CC=credit", "UCCL_FAULT_TX=drop=0.01", "UCCL_FAULT_SEED=6"}});
   // The receiver's connection count and stripe win: 12 connections cut at
   // its default 86 KiB, though the sender's own knobs say 8 and 32 KiB.
   runs.push_back({"twoproc",

@@ -33,17 +33,19 @@ class TriggerFifo {
   const device::FifoHandle& handle() const { return h_; }
 
   // Consumer (one thread): the next trigger in ticket order once its
-  // producer has published it; false when it is not there yet.
+  // producer has published it (into *out); false when it is not there yet
+  // (*out untouched).
   bool pop(device::Trigger* out) {
     device::Trigger* s = &h_.ring[tail_ & (h_.slots - 1)];
     // Every word of this lap's trigger, not the previous lap's: each word
     // carries the lap's phase once it has arrived (device/fifo.h, step 3).
     const uint64_t phase = device::fifo_phase(tail_, h_.slots);
+    uint64_t w[4];
     for (int k = 0; k < 4; ++k) {
-      const uint64_t w = __atomic_load_n(&s->w[k], __ATOMIC_ACQUIRE);
-      if ((w & device::kPhaseBit) != phase) return false;
-      out->w[k] = w & ~device::kPhaseBit;
+      w[k] = __atomic_load_n(&s->w[k], __ATOMIC_ACQUIRE);
+      if ((w[k] & device::kPhaseBit) != phase) return false;
     }
+    for (int k = 0; k < 4; ++k) out->w[k] = w[k] & ~device::kPhaseBit;
     ++tail_;
     __atomic_store_n(&h_.shared->tail, tail_, __ATOMIC_RELEASE);
     return true;

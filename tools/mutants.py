@@ -140,8 +140,8 @@ MUTANTS = [
      "    if (false && !st.ok() && !h->identified()) {",
      "engine_tests", "BootstrapTest.*"),
     ("fifo-phase-of-word0-only", "channels/fifo.h",
-     "      if ((w & device::kPhaseBit) != phase) return false;",
-     "      if (k == 0 && (w & device::kPhaseBit) != phase) return false;",
+     "      if ((w[k] & device::kPhaseBit) != phase) return false;",
+     "      if (k == 0 && (w[k] & device::kPhaseBit) != phase) return false;",
      "channels_tests", "TriggerFifo.*"),
 ]
 

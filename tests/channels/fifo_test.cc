@@ -114,7 +114,9 @@ TEST(TriggerFifo, WordsMayArriveInAnyOrder) {
     const uint64_t phase = device::fifo_phase(ticket, 2);
     for (int k : {2, 0, 3}) {
       ring[0].w[k] = want.w[k] | phase;
+      got.w[0] = got.w[1] = got.w[2] = got.w[3] = 0x5a5a;
       EXPECT_FALSE(f->pop(&got)) << "ticket " << ticket << " word " << k;
+      for (int j = 0; j < 4; ++j) EXPECT_EQ(got.w[j], 0x5a5au);  // untouched
     }
     ring[0].w[1] = want.w[1] | phase;
     ASSERT_TRUE(f->pop(&got)) << ticket;

@@ -46,16 +46,6 @@ using uccl::channels::TriggerFifo;
 namespace dev = uccl::device;
 using Clock = std::chrono::steady_clock;
 
-#define CUDA_OK(x)                                        \
-  do {                                                    \
-    cudaError_t e_ = (x);                                 \
-    if (e_ != cudaSuccess) {                              \
-      std::fprintf(stderr, "channel_bench: %s: %s\n", #x, \
-                   cudaGetErrorString(e_));               \
-      return 1;                                           \
-    }                                                     \
-  } while (0)
-
 // ------------------------------------------------------------------ fifo
 
 __global__ void push_kernel(dev::FifoHandle f, int pushes,

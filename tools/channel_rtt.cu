@@ -35,16 +35,6 @@ namespace dev = uccl::device;
 namespace fd = uccl::device::fifo_detail;
 using Clock = std::chrono::steady_clock;
 
-#define CUDA_OK(x)                                        \
-  do {                                                    \
-    cudaError_t e_ = (x);                                 \
-    if (e_ != cudaSuccess) {                              \
-      std::fprintf(stderr, "channel_bench: %s: %s\n", #x, \
-                   cudaGetErrorString(e_));               \
-      return 1;                                           \
-    }                                                     \
-  } while (0)
-
 struct Variant {
   const char* name;
   dev::Publish publish;

@@ -370,6 +370,12 @@ bool connect_pair(Api& a, int dev, void** sc, void** rc, void** lc) {
   return *sc != nullptr && *rc != nullptr;
 }
 
+void close_pair(Api& a, void* sc, void* rc, void* lc) {
+  CHECK_THAT(a.close_send(sc) == kSuccess, "closeSend");
+  CHECK_THAT(a.close_recv(rc) == kSuccess, "closeRecv");
+  CHECK_THAT(a.close_listen(lc) == kSuccess, "closeListen");
+}
+
 // Polls test() until done; the result code of the completing test().
 int wait_req(Api& a, void* req, int* sizes, int timeout_ms) {
   const uint64_t until = uccl::monotonic_ns() + uint64_t(timeout_ms) * 1000000;

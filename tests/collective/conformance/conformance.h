@@ -160,6 +160,8 @@ int profiler(void** handle, int type, void* parent, int64_t plugin_id,
 bool load_api(const std::string& path, int version, Api* a);
 // Loops connect/accept (neither may block) until both comms exist.
 bool connect_pair(Api& a, int dev, void** sc, void** rc, void** lc);
+// Closes what connect_pair made, each close checked (a scenario's end).
+void close_pair(Api& a, void* sc, void* rc, void* lc);
 // Polls test() until done; the result code of the completing test().
 int wait_req(Api& a, void* req, int* sizes, int timeout_ms = 60000);
 // One message of `len` bytes from src (sc) into dst (rc, cap bytes), both

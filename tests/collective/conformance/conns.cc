@@ -198,9 +198,7 @@ void scenario_flush(Api& a) {
   closer.dismiss();
   CHECK_THAT(a.dereg_mr(sc, smh) == kSuccess, "deregMr");
   CHECK_THAT(a.dereg_mr(rc, rmh) == kSuccess, "deregMr");
-  CHECK_THAT(a.close_send(sc) == kSuccess, "closeSend");
-  CHECK_THAT(a.close_recv(rc) == kSuccess, "closeRecv");
-  CHECK_THAT(a.close_listen(lc) == kSuccess, "closeListen");
+  close_pair(a, sc, rc, lc);
   std::printf("  40 messages, %d flushes read back\n", flushed);
 }
 

@@ -168,9 +168,7 @@ void scenario_data(Api& a, int steps) {
   for (void* mh : sb.mhs) CHECK_THAT(a.dereg_mr(sc, mh) == kSuccess, "deregMr");
   CHECK_THAT(a.dereg_mr(rc, mh_part) == kSuccess, "deregMr");
   CHECK_THAT(a.dereg_mr(rc, mh_big) == kSuccess, "deregMr");
-  CHECK_THAT(a.close_send(sc) == kSuccess, "closeSend");
-  CHECK_THAT(a.close_recv(rc) == kSuccess, "closeRecv");
-  CHECK_THAT(a.close_listen(lc) == kSuccess, "closeListen");
+  close_pair(a, sc, rc, lc);
   std::printf("  %d messages each way checked\n", steps);
 }
 
@@ -253,9 +251,7 @@ void scenario_parts(Api& a) {
   closer.dismiss();
   CHECK_THAT(a.dereg_mr(sc, smh) == kSuccess, "deregMr");
   CHECK_THAT(a.dereg_mr(rc, rmh) == kSuccess, "deregMr");
-  CHECK_THAT(a.close_send(sc) == kSuccess, "closeSend");
-  CHECK_THAT(a.close_recv(rc) == kSuccess, "closeRecv");
-  CHECK_THAT(a.close_listen(lc) == kSuccess, "closeListen");
+  close_pair(a, sc, rc, lc);
   for (int side = 0; side < 2; ++side) {
     const char* name = side == 0 ? "send" : "recv";
     CHECK_THAT(g_closed_counts[side][0] == kMsgs, "%s: %d messages logged",

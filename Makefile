@@ -7,7 +7,7 @@ CTEST_ARGS ?=
 
 .PHONY: all build deps configure test run bench format format-check \
         asan-test tsan-test experiments release-build fuzz-build fuzz-smoke \
-        fuzz mutants python clean
+        fuzz mutants python install-python uninstall-python clean
 
 all: build
 
@@ -36,6 +36,14 @@ python: deps
 	@$(MAKE) --no-print-directory build
 	@test -d $(BUILD)/python/uccl || { echo "no Python module: pybind11 or Python headers missing (see make deps)"; exit 1; }
 	@echo "export PYTHONPATH=$(CURDIR)/$(BUILD)/python   # then: python3 -c 'from uccl import p2p'"
+
+# The same module importable without PYTHONPATH (a .pth file in the
+# interpreter's site-packages pointing at the build; PY_SITE= overrides).
+install-python: python
+	@tools/install_python.sh $(BUILD)
+
+uninstall-python:
+	@tools/install_python.sh $(BUILD) --uninstall
 
 bench: deps
 	@$(MAKE) --no-print-directory build

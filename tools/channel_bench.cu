@@ -14,8 +14,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <thread>
 #include <vector>
 
 #include "channels/proxy.h"

@@ -9,8 +9,6 @@
 // with a release fence first (puts).
 #include <cuda_runtime.h>
 #include <gflags/gflags.h>
-#include <pthread.h>
-#include <sched.h>
 
 #include <chrono>
 #include <cstdio>
@@ -20,6 +18,7 @@
 #include "channels/fifo.h"
 #include "tools/channel_bench.h"
 #include "uccl/device/fifo.h"
+#include "util/cpu.h"
 
 DECLARE_int32(gpu);
 DECLARE_int32(iterations);
@@ -46,20 +45,30 @@ constexpr Variant kVariants[] = {
 };
 
 // One trip per iteration: push, then poll the answer with an acquire load
-// per poll (channel_wait's way).
+// per poll (channel_wait's way). A failed push or an answer missing for a
+// second ends the run; *failed says so.
 __global__ void rtt_kernel(dev::FifoHandle f, const uint64_t* answer, int iters,
                            dev::Publish publish, uint64_t* trip_ns,
-                           uint64_t* push_ns) {
+                           uint64_t* push_ns, unsigned int* failed) {
+  constexpr uint64_t kAnswerTimeoutNs = 1000000000ull;
   for (int i = 0; i < iters; ++i) {
     const uint64_t t0 = fd::now_ns();
     const uint64_t want = static_cast<uint64_t>(i + 1);
-    dev::fifo_push(
+    const int64_t ticket = dev::fifo_push(
         f,
         dev::encode_trigger(dev::TriggerOp::kSignal, 0,
                             static_cast<uint32_t>(want), 0, 0, 0, 0, 0),
         publish);
     const uint64_t t1 = fd::now_ns();
-    while (fd::load_acquire_sys(answer) < want) {
+    if (ticket < 0) {
+      *failed = 1;
+      return;
+    }
+    for (uint32_t k = 1; fd::load_acquire_sys(answer) < want; ++k) {
+      if (k % 1024 == 0 && fd::now_ns() - t1 > kAnswerTimeoutNs) {
+        *failed = 1;
+        return;
+      }
     }
     trip_ns[i] = fd::now_ns() - t0;
     push_ns[i] = t1 - t0;
@@ -84,17 +93,15 @@ __global__ void parts_kernel(dev::FifoHandle f, const uint64_t* host, int iters,
   ns[3] = v;
 }
 
-void pin_to(int core) {
-  if (core < 0) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(core, &set);
-  pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-}
-
 // The consumer: answers each trigger by storing its arg.
 void answer_loop(TriggerFifo* fifo, uint64_t* answer, int iters) {
-  pin_to(FLAGS_core);
+  if (FLAGS_core >= 0) {
+    uccl::Status st = uccl::pin_current_thread(FLAGS_core);
+    if (!st.ok()) {
+      std::fprintf(stderr, "channel_bench: %s (consumer unpinned)\n",
+                   st.to_string().c_str());
+    }
+  }
   dev::Trigger t;
   const auto deadline = Clock::now() + std::chrono::seconds(60);
   for (int i = 0; i < iters && Clock::now() < deadline;) {
@@ -165,10 +172,16 @@ int print_parts(uint64_t* answer, uint64_t* scratch, int n) {
 
 int channel_bench::run_rtt() {
   const int n = FLAGS_iterations;
+  if (n < 10) {
+    std::fprintf(stderr, "channel_bench: rtt needs --iterations >= 10\n");
+    return 2;
+  }
   const std::vector<double> cpu_us = cpu_trips(n);
   uint64_t* answer = nullptr;
   uint64_t *trip = nullptr, *push = nullptr;
+  unsigned int* failed = nullptr;
   CUDA_OK(cudaHostAlloc(&answer, 64, cudaHostAllocMapped));
+  CUDA_OK(cudaHostAlloc(&failed, sizeof(*failed), cudaHostAllocMapped));
   CUDA_OK(cudaMalloc(&trip, sizeof(uint64_t) * n));
   CUDA_OK(cudaMalloc(&push, sizeof(uint64_t) * n));
   if (print_parts(answer, trip, n) != 0) return 1;
@@ -177,11 +190,20 @@ int channel_bench::run_rtt() {
     auto fifo = gpu_fifo();
     if (!fifo.ok()) return 1;
     *answer = 0;
+    *failed = 0;
     std::thread consumer(answer_loop, fifo->get(), answer, n);
-    rtt_kernel<<<1, 1>>>((*fifo)->handle(), answer, n, v.publish, trip, push);
+    rtt_kernel<<<1, 1>>>((*fifo)->handle(), answer, n, v.publish, trip, push,
+                         failed);
     CUDA_OK(cudaGetLastError());
     consumer.join();
     CUDA_OK(cudaDeviceSynchronize());
+    if (*failed) {
+      std::fprintf(stderr,
+                   "channel_bench: rtt %s: a push failed or its answer did "
+                   "not come within 1 s\n",
+                   v.name);
+      return 1;
+    }
     std::vector<double> trip_us, push_us;
     if (fetch_us(trip, n, &trip_us) != 0 || fetch_us(push, n, &push_us) != 0)
       return 1;
@@ -197,6 +219,7 @@ int channel_bench::run_rtt() {
       "us; the GPU's signal trip p50 %.1fx the CPU's\n",
       pct(cpu_us, 0.5), pct(cpu_us, 0.99), signal_p50 / pct(cpu_us, 0.5));
   cudaFreeHost(answer);
+  cudaFreeHost(failed);
   cudaFree(trip);
   cudaFree(push);
   return 0;

@@ -122,9 +122,6 @@ __device__ __forceinline__ uint64_t load_relaxed_sys(const uint64_t* p) {
                : "memory");
   return v;
 }
-__device__ __forceinline__ void fence_acquire_sys() {
-  asm volatile("fence.acq_rel.sys;" ::: "memory");
-}
 __device__ __forceinline__ void fence_release_sys() {
   asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
@@ -180,7 +177,6 @@ inline uint64_t load_acquire_sys(const uint64_t* p) {
 inline uint64_t load_relaxed_sys(const uint64_t* p) {
   return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
-inline void fence_acquire_sys() { __atomic_thread_fence(__ATOMIC_ACQUIRE); }
 inline void fence_release_sys() { __atomic_thread_fence(__ATOMIC_RELEASE); }
 inline void store_pair(uint64_t* p, uint64_t a, uint64_t b) {
   __atomic_store_n(p, a, __ATOMIC_RELAXED);

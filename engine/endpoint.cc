@@ -87,7 +87,8 @@ Result<std::unique_ptr<Endpoint>> Endpoint::create(const EndpointConfig& in) {
             << " engine(s) on cores " << format_cpu_list(impl->cores) << ", "
             << c.paths << " paths, " << (c.rc_mode ? "RC" : "UC") << " mode, "
             << "chunk " << c.chunk_bytes << " B, cc " << c.cc << ", eager "
-            << impl->engines[0]->eager_bytes() << " B"
+            << impl->engines[0]->eager_bytes() << " B, inline "
+            << impl->engines[0]->inline_bytes() << " B"
             << (rc.engine.drive_nic ? "" : ", NIC driven by CQ polls");
   return std::unique_ptr<Endpoint>(new Endpoint(std::move(impl)));
 }

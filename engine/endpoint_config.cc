@@ -106,6 +106,23 @@ UCCL_KNOB(int64_t, knob_ack_every, "UCCL_ACK_EVERY", 4,
 UCCL_KNOB(int64_t, knob_ack_delay_us, "UCCL_ACK_DELAY_US", 20,
           "Receiver: longest delay of an ACK for a received chunk, us.", 0,
           1000000);
+UCCL_KNOB(int64_t, knob_inline_bytes, "UCCL_INLINE_BYTES", -1,
+          "Inline sends: a send of at most this many bytes that finds its "
+          "receive posted, on a connection with no send outstanding, goes "
+          "whole in the connection's control message (one datagram, no "
+          "chunk and no ACK; it completes when the control QP delivers it) "
+          "instead of as a chunk: the latency path of small ping-pongs. "
+          "The receiver copies it, so only to a peer that offers eager "
+          "slots; never on verbs devices. 0: off; -1: 992 (the most) where "
+          "eager sends are on, else 0.",
+          -1, 992);
+UCCL_KNOB(int64_t, knob_ctrl_ack_delay_us, "UCCL_CTRL_ACK_DELAY_US", 10,
+          "Software NIC: how long a connection's control QP holds the ACK "
+          "of a received control message for its own next control message "
+          "(a receive descriptor, an inline reply) to carry back, us. In a "
+          "ping-pong of inline sends each reply carries it: one datagram per "
+          "message. 0: ACK at once.",
+          0, 1000);
 UCCL_KNOB(bool, knob_drive_nic, "UCCL_ENGINE_DRIVES_NIC", true,
           "Software NIC: the engine drives it once per loop: receive and "
           "handle everything, then send the loop's posts in one round, "
@@ -251,6 +268,24 @@ Result<uint32_t> eager_bytes(const EndpointConfig& c) {
   return static_cast<uint32_t>(eager);
 }
 
+// Inline sends: the caller's size, else the knob's, else the most where
+// eager sends are on (both need a peer whose receive buffers are host
+// memory; neither works with cc=credit's per-receive grants).
+Result<uint32_t> inline_bytes(const EndpointConfig& c, uint32_t eager) {
+  int64_t v = c.inline_bytes >= 0 ? c.inline_bytes : knob_inline_bytes().get();
+  if (v > static_cast<int64_t>(kMaxInlineBytes)) {
+    return InvalidArgument("inline size must be at most " +
+                           std::to_string(kMaxInlineBytes) + " bytes");
+  }
+  if (v > 0 && c.cc == "credit") {
+    return InvalidArgument(
+        "inline sends do not work with cc=credit (its pull pacer grants "
+        "credit per posted receive); set UCCL_INLINE_BYTES=0");
+  }
+  if (v < 0) v = eager > 0 ? kMaxInlineBytes : 0;
+  return static_cast<uint32_t>(v);
+}
+
 // Faults: the config's where set, else the knobs'; the config then says
 // what the device uses.
 Result<transport::DeviceOptions> device_options(EndpointConfig* c) {
@@ -327,6 +362,9 @@ Result<EngineConfig> engine_config(const EndpointConfig& c) {
       static_cast<uint64_t>(c.idle_sleep_after_ms) * 1000000;
   ec.drive_nic = knob_drive_nic().get();
   UCCL_ASSIGN_OR_RETURN(ec.eager_bytes, eager_bytes(c));
+  UCCL_ASSIGN_OR_RETURN(ec.inline_bytes, inline_bytes(c, ec.eager_bytes));
+  ec.ctrl_ack_delay_ns =
+      static_cast<uint32_t>(knob_ctrl_ack_delay_us().get() * 1000);
   ec.trace_file = c.trace_file;
   ec.stats_interval_s = knob_stats_interval().get();
   return ec;

@@ -159,6 +159,13 @@ Result<std::unique_ptr<UcclRDMAEngine>> UcclRDMAEngine::create(
   } else {
     e->cfg_.eager_bytes = 0;
   }
+  // Inline sends and control SENDs past 256 bytes: on the software NIC
+  // only (verbs devices inline no more, and their receive buffers may be
+  // GPU memory, which the engine cannot copy into).
+  const bool soft = e->dev_->info().backend == "udp";
+  e->ctrl_batch_bytes_ = soft ? kCtrlBatchBytes : kCtrlBatchBytesSmall;
+  e->cfg_.inline_bytes =
+      soft ? std::min<uint32_t>(cfg.inline_bytes, kMaxInlineBytes) : 0;
   UCCL_RETURN_IF_ERROR(e->open_queues());
   UCCL_RETURN_IF_ERROR(e->open_ud_qp());
   // Receive windows (per-receive rkeys) where the backend has them.

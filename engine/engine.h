@@ -86,6 +86,17 @@ struct EngineConfig {
   // side offers its peer). 0: off. At most chunk_bytes - sizeof(EagerHdr) (one
   // chunk).
   uint32_t eager_bytes = 0;
+  // Inline sends (wire.h): payload bytes up to which a send that finds its
+  // receive's descriptor, on a connection with nothing outstanding, goes
+  // whole in the control SEND (at most kMaxInlineBytes; 0: off). Used on
+  // the software NIC only, and to a peer that offers eager slots (its
+  // receive buffers are host memory).
+  uint32_t inline_bytes = 0;
+  // The control QP holds the ACK of a received control SEND this long for
+  // the next SEND of its own to carry it (transport RcAttrs::ack_delay_ns;
+  // the software NIC): in a ping-pong each side's reply carries it, one
+  // datagram per message instead of two. 0: ACK at once.
+  uint32_t ctrl_ack_delay_ns = 0;
   std::string trace_file;       // Chrome trace of chunk events, or ""
   double stats_interval_s = 0;  // periodic stats log line, 0 = off
   Clock* clock = nullptr;
@@ -186,14 +197,15 @@ class UcclRDMAEngine {
   // In effect (after create): whole packets of the device's MTU.
   uint32_t chunk_bytes() const { return cfg_.chunk_bytes; }
   uint32_t eager_bytes() const { return cfg_.eager_bytes; }
+  uint32_t inline_bytes() const { return cfg_.inline_bytes; }
   bool windows_supported() const { return windows_; }
   std::string device_counters();
 
-  // Test hook: the next eager header (kEager*) or receive descriptor
-  // (kDesc*) this engine writes is damaged the way `f` says, as a buggy or
-  // hostile peer would write it; the receiver must refuse it
-  // (tests/engine/hostile_peer_test.cc). Any thread; when unset, one
-  // relaxed load per eager send and per descriptor.
+  // Test hook: the next eager header (kEager*), receive descriptor
+  // (kDesc*) or inline message (kInline*) this engine writes is damaged the
+  // way `f` says, as a buggy or hostile peer would write it; the receiver
+  // must refuse it (tests/engine/hostile_peer_test.cc). Any thread; when
+  // unset, one relaxed load per eager send, descriptor and inline send.
   enum class WireFault : uint32_t {
     kNone = 0,
     kEagerBadMagic = 1,
@@ -203,7 +215,10 @@ class UcclRDMAEngine {
     kDescEntriesWrap = 5,       // n + region wraps 32 bits
     kDescBadSlot = 6,           // slot outside the peer's slot space
     kDescUnknownType = 7,       // a type this protocol version lacks
-    kLast = kDescUnknownType,
+    kInlineBadBuf = 8,          // names a buffer the receive does not have
+    kInlineNoRecv = 9,          // names a slot with no receive posted
+    kInlineOverLength = 10,     // claims more payload than a message holds
+    kLast = kInlineOverLength,
   };
   void inject_wire_fault(WireFault f) {
     wire_fault_.store(static_cast<uint32_t>(f), std::memory_order_release);
@@ -252,6 +267,7 @@ class UcclRDMAEngine {
   // about to yield or sleep).
   void send_held_acks(uint64_t now);
   void send_ctrl(Conn* c, const CtrlMsg& m);
+  void append_ctrl(Conn* c, const void* msg, uint32_t len);
   void flush_ctrl(Conn* c);
   void on_ctrl_batch(Conn* c, const uint8_t* p, uint32_t len);
 
@@ -259,6 +275,13 @@ class UcclRDMAEngine {
   int poll_send_cq(uint64_t now);
   void match_sends(Conn* c, uint64_t now);
   bool send_eager(Conn* c, const PendingSend& p, uint64_t now);
+  // Inline sends (engine_inline.cc).
+  bool inline_fits(const Conn* c, const PendingSend& p, const RecvBuf& b) const;
+  void send_inline(Conn* c, const PendingSend& p, const Desc& d, uint32_t buf,
+                   uint64_t now);
+  void complete_inline(Conn* c, uint32_t ctrl_seq);
+  void on_inline(Conn* c, const CtrlMsg& m, const uint8_t* payload);
+  void damage_inline(CtrlMsg* h);
   void pay_owed(Conn* c);
   void on_eager(Conn* c, const RxChunkInfo& info);
   void deliver_eager(Conn* c, uint32_t k, int slot, int buf);
@@ -323,6 +346,9 @@ class UcclRDMAEngine {
   uint64_t last_stats_nic_[kNicCounters] = {};
   uint64_t last_stats_acks_ = 0, last_stats_ctrl_sends_ = 0;
   uint64_t ctrl_sends_ = 0;
+  // Bytes one control SEND may carry: the peer's buffer on the software
+  // NIC, 256 elsewhere (engine.cc).
+  uint32_t ctrl_batch_bytes_ = kCtrlBatchBytes;
   uint64_t last_stats_loops_ = 0, last_stats_idle_ = 0;
   uint64_t last_stats_busy_ns_ = 0, last_stats_run_ns_ = 0;
   size_t rr_start_ = 0;         // first connection served by the next loop

@@ -80,7 +80,8 @@ Status UcclRDMAEngine::create_qps(Conn* c, ConnSetup* s) {
   cq.type = QpType::kRC;
   cq.srq = ctrl_srq_.get();
   cq.max_send_wr = kCtrlSendDepth;
-  cq.max_inline_data = 256;
+  cq.max_inline_data = ctrl_batch_bytes_;
+  cq.rc.ack_delay_ns = cfg_.ctrl_ack_delay_ns;
   cq.own_flow_entropy = false;
   cq.low_priority = cfg_.drive_nic;  // descriptors after the loop's data
   // Descriptors and ACK requests must outlive any overload of the path

@@ -16,9 +16,7 @@ using transport::WrOpcode;
 // Control messages of one loop leave together: appended here, sent as one
 // SEND by flush_ctrl() in the loop's pass over the connections (wire.h).
 void UcclRDMAEngine::send_ctrl(Conn* c, const CtrlMsg& m) {
-  const uint32_t len = static_cast<uint32_t>(offsetof(CtrlMsg, bufs) +
-                                             ctrl_entries(m) * sizeof(RecvBuf));
-  if (c->ctrl_out_len + len > kCtrlBufBytes) flush_ctrl(c);
+  const uint32_t len = static_cast<uint32_t>(ctrl_record_bytes(m));
   const CtrlMsg* out = &m;
   CtrlMsg damaged;
   if (__builtin_expect(wire_fault_.load(std::memory_order_relaxed) != 0, 0) &&
@@ -27,38 +25,25 @@ void UcclRDMAEngine::send_ctrl(Conn* c, const CtrlMsg& m) {
     damage_descriptor(&damaged);
     out = &damaged;
   }
-  std::memcpy(c->ctrl_out + c->ctrl_out_len, out, len);
-  c->ctrl_out_len += len;
-  activate(c);
+  append_ctrl(c, out, len);
   trace_now("ctrl_tx", c->index, m.slot);
 }
 
-// Test hook (inject_wire_fault): spoils a copy of one outgoing descriptor
-// (its length on the wire stays that of the original).
-void UcclRDMAEngine::damage_descriptor(CtrlMsg* m) {
-  switch (
-      take_wire_fault(WireFault::kDescNoBuffers, WireFault::kDescUnknownType)) {
-    case WireFault::kDescNoBuffers:
-      m->n = 0;
-      break;
-    case WireFault::kDescEntriesWrap:
-      m->region = UINT32_MAX;  // n + region: 2^32 or more, not a small count
-      break;
-    case WireFault::kDescBadSlot:
-      m->slot = Imm::kSlots;
-      break;
-    case WireFault::kDescUnknownType:
-      m->type = 99;
-      break;
-    default:
-      break;
-  }
+// Appends `len` bytes (one message) to the loop's control SEND, sending
+// what it holds first where they would not fit the peer's buffer.
+void UcclRDMAEngine::append_ctrl(Conn* c, const void* msg, uint32_t len) {
+  if (c->ctrl_out_len + len > ctrl_batch_bytes_) flush_ctrl(c);
+  std::memcpy(c->ctrl_out + c->ctrl_out_len, msg, len);
+  c->ctrl_out_len += len;
+  activate(c);
 }
 
 void UcclRDMAEngine::flush_ctrl(Conn* c) {
   if (c->ctrl_out_len == 0) return;
   const uint32_t len = c->ctrl_out_len;
   c->ctrl_out_len = 0;
+  const bool inline_msgs = c->ctrl_signal;
+  c->ctrl_signal = false;
   if (c->failed) return;
   Sge sge{reinterpret_cast<uint64_t>(c->ctrl_out), len, 0};
   SendWr wr;
@@ -66,9 +51,9 @@ void UcclRDMAEngine::flush_ctrl(Conn* c) {
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.inline_data = true;
-  wr.signaled = ++c->ctrl_unsignaled >= kSignalEvery;
+  wr.signaled = ++c->ctrl_unsignaled >= kSignalEvery || inline_msgs;
   wr.wr_id = make_wr_id(WrKind::kCtrl, c->index, 0,
-                        wr.signaled ? c->ctrl_unsignaled : 0, 0);
+                        wr.signaled ? c->ctrl_unsignaled : 0, ++c->ctrl_posted);
   if (wr.signaled) c->ctrl_unsignaled = 0;
   Status st = c->ctrl->post_send(&wr, nullptr);
   if (!st.ok()) {
@@ -89,7 +74,11 @@ void UcclRDMAEngine::on_ctrl_batch(Conn* c, const uint8_t* p, uint32_t len) {
       fail_conn(c, ProtocolError("malformed control message from peer"));
       return;
     }
-    on_ctrl_msg(c, m);
+    if (m.type == static_cast<uint32_t>(CtrlType::kInline)) {
+      on_inline(c, m, p + off + kCtrlHeaderBytes);
+    } else {
+      on_ctrl_msg(c, m);
+    }
     off += used;
   }
 }

@@ -14,9 +14,12 @@ constexpr uint32_t kCqDepth = 65536;
 constexpr uint32_t kDataSrqDepth = 8192;  // zero-length receives
 constexpr uint32_t kRecvBatch = 32;
 constexpr uint32_t kCtrlBufs = 1024;  // control-message receive buffers
-constexpr uint32_t kCtrlBufBytes = 256;
-static_assert(sizeof(CtrlMsg) <= kCtrlBufBytes,
-              "control buffers fit a message");
+constexpr uint32_t kCtrlBufBytes = kCtrlBatchBytes;  // wire.h
+// A control SEND's bytes off the software NIC (verbs devices inline no
+// more; the null NIC carries no more).
+constexpr uint32_t kCtrlBatchBytesSmall = 256;
+static_assert(sizeof(CtrlMsg) <= kCtrlBatchBytesSmall,
+              "a small control SEND fits a message");
 constexpr uint32_t kUdBufs = 1024;
 constexpr uint32_t kUdBufBytes = 256;
 static_assert(transport::kGrhBytes + sizeof(AckPacket) <= kUdBufBytes,
@@ -71,9 +74,15 @@ struct UcclRDMAEngine::Conn {
   std::vector<uint32_t> qp_outstanding;  // WRs not yet retired
   std::unique_ptr<transport::QueuePair> ctrl;  // RC: receive descriptors
   uint32_t ctrl_unsignaled = 0;
-  // Control messages of this loop, sent together by flush_ctrl().
+  // Control SENDs posted (the low 32 bits ride in a signaled one's wr_id,
+  // so its completion names the inline messages it completes).
+  uint32_t ctrl_posted = 0;
+  // Control messages of this loop, sent together by flush_ctrl();
+  // ctrl_signal: they include an inline message (its send completes with
+  // the SEND, which is then signaled).
   uint8_t ctrl_out[kCtrlBufBytes];
   uint32_t ctrl_out_len = 0;
+  bool ctrl_signal = false;
   std::unique_ptr<transport::AddressHandle> peer_ah;  // peer engine's UD QP
   uint32_t peer_ud_qpn = 0, peer_ud_qkey = 0;
   uint32_t peer_flow = 0, peer_engine = 0;

@@ -29,6 +29,8 @@ void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
     out->sends_eager += c->tx.sends_eager;
     out->eager_received += c->rx.eager_rx;
     out->eager_held += c->rx.eager_held;
+    out->sends_inline += c->tx.sends_inline;
+    out->inline_received += c->rx.inline_rx;
     if (cfg_.eager_bytes) {  // slots we would use
       out->eager_slots_free +=
           __builtin_popcount(c->tx.eager_free & ~c->tx.eager_busy);

@@ -63,8 +63,8 @@ void count_wait(TxFlow& tx, const PendingSend& p, uint64_t now) {
 
 // Every chunk sent and acknowledged, and (eager) a receive assigned to it.
 bool ready_to_complete(const TxMsg& m) {
-  return m.all_chunked && m.chunks_acked == m.chunks_total && !m.done &&
-         (!m.eager || m.paid);
+  return !m.is_inline && m.all_chunked && m.chunks_acked == m.chunks_total &&
+         !m.done && (!m.eager || m.paid);
 }
 
 // Drops descriptors whose buffers are all taken from the ring's head.
@@ -92,6 +92,15 @@ void UcclRDMAEngine::match_sends(Conn* c, uint64_t now) {
       continue;
     }
     d->used_mask |= 1u << b;
+    if (inline_fits(c, p, d->bufs[b])) {
+      const PendingSend taken = p;
+      ++tx.pend_head;  // taken before its SEND may fail the connection
+      count_wait(tx, taken, now);
+      send_inline(c, taken, *d, b, now);
+      if (c->failed) return;
+      retire_descs(tx);
+      continue;
+    }
     TxMsg& m = tx.msg(tx.msg_tail++);
     m = TxMsg{};
     m.req = p.req;
@@ -116,7 +125,14 @@ bool UcclRDMAEngine::send_eager(Conn* c, const PendingSend& p, uint64_t now) {
   TxFlow& tx = c->tx;
   const uint64_t limit = std::min(cfg_.eager_bytes, tx.eager_peer_bytes);
   const uint32_t usable = tx.eager_free & ~tx.eager_busy;
-  if (usable == 0 || p.len > limit || tx.owed_n >= kEagerSlots) return false;
+  // (Off means off: an empty send too waits for its receive.)
+  if (cfg_.eager_bytes == 0 || usable == 0 || p.len > limit ||
+      tx.owed_n >= kEagerSlots) {
+    return false;
+  }
+  // Not past an inline message the receiver may not have taken yet: it
+  // would give this one the buffer that message names (wire.h).
+  if (tx.inline_outstanding) return false;
   const uint32_t k = static_cast<uint32_t>(__builtin_ctz(usable));
   tx.eager_free &= ~(1u << k);
   tx.eager_busy |= 1u << k;
@@ -142,36 +158,6 @@ bool UcclRDMAEngine::send_eager(Conn* c, const PendingSend& p, uint64_t now) {
   count_wait(tx, p, now);
   trace("eager_tx", c->index, k, now);
   return true;
-}
-
-// Test hook (inject_wire_fault): the armed fault if it lies in [lo, hi],
-// disarmed; else kNone (a fault of the other kind stays armed).
-UcclRDMAEngine::WireFault UcclRDMAEngine::take_wire_fault(WireFault lo,
-                                                          WireFault hi) {
-  uint32_t f = wire_fault_.load(std::memory_order_acquire);
-  if (f < static_cast<uint32_t>(lo) || f > static_cast<uint32_t>(hi) ||
-      !wire_fault_.compare_exchange_strong(f, 0)) {
-    return WireFault::kNone;
-  }
-  return static_cast<WireFault>(f);
-}
-
-// Test hook (inject_wire_fault): spoils one eager header.
-void UcclRDMAEngine::damage_eager_header(EagerHdr* h) {
-  switch (take_wire_fault(WireFault::kEagerBadMagic,
-                          WireFault::kEagerLenShortOfChunk)) {
-    case WireFault::kEagerBadMagic:
-      h->magic ^= 1;
-      break;
-    case WireFault::kEagerLenPastChunk:
-      h->len += 1;
-      break;
-    case WireFault::kEagerLenShortOfChunk:
-      h->len -= 1;  // from 0 it wraps: malformed all the same
-      break;
-    default:
-      break;
-  }
 }
 
 // A descriptor arrived: the eager sends owed a buffer take theirs first, in
@@ -520,6 +506,10 @@ int UcclRDMAEngine::poll_send_cq(uint64_t now) {
                                                ? "control message failed: "
                                                : "data transfer failed: ") +
                                transport::wc_status_name(w.status)));
+    }
+    if (kind == WrKind::kCtrl && w.status == WcStatus::kSuccess &&
+        c->tx.inline_outstanding && !c->failed) {
+      complete_inline(c, wr_csn(w.wr_id));
     }
     if (kind != WrKind::kData) continue;
     const uint32_t path = wr_path(w.wr_id);

@@ -63,6 +63,10 @@ struct TxMsg {
   // (a descriptor's buffer was assigned to it).
   bool eager;
   bool paid;
+  // Inline: the whole message in control SEND number `ctrl_seq` (wire.h);
+  // done when that SEND completes.
+  bool is_inline;
+  uint32_t ctrl_seq;
   int32_t tag;
   uint64_t addr;  // local source
   uint64_t len;
@@ -159,7 +163,9 @@ struct TxFlow {
   // Sends matched with a receive descriptor; those that had to wait for one
   // (receiver-driven: the peer had not posted yet) and the total wait.
   uint64_t sends_matched = 0, sends_waited = 0, send_wait_ns = 0;
-  uint64_t sends_eager = 0;  // sent eagerly (no descriptor yet)
+  uint64_t sends_eager = 0;         // sent eagerly (no descriptor yet)
+  uint64_t sends_inline = 0;        // sent whole in a control SEND
+  uint32_t inline_outstanding = 0;  // of those, not yet completed
 
   bool has_unacked() const { return sb->has_unacked(); }
   ChunkRec& chunk(uint32_t csn) { return chunks[csn & (kChunkRing - 1)]; }
@@ -230,6 +236,7 @@ struct RxFlow {
   uint64_t acks_tx = 0;
   // Eager messages received, and those that arrived before their receive.
   uint64_t eager_rx = 0, eager_held = 0;
+  uint64_t inline_rx = 0;  // inline messages received (wire.h)
 
   uint8_t* eager_slot(uint32_t k) const {
     return eager_mem.get() + size_t{k} * eager_slot_bytes;

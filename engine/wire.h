@@ -23,7 +23,7 @@ namespace uccl::engine {
 // The TCP connection then stays open as the liveness channel: EOF or an
 // error on it fails the connection's requests (peer died or closed).
 constexpr uint32_t kBootMagic = 0x55434342;  // "UCCB"
-constexpr uint16_t kBootVersion = 3;         // 3: batched control messages
+constexpr uint16_t kBootVersion = 4;  // 3: batched control messages, 4: inline
 constexpr uint8_t kBootReady = 0xA5;
 // Sent on the TCP connection when a side closes gracefully: the peer fails
 // its pending requests quietly instead of reporting a crashed peer.
@@ -60,8 +60,9 @@ static_assert(sizeof(BootQps) == 16 + 24 + 8 + 40, "BootQps layout");
 // ----------------------------------------------- control QP messages (RC)
 // SENDs on the connection's RC control QP; reliable and in order. One SEND
 // carries the messages an engine loop produced for the connection, back to
-// back, each offsetof(CtrlMsg, bufs) + 24 x ctrl_entries() bytes, at most
-// 256 bytes in all (the receiver's buffer size). Both sides run one protocol
+// back, each ctrl_record_bytes() long, at most kCtrlBatchBytes in all (the
+// receiver's buffer size; 256 off the software NIC, as verbs devices
+// inline no more). Both sides run one protocol
 // version (the handshake checks it), so a malformed message or an unknown
 // type fails the connection (PROTOCOL_ERROR, counted).
 enum class CtrlType : uint32_t {
@@ -76,6 +77,10 @@ enum class CtrlType : uint32_t {
   kEagerGrant = 5,  // bufs[i] = a free eager bounce slot of the receiver:
                     // addr, size (header + payload bytes), rkey (a window
                     // for this use only), tag = slot index (< kEagerSlots).
+  kInline = 6,      // a whole small message for buffer `n` of the receive in
+                    // `slot` (a descriptor the sender holds): read_len payload
+                    // bytes follow the 32-byte header, padded to 8 ("Inline
+                    // messages" below).
 };
 
 struct RecvBuf {
@@ -102,23 +107,56 @@ struct CtrlMsg {
 static_assert(sizeof(CtrlMsg) == 32 + 24 * kMaxRecvsPerRequest,
               "CtrlMsg layout");
 
+// ----------------------------------------------- inline messages
+// A send of at most kMaxInlineBytes (and of the peer's eager size, which
+// says its receive buffers are host memory the engine may copy into) that
+// finds its receive's descriptor, on a connection with no earlier message
+// outstanding, travels whole in the control SEND (kInline) instead of as a
+// chunk: one datagram, together with the loop's other control messages,
+// and no engine ACK, as the control QP is reliable. It completes when that
+// SEND does (the NIC's acknowledgement). While one is outstanding, later
+// sends do not go eager: an eager message takes the oldest free receive
+// the receiver sees, which must not be one an inline message on the other
+// QP has not claimed yet. Off the software NIC none is sent.
+constexpr uint32_t kCtrlBatchBytes = 1024;  // receive buffer of a SEND
+constexpr uint32_t kCtrlHeaderBytes = 32;   // offsetof(CtrlMsg, bufs)
+constexpr uint32_t kMaxInlineBytes = kCtrlBatchBytes - kCtrlHeaderBytes;
+static_assert(offsetof(CtrlMsg, bufs) == kCtrlHeaderBytes, "CtrlMsg layout");
+static_assert(sizeof(CtrlMsg) <= kCtrlBatchBytes, "a SEND holds a message");
+
 // Entries of bufs[] a control message carries (its length on the wire is
 // offsetof(CtrlMsg, bufs) + 24 x this). 64-bit: a peer's n + region must
-// not wrap past the kMaxRecvsPerRequest check.
+// not wrap past the kMaxRecvsPerRequest check. An inline message has none.
 inline uint64_t ctrl_entries(const CtrlMsg& m) {
+  if (m.type == static_cast<uint32_t>(CtrlType::kInline)) return 0;
   return uint64_t{m.n} +
          (m.type == static_cast<uint32_t>(CtrlType::kRecvDesc) ? m.region : 0);
 }
 
+// A control message's bytes on the wire (64-bit, from a peer's fields).
+inline uint64_t ctrl_record_bytes(const CtrlMsg& m) {
+  if (m.type == static_cast<uint32_t>(CtrlType::kInline)) {
+    return kCtrlHeaderBytes + (m.read_len + 7) / 8 * 8;
+  }
+  return kCtrlHeaderBytes + ctrl_entries(m) * sizeof(RecvBuf);
+}
+
 // The next message of a control SEND, `have` bytes at `p`: copies it into
-// *m (entries it does not carry zeroed) and returns the bytes it takes, or
-// 0 when it is cut short or claims more entries than a message holds.
+// *m (entries it does not carry zeroed; an inline message's payload stays
+// at p + kCtrlHeaderBytes) and returns the bytes it takes, or 0 when it is
+// cut short or claims more entries or payload than a message holds.
 inline uint32_t parse_ctrl_msg(const uint8_t* p, uint32_t have, CtrlMsg* m) {
   std::memset(m, 0, sizeof(*m));
   if (have < offsetof(CtrlMsg, bufs)) return 0;
   std::memcpy(m, p, std::min<uint32_t>(have, sizeof(*m)));
+  const bool is_inline = m->type == static_cast<uint32_t>(CtrlType::kInline);
   const uint64_t entries = ctrl_entries(*m);
-  const uint64_t need = offsetof(CtrlMsg, bufs) + entries * sizeof(RecvBuf);
+  const uint64_t need = is_inline && m->read_len > kMaxInlineBytes
+                            ? ~0ull
+                            : ctrl_record_bytes(*m);
+  if (is_inline) {  // its payload is no entries: keep them zero
+    std::memset(m->bufs, 0, sizeof(m->bufs));
+  }
   if (entries > kMaxRecvsPerRequest || have < need) {
     std::memset(m, 0, sizeof(*m));
     return 0;
@@ -134,6 +172,12 @@ inline uint32_t parse_ctrl_msg(const uint8_t* p, uint32_t have, CtrlMsg* m) {
 inline const char* ctrl_msg_problem(const CtrlMsg& m) {
   const auto t = static_cast<CtrlType>(m.type);
   if (t == CtrlType::kAckReq || t == CtrlType::kPullReq) return nullptr;
+  if (t == CtrlType::kInline) {
+    return m.n >= kMaxRecvsPerRequest || m.slot >= Imm::kSlots ||
+                   m.read_len > kMaxInlineBytes
+               ? "malformed inline message"
+               : nullptr;
+  }
   if (t != CtrlType::kRecvDesc && t != CtrlType::kEagerGrant &&
       t != CtrlType::kReadReq) {
     return "unknown control message type";

@@ -143,6 +143,14 @@ MUTANTS = [
      "      if ((w[k] & device::kPhaseBit) != phase) return false;",
      "      if (k == 0 && (w[k] & device::kPhaseBit) != phase) return false;",
      "channels_tests", "TriggerFifo.*"),
+    ("inline-does-not-hold-eager-back", "engine/engine_tx.cc",
+     "  if (tx.inline_outstanding) return false;",
+     "  if (false && tx.inline_outstanding) return false;",
+     "engine_tests", "InlineTest.*"),
+    ("held-ack-never-carried", "transport/udp/soft_qp_tx.cc",
+     "    if (type_ == QpType::kRC && ack_held_until_ns_ != 0) {",
+     "    if (false && ack_held_until_ns_ != 0) {",
+     "transport_tests", "RcAckCoalescing*"),
 ]
 
 

@@ -192,6 +192,12 @@ struct RcAttrs {
   uint8_t rnr_retry = 7;       // 7 = retry forever
   uint8_t min_rnr_timer = 12;  // 0.64 ms
   uint8_t max_rd_atomic = 16;  // outstanding READs
+  // Responder ACK coalescing: hold the ACK of a received message up to this
+  // long, for a request of this QP's own to carry it back, as a reply
+  // usually follows at once (0: ACK at once). A second message to ACK, a
+  // duplicate or a NAK does not wait. Backends without it ACK at once (the
+  // software NIC has it; verbs NICs coalesce as they do).
+  uint32_t ack_delay_ns = 0;
 };
 
 class ProtectionDomain;

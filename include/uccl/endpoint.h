@@ -42,6 +42,8 @@ struct EndpointConfig {
   std::string trace_file;      // Chrome trace; "" = UCCL_TRACE_FILE
   int64_t eager_bytes = -1;    // eager sends up to this size; -1 =
                                // UCCL_EAGER_BYTES (docs/engine.md)
+  int64_t inline_bytes = -1;   // inline sends up to this size; -1 =
+                               // UCCL_INLINE_BYTES (docs/engine.md)
   int64_t idle_sleep_us = -1;  // an idle engine's sleep per empty loop, us
                                // (0: never sleeps); -1 = UCCL_IDLE_SLEEP_US
                                // (from_knobs() fills it only when set)

@@ -124,6 +124,9 @@ struct FlowStats {
   // of them that found no receive posted (held until one was).
   uint64_t sends_eager = 0, eager_received = 0, eager_held = 0;
   uint64_t eager_slots_free = 0;  // the peer's slots we may send into now
+  // Inline sends (small, whole in a control message, with no chunk and no
+  // ACK: UCCL_INLINE_BYTES) and inline messages received.
+  uint64_t sends_inline = 0, inline_received = 0;
   uint64_t duplicate_chunks = 0;
   uint64_t acks_sent = 0, acks_received = 0;
   uint64_t rtt_p50_ns = 0, rtt_p99_ns = 0, rtt_max_ns = 0;

@@ -1,7 +1,7 @@
-// A peer that writes malformed eager headers or receive descriptors
-// (engine/wire.h) over the software NIC: the other side refuses them, fails
-// only that connection with a clear error, counts it, and keeps serving the
-// others.
+// A peer that writes malformed eager headers, receive descriptors or inline
+// messages (engine/wire.h) over the software NIC: the other side refuses them,
+// fails only that connection with a clear error, counts it, and keeps serving
+// the others.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
@@ -142,6 +142,12 @@ const char* fault_name(Fault f) {
       return "DescBadSlot";
     case Fault::kDescUnknownType:
       return "DescUnknownType";
+    case Fault::kInlineBadBuf:
+      return "InlineBadBuf";
+    case Fault::kInlineNoRecv:
+      return "InlineNoRecv";
+    case Fault::kInlineOverLength:
+      return "InlineOverLength";
     default:
       return "None";
   }
@@ -209,6 +215,64 @@ INSTANTIATE_TEST_SUITE_P(Faults, MalformedDescriptorTest,
                                            Fault::kDescEntriesWrap,
                                            Fault::kDescBadSlot,
                                            Fault::kDescUnknownType),
+                         param_name);
+
+class MalformedInlineTest : public ::testing::TestWithParam<Fault> {};
+
+// Connection 0's sender damages one inline message (it sends inline but
+// never eagerly, so the send waits for the receive's descriptor and then
+// goes inline). The receiver must refuse it before writing a byte, fail
+// only that connection (its receive with the protocol error, the sender's
+// send through liveness), count it once, and keep connection 1 working.
+TEST_P(MalformedInlineTest, FailsOnlyItsConnectionAndIsCounted) {
+  EndpointConfig scfg = test_config(1, 2);
+  scfg.eager_bytes = 16384;
+  EndpointConfig ccfg = scfg;
+  ccfg.eager_bytes = 0;
+  ccfg.inline_bytes = engine::kMaxInlineBytes;
+  auto p = Pair::make(scfg, ccfg, 2);
+  ASSERT_TRUE(p);
+  exchange(p.get(), 0, {1, 100}, 10);
+  exchange(p.get(), 1, {1, 100}, 20);
+  Endpoint* client = p->client.get();
+  Endpoint* server = p->server.get();
+  const uint64_t inline0 = stats(client, p->c_conns[0]).sends_inline;
+  ASSERT_GT(inline0, 0u) << "the warm-up sent nothing inline";
+
+  Buf sb(client, 4096), rb(server, 4096);
+  std::memset(rb.ptr(), 0xee, rb.data.size());
+  fill_pattern(sb.ptr(), 500, 7);
+  ASSERT_TRUE(EndpointTestAccess::inject_wire_fault(
+                  client, 0, static_cast<uint32_t>(GetParam()))
+                  .ok());
+  Request sr, rr;
+  ASSERT_TRUE(
+      client->send_async(p->c_conns[0], sb.ptr(), 500, sb.mh, &sr).ok());
+  ASSERT_TRUE(
+      server->recv_async(p->s_conns[0], rb.ptr(), 4096, rb.mh, &rr).ok());
+
+  Status rs = server->wait(&rr, 20000);
+  EXPECT_EQ(rs.code(), StatusCode::kProtocolError) << rs;
+  for (size_t i = 0; i < rb.data.size(); ++i) {
+    ASSERT_EQ(rb.data[i], 0xee) << "byte " << i << " was written";
+  }
+  EXPECT_EQ(protocol_errors(server), 1u);
+  EXPECT_EQ(protocol_errors(client), 0u);
+  EXPECT_EQ(stats(client, p->c_conns[0]).sends_inline, inline0 + 1)
+      << "the damaged send did not go inline";
+  // The (hostile) sender's send completed when the peer's NIC took it, or
+  // failed with the connection; either way it does not hang.
+  Status ss = client->wait(&sr, 20000);
+  EXPECT_NE(ss.code(), StatusCode::kTimedOut) << ss;
+
+  exchange(p.get(), 1, {0, 1, 1000, 16384, 70000}, 30);
+  EXPECT_EQ(protocol_errors(server), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, MalformedInlineTest,
+                         ::testing::Values(Fault::kInlineBadBuf,
+                                           Fault::kInlineNoRecv,
+                                           Fault::kInlineOverLength),
                          param_name);
 
 }  // namespace

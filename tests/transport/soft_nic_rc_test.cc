@@ -322,6 +322,68 @@ TEST(RcReliabilityTest, IdleQpsRunNoTimers) {
   EXPECT_EQ(find_pattern_mismatch(b->buf.data() + 4096, 1000, 2), -1);
 }
 
+// RcAttrs::ack_delay_ns: the responder holds a received message's ACK for
+// a request of its own to carry back (kFlagAck); with none, a timer sends
+// it; a second message is ACKed at once. Time moves only when the test
+// moves it, so "not yet" is exact.
+TEST(RcAckCoalescingTest, AReplyCarriesTheHeldAckElseItsTimerSendsIt) {
+  ManualClock clock;
+  DeviceOptions o = Side::no_faults();
+  o.clock = &clock;
+  QpConfig cfg;
+  cfg.rc.timeout = 14;  // ~67 ms: no retransmission in this test
+  cfg.rc.ack_delay_ns = 50000;
+  auto a = Side::make(QpType::kRC, 1 << 16, o, cfg);
+  auto b = Side::make(QpType::kRC, 1 << 16, o, cfg);
+  ASSERT_TRUE(a && b);
+  connect_pair(a.get(), b.get());
+  ASSERT_TRUE(a->post_recv(1, 8192, 4096).ok());
+  ASSERT_TRUE(b->post_recv(2, 8192, 4096).ok());
+  fill_pattern(a->buf.data(), 100, 1);
+  ASSERT_TRUE(a->post_send(WrOpcode::kSend, 10, 0, 100).ok());
+  ASSERT_TRUE(drive({a.get(), b.get()}, [&] { return !b->recv_wcs.empty(); }));
+  for (int i = 0; i < 200; ++i) {
+    a->poll();
+    b->poll();
+  }
+  EXPECT_TRUE(a->send_wcs.empty()) << "the ACK was not held";
+  EXPECT_EQ(cnt(b.get()).acks_sent, 0u);
+
+  // b's reply carries it: a's send completes with no ACK datagram.
+  fill_pattern(b->buf.data(), 200, 2);
+  ASSERT_TRUE(b->post_send(WrOpcode::kSend, 20, 0, 200).ok());
+  ASSERT_TRUE(drive({a.get(), b.get()}, [&] {
+    return !a->recv_wcs.empty() && !a->send_wcs.empty();
+  }));
+  EXPECT_EQ(a->send_wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(cnt(b.get()).acks_carried, 1u);
+  EXPECT_EQ(cnt(a.get()).acks_carried_received, 1u);
+  EXPECT_EQ(cnt(b.get()).acks_sent, 0u);
+  EXPECT_EQ(find_pattern_mismatch(b->buf.data() + 8192, 100, 1), -1);
+  EXPECT_EQ(find_pattern_mismatch(a->buf.data() + 8192, 200, 2), -1);
+
+  // a holds the reply's ACK; nothing of a's carries it, so its timer does.
+  for (int i = 0; i < 200; ++i) {
+    a->poll();
+    b->poll();
+  }
+  EXPECT_TRUE(b->send_wcs.empty()) << "the ACK was not held";
+  clock.advance_ns(50000);
+  ASSERT_TRUE(drive({a.get(), b.get()}, [&] { return !b->send_wcs.empty(); }));
+  EXPECT_EQ(b->send_wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(cnt(a.get()).acks_sent, 1u);
+  EXPECT_EQ(cnt(a.get()).acks_carried, 0u);
+
+  // Two messages in a row: the second is ACKed at once, both in one ACK.
+  ASSERT_TRUE(b->post_recv(3, 8192, 4096).ok());
+  ASSERT_TRUE(b->post_recv(4, 12288, 4096).ok());
+  ASSERT_TRUE(a->post_send(WrOpcode::kSend, 11, 0, 100).ok());
+  ASSERT_TRUE(a->post_send(WrOpcode::kSend, 12, 0, 100).ok());
+  ASSERT_TRUE(
+      drive({a.get(), b.get()}, [&] { return a->send_wcs.size() == 3; }));
+  EXPECT_EQ(cnt(b.get()).acks_sent, 1u);
+}
+
 TEST(RcErrorsTest, RnrRetriesUntilReceiveIsPosted) {
   QpConfig cfg;
   cfg.rc.min_rnr_timer = 1;  // 10 us

@@ -434,6 +434,8 @@ std::string SoftDevice::counters_text() const {
   UCCL_COUNTER(naks_sent);
   UCCL_COUNTER(rnr_naks_sent);
   UCCL_COUNTER(acks_received);
+  UCCL_COUNTER(acks_carried);
+  UCCL_COUNTER(acks_carried_received);
   UCCL_COUNTER(fault_hold_overflow);
   UCCL_COUNTER(drop_kernel_rcvbuf);
 #undef UCCL_COUNTER

@@ -46,6 +46,19 @@ uint32_t SoftDevice::progress() {
   }
   counters_.rc_timer_checks += rc_armed_.size();
   rc_armed_.resize(keep);
+  // Held ACKs whose time came (none was carried back by a request).
+  if (!acks_held_.empty()) {
+    keep = 0;
+    for (SoftQp* qp : acks_held_) {
+      qp->release_held_ack(now);
+      if (qp->ack_held_until_ns_ != 0) {
+        acks_held_[keep++] = qp;
+      } else {
+        qp->in_acks_held_ = false;
+      }
+    }
+    acks_held_.resize(keep);
+  }
   if (!owner_driven_) transmit_pending(now);  // else at flush()
   in_progress_ = false;
   return static_cast<uint32_t>(counters_.rx_packets + counters_.tx_packets -

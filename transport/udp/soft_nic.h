@@ -100,6 +100,9 @@ struct SoftCounters {
   uint64_t rc_timer_checks = 0;
   uint64_t acks_sent = 0, naks_sent = 0, rnr_naks_sent = 0;
   uint64_t acks_received = 0;
+  // ACKs held for a reply (RcAttrs::ack_delay_ns) that a request carried
+  // back (kFlagAck), and those received so: no datagram of their own.
+  uint64_t acks_carried = 0, acks_carried_received = 0;
   uint64_t fault_hold_overflow = 0;  // delay/reorder skipped: pool full
   // Dropped by the kernel (socket full): read from the socket (SO_MEMINFO)
   // when the counters are read, so the datagram path pays nothing for it.
@@ -234,6 +237,8 @@ class SoftQp final : public QueuePair {
   void on_rc_request(const WireHeader& h, const uint8_t* payload,
                      uint64_t now_ns);
   void on_rc_ack(const WireHeader& h, uint64_t now_ns);
+  void request_ack(bool message_done, uint64_t now_ns);
+  void release_held_ack(uint64_t now_ns);
   void on_read_resp(const WireHeader& h, const uint8_t* payload,
                     uint64_t now_ns);
   // Validates and places one WRITE/SEND fragment; false = dropped (reason
@@ -327,6 +332,10 @@ class SoftQp final : public QueuePair {
   RecvEntry spare_recv_;
   // RC responder control to send.
   bool ack_pending_ = false;
+  // A held ACK (RcAttrs::ack_delay_ns): due then, unless a request of ours
+  // carries it first (kFlagAck); 0: none held. In the device's acks_held_.
+  uint64_t ack_held_until_ns_ = 0;
+  bool in_acks_held_ = false;
   bool nak_pending_ = false;
   AckSyndrome nak_syn_ = AckSyndrome::kAck;
   uint32_t nak_psn_ = 0;
@@ -496,6 +505,7 @@ class SoftDevice final : public Device {
   // RC QP joins at post_send and leaves once its send queue is empty), so
   // idle QPs cost nothing per call.
   std::vector<SoftQp*> rc_armed_;
+  std::vector<SoftQp*> acks_held_;  // QPs holding an ACK for a reply
   bool in_progress_ = false;
 
   // Receive staging (recvmmsg batch).

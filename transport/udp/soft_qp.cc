@@ -49,6 +49,8 @@ SoftQp::~SoftQp() {
   rc.erase(std::remove(rc.begin(), rc.end(), this), rc.end());
   auto& p = dev_->pending_;
   p.erase(std::remove(p.begin(), p.end(), this), p.end());
+  auto& h = dev_->acks_held_;
+  h.erase(std::remove(h.begin(), h.end(), this), h.end());
   if (own_fd_) close(tx_fd_);
 }
 

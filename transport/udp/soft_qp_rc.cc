@@ -110,10 +110,7 @@ void SoftQp::on_rc_request(const WireHeader& h, const uint8_t* payload,
     ++epsn_;
     nak_sent_for_epsn_ = false;
     if (last) finish_message(now);
-    if (last || (h.flags & kFlagAckReq)) {
-      ack_pending_ = true;
-      dev_->mark_pending(this);
-    }
+    if (last || (h.flags & kFlagAckReq)) request_ack(last, now);
   } else if (psn_lt(h.psn, epsn_)) {
     ++c.drop_duplicate;
     if (op == WireOp::kReadReq) {
@@ -129,6 +126,33 @@ void SoftQp::on_rc_request(const WireHeader& h, const uint8_t* payload,
       nak_now(AckSyndrome::kNakSequence, epsn_);
     }
   }
+}
+
+// An in-order request asked for an ACK: send one this round, or hold it
+// (RcAttrs::ack_delay_ns) for the reply a completed message usually draws,
+// which carries it (kFlagAck). A second request to ACK does not wait: both
+// go in one ACK now, so a stream is acknowledged every other message.
+void SoftQp::request_ack(bool message_done, uint64_t now) {
+  if (message_done && cfg_.rc.ack_delay_ns > 0 && !ack_pending_ &&
+      ack_held_until_ns_ == 0) {
+    ack_held_until_ns_ = now + cfg_.rc.ack_delay_ns;
+    if (!in_acks_held_) {
+      in_acks_held_ = true;
+      dev_->acks_held_.push_back(this);
+    }
+    return;
+  }
+  ack_held_until_ns_ = 0;  // leaves acks_held_ at the device's next pass
+  ack_pending_ = true;
+  dev_->mark_pending(this);
+}
+
+// A held ACK whose time came: it goes this round.
+void SoftQp::release_held_ack(uint64_t now) {
+  if (ack_held_until_ns_ == 0 || now < ack_held_until_ns_) return;
+  ack_held_until_ns_ = 0;
+  ack_pending_ = true;
+  dev_->mark_pending(this);
 }
 
 uint32_t SoftQp::ack_point(uint32_t psn) const {

@@ -148,6 +148,16 @@ void SoftQp::on_packet(const WireHeader& h, const uint8_t* payload,
   }
   if (op == WireOp::kAck) return on_rc_ack(h, now);
   if (op == WireOp::kReadResp) return on_read_resp(h, payload, now);
+  if (h.flags & kFlagAck) {  // the peer's ACK for our requests, carried
+    WireHeader a = h;
+    a.opcode = static_cast<uint8_t>(WireOp::kAck);
+    a.psn = h.aux2;
+    a.aux = static_cast<uint32_t>(AckSyndrome::kAck);
+    a.aux2 = 0;
+    ++dev_->counters_.acks_carried_received;
+    on_rc_ack(a, now);
+    if (state_ == QpState::kError) return;
+  }
   on_rc_request(h, payload, now);
 }
 

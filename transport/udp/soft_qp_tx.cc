@@ -41,6 +41,7 @@ uint32_t SoftQp::transmit(uint32_t budget, uint64_t now) {
   }
   if (state_ != QpState::kRts) return 0;
   uint32_t sent = 0;
+  if (nak_pending_ || ack_pending_) ack_held_until_ns_ = 0;  // covered
   if (nak_pending_) {
     emit_control(nak_syn_, epsn_ - 1, nak_psn_);
     nak_pending_ = ack_pending_ = false;
@@ -146,6 +147,12 @@ void SoftQp::emit_fragment(SqEntry& e, uint64_t now) {
       if (type_ == QpType::kRC) h.flags |= kFlagAckReq;
     }
     if (type_ == QpType::kRC && (h.psn & 15) == 0) h.flags |= kFlagAckReq;
+    if (type_ == QpType::kRC && ack_held_until_ns_ != 0) {
+      h.flags |= kFlagAck;  // the held ACK rides back on this request
+      h.aux2 = epsn_ - 1;
+      ack_held_until_ns_ = 0;
+      ++dev_->counters_.acks_carried;
+    }
     if (type_ == QpType::kUD) {
       h.aux = e.ud_qkey;
       h.aux2 = dev_->udp_port();

@@ -100,6 +100,11 @@ enum WireFlags : uint8_t {
   kFlagRetransmit = 1u << 3,
   // payload_crc was not computed (is 0): see "Unsummed payloads".
   kFlagUnsummed = 1u << 4,
+  // RC request: it also carries the responder's cumulative ACK for the
+  // other direction, aux2 = the PSN acknowledged (RcAttrs::ack_delay_ns:
+  // the ACK a reply takes back instead of a datagram of its own). Only
+  // QPs configured to hold ACKs send it.
+  kFlagAck = 1u << 5,
 };
 
 enum class AckSyndrome : uint32_t {

@@ -95,7 +95,8 @@ struct EngineConfig {
   // The control QP holds the ACK of a received control SEND this long for
   // the next SEND of its own to carry it (transport RcAttrs::ack_delay_ns;
   // the software NIC): in a ping-pong each side's reply carries it, one
-  // datagram per message instead of two. 0: ACK at once.
+  // datagram per message instead of two, but a one-way sender's completion
+  // then waits for the peer application's next receive. 0: ACK at once.
   uint32_t ctrl_ack_delay_ns = 0;
   std::string trace_file;       // Chrome trace of chunk events, or ""
   double stats_interval_s = 0;  // periodic stats log line, 0 = off

@@ -151,6 +151,10 @@ MUTANTS = [
      "    if (type_ == QpType::kRC && ack_held_until_ns_ != 0) {",
      "    if (false && ack_held_until_ns_ != 0) {",
      "transport_tests", "RcAckCoalescing*"),
+    ("held-acks-never-stop", "transport/udp/soft_qp_rc.cc",
+     "  hold_acks_ = false;  // no reply in time: ACK at once from now on",
+     "",
+     "transport_tests", "RcAckCoalescing*"),
 ]
 
 

@@ -324,8 +324,9 @@ TEST(RcReliabilityTest, IdleQpsRunNoTimers) {
 
 // RcAttrs::ack_delay_ns: the responder holds a received message's ACK for
 // a request of its own to carry back (kFlagAck); with none, a timer sends
-// it; a second message is ACKed at once. Time moves only when the test
-// moves it, so "not yet" is exact.
+// it and the QP ACKs at once until it replies within the delay again; a
+// second message is ACKed at once. Time moves only when the test moves it,
+// so "not yet" is exact.
 TEST(RcAckCoalescingTest, AReplyCarriesTheHeldAckElseItsTimerSendsIt) {
   ManualClock clock;
   DeviceOptions o = Side::no_faults();
@@ -382,6 +383,32 @@ TEST(RcAckCoalescingTest, AReplyCarriesTheHeldAckElseItsTimerSendsIt) {
   ASSERT_TRUE(
       drive({a.get(), b.get()}, [&] { return a->send_wcs.size() == 3; }));
   EXPECT_EQ(cnt(b.get()).acks_sent, 1u);
+
+  // a's held ACK ran out, so a ACKs at once now (a one-way stream waits no
+  // delay per message)...
+  ASSERT_TRUE(a->post_recv(5, 8192, 4096).ok());
+  ASSERT_TRUE(b->post_send(WrOpcode::kSend, 21, 0, 100).ok());
+  ASSERT_TRUE(
+      drive({a.get(), b.get()}, [&] { return b->send_wcs.size() == 2; }));
+  EXPECT_EQ(cnt(a.get()).acks_sent, 2u);
+  // ...until a request of a's leaves within the delay of a message it
+  // ACKed: then it holds again.
+  ASSERT_TRUE(b->post_recv(6, 8192, 4096).ok());
+  ASSERT_TRUE(a->post_send(WrOpcode::kSend, 13, 0, 100).ok());
+  ASSERT_TRUE(a->post_recv(7, 8192, 4096).ok());
+  ASSERT_TRUE(b->post_send(WrOpcode::kSend, 22, 0, 100).ok());
+  ASSERT_TRUE(
+      drive({a.get(), b.get()}, [&] { return a->recv_wcs.size() == 3; }));
+  for (int i = 0; i < 200; ++i) {
+    a->poll();
+    b->poll();
+  }
+  EXPECT_EQ(b->send_wcs.size(), 2u) << "a did not hold its ACK again";
+  EXPECT_EQ(cnt(a.get()).acks_sent, 2u);
+  clock.advance_ns(50000);
+  ASSERT_TRUE(drive({a.get(), b.get()}, [&] {
+    return a->send_wcs.size() == 4 && b->send_wcs.size() == 3;
+  }));
 }
 
 TEST(RcErrorsTest, RnrRetriesUntilReceiveIsPosted) {

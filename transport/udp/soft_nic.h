@@ -336,6 +336,10 @@ class SoftQp final : public QueuePair {
   // carries it first (kFlagAck); 0: none held. In the device's acks_held_.
   uint64_t ack_held_until_ns_ = 0;
   bool in_acks_held_ = false;
+  // Whether ACKs are held (replies come within the delay), and when the
+  // last message to ACK arrived.
+  bool hold_acks_ = true;
+  uint64_t last_ack_req_ns_ = 0;
   bool nak_pending_ = false;
   AckSyndrome nak_syn_ = AckSyndrome::kAck;
   uint32_t nak_psn_ = 0;

@@ -132,8 +132,13 @@ void SoftQp::on_rc_request(const WireHeader& h, const uint8_t* payload,
 // (RcAttrs::ack_delay_ns) for the reply a completed message usually draws,
 // which carries it (kFlagAck). A second request to ACK does not wait: both
 // go in one ACK now, so a stream is acknowledged every other message.
+// Holding is for exchanges (TCP's delayed-ACK "pingpong" mode): a held ACK
+// whose time runs out (no reply came) stops it, so a one-way stream does
+// not wait the delay per message; a request of ours that leaves within the
+// delay of a message we acknowledged starts it again.
 void SoftQp::request_ack(bool message_done, uint64_t now) {
-  if (message_done && cfg_.rc.ack_delay_ns > 0 && !ack_pending_ &&
+  last_ack_req_ns_ = now;
+  if (message_done && cfg_.rc.ack_delay_ns > 0 && hold_acks_ && !ack_pending_ &&
       ack_held_until_ns_ == 0) {
     ack_held_until_ns_ = now + cfg_.rc.ack_delay_ns;
     if (!in_acks_held_) {
@@ -151,6 +156,7 @@ void SoftQp::request_ack(bool message_done, uint64_t now) {
 void SoftQp::release_held_ack(uint64_t now) {
   if (ack_held_until_ns_ == 0 || now < ack_held_until_ns_) return;
   ack_held_until_ns_ = 0;
+  hold_acks_ = false;  // no reply in time: ACK at once from now on
   ack_pending_ = true;
   dev_->mark_pending(this);
 }

@@ -152,6 +152,10 @@ void SoftQp::emit_fragment(SqEntry& e, uint64_t now) {
       h.aux2 = epsn_ - 1;
       ack_held_until_ns_ = 0;
       ++dev_->counters_.acks_carried;
+    } else if (type_ == QpType::kRC && !hold_acks_ &&
+               cfg_.rc.ack_delay_ns > 0 &&
+               now - last_ack_req_ns_ < cfg_.rc.ack_delay_ns) {
+      hold_acks_ = true;  // a reply within the delay: holding pays again
     }
     if (type_ == QpType::kUD) {
       h.aux = e.ud_qkey;

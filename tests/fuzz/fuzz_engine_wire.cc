@@ -21,7 +21,9 @@ void check(bool ok) {
 
 // What on_ctrl_batch() does with a SEND's bytes: every message taken lies
 // inside the SEND, and one that passes ctrl_msg_problem() names at most
-// kMaxRecvsPerRequest buffers and a valid slot.
+// kMaxRecvsPerRequest buffers and a valid slot (an inline message: a
+// buffer index below that, and a payload that fits its record and the
+// SEND).
 void ctrl_batch(const uint8_t* p, uint32_t len) {
   uint32_t off = 0;
   while (off < len) {
@@ -32,7 +34,11 @@ void ctrl_batch(const uint8_t* p, uint32_t len) {
     check(ctrl_entries(m) <= static_cast<uint64_t>(kMaxRecvsPerRequest));
     if (ctrl_msg_problem(m) == nullptr) {
       const auto t = static_cast<CtrlType>(m.type);
-      if (t != CtrlType::kAckReq && t != CtrlType::kPullReq) {
+      if (t == CtrlType::kInline) {
+        check(m.n < static_cast<uint32_t>(kMaxRecvsPerRequest));
+        check(m.slot < Imm::kSlots && m.read_len <= kMaxInlineBytes);
+        check(kCtrlHeaderBytes + m.read_len <= used);
+      } else if (t != CtrlType::kAckReq && t != CtrlType::kPullReq) {
         check(m.n >= 1 && m.n <= static_cast<uint32_t>(kMaxRecvsPerRequest));
         check(m.slot < Imm::kSlots);
       }
@@ -44,8 +50,9 @@ void ctrl_batch(const uint8_t* p, uint32_t len) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  // A control SEND is at most 256 bytes (the receiver's buffer).
-  ctrl_batch(data, static_cast<uint32_t>(size < 256 ? size : 256));
+  // A control SEND is at most kCtrlBatchBytes (the receiver's buffer).
+  ctrl_batch(data, static_cast<uint32_t>(
+                       size < kCtrlBatchBytes ? size : kCtrlBatchBytes));
   if (size >= sizeof(EagerHdr) + 8) {
     EagerHdr h;
     std::memcpy(&h, data, sizeof(h));

@@ -3,12 +3,15 @@
 // chunked messages, loss, configuration errors, and the record format.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "engine/wire.h"
 #include "tests/engine/engine_test_util.h"
+#include "util/clock.h"
 
 namespace uccl::testing {
 namespace {
@@ -198,9 +201,49 @@ TEST(InlineTest, InlineEagerAndChunkedMessagesMatchInSendOrder) {
     }
     seed += n;
   }
-  const FlowStats c = stats(p->client.get(), p->c_conns[0]);
-  EXPECT_GT(c.sends_inline, 0u);
-  EXPECT_GT(c.sends_eager, 0u);
+}
+
+// The order hazard itself, by construction: S1 goes inline into R1 (its
+// descriptor is known), S2 right behind it has no receive yet and would go
+// eager. Written at once, S2's chunk leaves in the same NIC round ahead of
+// the control SEND (data first) and the receiver, seeing R1 unclaimed,
+// would give it R1. So S2 waits for S1 to complete: R1 gets S1, R2 gets
+// S2, and the connection stays up.
+TEST(InlineTest, AnEagerSendWaitsForTheInlineOneBeforeIt) {
+  auto p = Pair::make(test_config(1, 2));
+  ASSERT_TRUE(p);
+  exchange(p.get(), 0, {1}, 1);  // the server's eager slots are granted
+  Endpoint* client = p->client.get();
+  Endpoint* server = p->server.get();
+  for (int round = 0; round < 20; ++round) {
+    Buf s1(client, 300), s2(client, 300), r1(server, 300), r2(server, 300);
+    fill_pattern(s1.ptr(), 300, 2 * round + 1);
+    fill_pattern(s2.ptr(), 300, 2 * round + 2);
+    const FlowStats c0 = stats(client, p->c_conns[0]);
+    Request rr1, rr2, sr1, sr2;
+    ASSERT_TRUE(
+        server->recv_async(p->s_conns[0], r1.ptr(), 300, r1.mh, &rr1).ok());
+    const uint64_t deadline = monotonic_ns() + 20000000000ull;
+    while (stats(client, p->c_conns[0]).recv_descs_received ==
+           c0.recv_descs_received) {
+      ASSERT_LT(monotonic_ns(), deadline) << "the descriptor never came";
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    ASSERT_TRUE(
+        client->send_async(p->c_conns[0], s1.ptr(), 300, s1.mh, &sr1).ok());
+    ASSERT_TRUE(
+        client->send_async(p->c_conns[0], s2.ptr(), 300, s2.mh, &sr2).ok());
+    ASSERT_TRUE(client->wait(&sr1, 60000).ok()) << sr1.status();
+    ASSERT_TRUE(
+        server->recv_async(p->s_conns[0], r2.ptr(), 300, r2.mh, &rr2).ok());
+    ASSERT_TRUE(client->wait(&sr2, 60000).ok()) << sr2.status();
+    ASSERT_TRUE(server->wait(&rr1, 60000).ok()) << rr1.status();
+    ASSERT_TRUE(server->wait(&rr2, 60000).ok()) << rr2.status();
+    ASSERT_EQ(find_pattern_mismatch(r1.ptr(), 300, 2 * round + 1), -1);
+    ASSERT_EQ(find_pattern_mismatch(r2.ptr(), 300, 2 * round + 2), -1);
+    const FlowStats c1 = stats(client, p->c_conns[0]);
+    EXPECT_EQ(c1.sends_inline, c0.sends_inline + 1) << round;
+  }
 }
 
 // The control QP retransmits what the network loses: a ping-pong of inline

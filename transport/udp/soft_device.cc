@@ -366,6 +366,12 @@ Result<std::unique_ptr<QueuePair>> SoftDevice::create_qp(const QpConfig& cfg) {
   } while (qpn == 0 || qps_.count(qpn));
   auto* qp = new SoftQp(this, cfg, qpn, tx_fd);
   qps_[qpn] = qp;
+  // A QP is in each work list at most once (its flag says so), so lists of
+  // one slot per QP never grow on the datapath: capacity is taken here.
+  pending_.reserve(qps_.size());
+  later_.reserve(qps_.size());
+  rc_armed_.reserve(qps_.size());
+  acks_held_.reserve(qps_.size());
   VLOG(kVlogLifecycle) << info_.name << ": created " << qp_type_name(cfg.type)
                        << " QP " << qpn;
   return std::unique_ptr<QueuePair>(qp);

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,6 +28,14 @@ struct ConnHello {
 };
 static_assert(sizeof(ConnHello) == 24, "ConnHello is exchanged on the wire");
 
+// A FIFO of transfer slots linked through Xfer::next_queued (a slot is in
+// at most one), so queuing a transfer allocates nothing.
+struct SlotFifo {
+  static constexpr uint32_t kEnd = ~uint32_t{0};
+  uint32_t head = kEnd, tail = kEnd;
+  bool empty() const { return head == kEnd; }
+};
+
 struct P2pConn {
   std::vector<ConnId> conns;  // part j of every transfer goes on conns[j]
   std::unique_ptr<StripedConn> striped;
@@ -37,7 +44,7 @@ struct P2pConn {
   // Two-sided transfers the group has not taken yet, in call order per
   // direction (the group pairs messages FIFO, so later ones wait behind
   // them; a receive waiting for its segments never holds up a send).
-  std::deque<uint32_t> unposted[2];  // [0] sends, [1] receives
+  SlotFifo unposted[2];  // [0] sends, [1] receives
   // Notifications: messages on their own engine connection (its receives
   // stay posted, which would hold up a data connection's receive slots).
   // kNotifSlots receives stay posted (harvested in order, then posted
@@ -117,6 +124,7 @@ struct Xfer {
   uint32_t parent = kNoSlot;
   uint32_t first_child = kNoSlot;
   uint32_t next_child = kNoSlot;
+  uint32_t next_queued = kNoSlot;  // the next in its SlotFifo
   size_t moved = 0;
   MrId mr = 0;
   // Two-sided in segments (see SegCtx): device memory, segment size, the
@@ -215,7 +223,8 @@ struct Endpoint::Impl {
   // Posts the connection's unposted two-sided transfers, in order, until
   // the group takes no more.
   Status post_unposted(P2pConn* pc);
-  void post_queue(std::deque<uint32_t>* q, P2pConn* pc);
+  void post_queue(SlotFifo* q, P2pConn* pc);
+  void enqueue(SlotFifo* q, uint32_t s);
   // A slot for a transfer on connection `c` of [data, data + len) inside
   // registration `mr` (checked); the caller holds `mu`.
   Result<uint32_t> new_xfer(XferKind kind, ConnHandle c, MrId mr,

@@ -88,13 +88,27 @@ Status Endpoint::Impl::post_unposted(P2pConn* pc) {
   return Status::OK();
 }
 
-void Endpoint::Impl::post_queue(std::deque<uint32_t>* q, P2pConn* pc) {
+void Endpoint::Impl::enqueue(SlotFifo* q, uint32_t s) {
+  slots[s].next_queued = SlotFifo::kEnd;
+  if (q->empty()) {
+    q->head = s;
+  } else {
+    slots[q->tail].next_queued = s;
+  }
+  q->tail = s;
+}
+
+void Endpoint::Impl::post_queue(SlotFifo* q, P2pConn* pc) {
+  auto pop = [&] {
+    q->head = slots[q->head].next_queued;
+    if (q->head == SlotFifo::kEnd) q->tail = SlotFifo::kEnd;
+  };
   while (!q->empty()) {
-    Xfer& x = slots[q->front()];
+    Xfer& x = slots[q->head];
     if (x.segmented) {
-      if (!post_segments(q->front(), pc)) break;
+      if (!post_segments(q->head, pc)) break;
       x.posted = true;
-      q->pop_front();
+      pop();
       continue;
     }
     bool taken = false;
@@ -106,7 +120,7 @@ void Endpoint::Impl::post_queue(std::deque<uint32_t>* q, P2pConn* pc) {
     x.posted = true;
     x.owned = st.ok();
     x.error = st;
-    q->pop_front();
+    pop();
   }
 }
 
@@ -142,7 +156,7 @@ Result<XferHandle> Endpoint::Impl::post_two_sided(XferKind kind, ConnHandle c,
   std::lock_guard<std::mutex> lock(mu);
   P2pConn* pc = nullptr;
   UCCL_ASSIGN_OR_RETURN(uint32_t s, new_xfer(kind, c, mr, data, len, &pc));
-  pc->unposted[kind == XferKind::kRecv].push_back(s);
+  enqueue(&pc->unposted[kind == XferKind::kRecv], s);
   UCCL_RETURN_IF_ERROR(post_unposted(pc));
   return handle_of(slots[s], s);
 }

@@ -49,7 +49,7 @@ Result<XferHandle> Endpoint::Impl::post_vec(
     *link = s;
     link = &slots[s].next_child;
     if (remote == nullptr) {
-      pc->unposted[kind == XferKind::kRecv].push_back(s);
+      enqueue(&pc->unposted[kind == XferKind::kRecv], s);
       continue;
     }
     Status st =

@@ -155,6 +155,11 @@ MUTANTS = [
      "  hold_acks_ = false;  // no reply in time: ACK at once from now on",
      "",
      "transport_tests", "RcAckCoalescing*"),
+    ("soft-nic-lists-grow-on-datapath", "transport/udp/soft_device.cc",
+     "  pending_.reserve(qps_.size());\n  later_.reserve(qps_.size());\n"
+     "  rc_armed_.reserve(qps_.size());\n  acks_held_.reserve(qps_.size());\n",
+     "",
+     "engine_alloc_tests", "Kinds/HotPathAllocTest.*"),
 ]
 
 

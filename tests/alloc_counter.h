@@ -1,15 +1,19 @@
 // Counts heap allocations made on the hot threads (the engines, and a test
-// thread inside a CountingScope), with the first few call stacks kept.
+// thread inside a CountingScope) and mutex locks taken on engine threads,
+// with the first few call stacks of each kept.
 //
 // Include in exactly one source file of a test binary: it replaces the
-// global operator new. Engine threads are told by their name ("uccl-eng-*",
-// set first thing in UcclRDMAEngine::run()), read per allocation with
-// prctl, so no state is cached before the name exists. The stacks are
-// captured with backtrace(), warmed up once at start, into static storage:
-// the counter itself never allocates.
+// global operator new and pthread_mutex_lock/trylock (forwarded to the C
+// library's). Engine threads are told by their name ("uccl-eng-*", set
+// first thing in UcclRDMAEngine::run()), read per call with prctl, so no
+// state is cached before the name exists. The stacks are captured with
+// backtrace(), warmed up once at start, into static storage: the counter
+// itself never allocates or locks.
 #pragma once
 
+#include <dlfcn.h>
 #include <execinfo.h>
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -26,12 +30,41 @@ namespace uccl::testing::alloc {
 constexpr int kStacks = 4;
 constexpr int kFrames = 24;
 
-struct State {
-  std::atomic<bool> armed{false};
+struct Events {
   std::atomic<uint64_t> count{0};
   std::atomic<int> stacks_taken{0};
   void* frames[kStacks][kFrames];
   int depth[kStacks];
+
+  void reset() {
+    count.store(0);
+    stacks_taken.store(0);
+  }
+  void note() {
+    count.fetch_add(1, std::memory_order_relaxed);
+    const int k = stacks_taken.fetch_add(1, std::memory_order_relaxed);
+    if (k < kStacks) depth[k] = backtrace(frames[k], kFrames);
+  }
+  std::string stacks(const char* what) {
+    std::string out;
+    const int n = std::min(stacks_taken.load(), kStacks);
+    for (int k = 0; k < n; ++k) {
+      out += std::string(what) + " " + std::to_string(k + 1) + ":\n";
+      char** syms = backtrace_symbols(frames[k], depth[k]);
+      for (int i = 0; syms != nullptr && i < depth[k]; ++i) {
+        out += "  ";
+        out += syms[i];
+        out += "\n";
+      }
+      std::free(syms);
+    }
+    return out;
+  }
+};
+
+struct State {
+  std::atomic<bool> armed{false};
+  Events allocs, locks;
 };
 
 inline State& state() {
@@ -41,8 +74,7 @@ inline State& state() {
 
 inline thread_local bool t_counting = false;
 
-inline bool hot_thread() {
-  if (t_counting) return true;
+inline bool engine_thread() {
   char name[16] = {};
   if (prctl(PR_GET_NAME, name, 0, 0, 0) != 0) return false;
   return std::strncmp(name, "uccl-eng-", 9) == 0;
@@ -50,19 +82,26 @@ inline bool hot_thread() {
 
 inline void note_allocation() {
   State& s = state();
-  if (!s.armed.load(std::memory_order_relaxed) || !hot_thread()) return;
-  s.count.fetch_add(1, std::memory_order_relaxed);
-  const int k = s.stacks_taken.fetch_add(1, std::memory_order_relaxed);
-  if (k < kStacks) s.depth[k] = backtrace(s.frames[k], kFrames);
+  if (!s.armed.load(std::memory_order_relaxed)) return;
+  if (t_counting || engine_thread()) s.allocs.note();
 }
 
-// Starts counting from zero (allocations on the hot threads only).
+// Engine threads only: the application's API calls may lock (the p2p
+// layer serializes its callers).
+inline void note_lock() {
+  State& s = state();
+  if (s.armed.load(std::memory_order_relaxed) && engine_thread()) {
+    s.locks.note();
+  }
+}
+
+// Starts counting from zero.
 inline void arm() {
   State& s = state();
   void* warm[2];
   (void)backtrace(warm, 2);  // loads the unwinder now, not inside new
-  s.count.store(0);
-  s.stacks_taken.store(0);
+  s.allocs.reset();
+  s.locks.reset();
   s.armed.store(true);
 }
 
@@ -70,26 +109,16 @@ inline void arm() {
 inline uint64_t disarm() {
   State& s = state();
   s.armed.store(false);
-  return s.count.load();
+  return s.allocs.count.load();
 }
 
-// The call stacks of the first allocations counted, symbolized (for the
-// failure message; call after disarm()).
+// Mutex locks on engine threads between arm() and disarm().
+inline uint64_t locks() { return state().locks.count.load(); }
+
+// The call stacks of the first allocations and locks counted, symbolized
+// (for the failure message; call after disarm()).
 inline std::string stacks() {
-  State& s = state();
-  std::string out;
-  const int n = std::min(s.stacks_taken.load(), kStacks);
-  for (int k = 0; k < n; ++k) {
-    out += "allocation " + std::to_string(k + 1) + ":\n";
-    char** syms = backtrace_symbols(s.frames[k], s.depth[k]);
-    for (int i = 0; syms != nullptr && i < s.depth[k]; ++i) {
-      out += "  ";
-      out += syms[i];
-      out += "\n";
-    }
-    std::free(syms);
-  }
-  return out;
+  return state().allocs.stacks("allocation") + state().locks.stacks("lock");
 }
 
 // Counts this thread's allocations too while it lives.
@@ -153,4 +182,24 @@ void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
 }
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
   std::free(p);
+}
+
+// The C library's, looked up once before main() (a function-local static
+// would take a guard, which may itself lock).
+using MutexFn = int (*)(pthread_mutex_t*);
+inline MutexFn g_real_lock = nullptr, g_real_trylock = nullptr;
+__attribute__((constructor)) inline void uccl_find_real_mutex() {
+  g_real_lock =
+      reinterpret_cast<MutexFn>(dlsym(RTLD_NEXT, "pthread_mutex_lock"));
+  g_real_trylock =
+      reinterpret_cast<MutexFn>(dlsym(RTLD_NEXT, "pthread_mutex_trylock"));
+}
+
+extern "C" int pthread_mutex_lock(pthread_mutex_t* m) {
+  uccl::testing::alloc::note_lock();
+  return g_real_lock(m);
+}
+extern "C" int pthread_mutex_trylock(pthread_mutex_t* m) {
+  uccl::testing::alloc::note_lock();
+  return g_real_trylock(m);
 }

@@ -85,8 +85,11 @@ TEST_P(P2pAllocTest, NoAllocationAfterWarmUp) {
     ASSERT_TRUE(ok);
   }
   EXPECT_EQ(find_pattern_mismatch(rb.ptr(), total, 9), -1);
+  const uint64_t locks = uccl::testing::alloc::locks();
   EXPECT_EQ(n, 0u) << c.name << ": heap allocations on the hot path\n"
                    << uccl::testing::alloc::stacks();
+  EXPECT_EQ(locks, 0u) << c.name << ": mutex locks on an engine thread\n"
+                       << uccl::testing::alloc::stacks();
 }
 
 const Case kCases[] = {

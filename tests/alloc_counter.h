@@ -72,7 +72,8 @@ inline State& state() {
   return s;
 }
 
-inline thread_local bool t_counting = false;
+inline thread_local bool t_counting = false;        // its allocations
+inline thread_local bool t_counting_locks = false;  // and its locks
 
 inline bool engine_thread() {
   char name[16] = {};
@@ -86,11 +87,12 @@ inline void note_allocation() {
   if (t_counting || engine_thread()) s.allocs.note();
 }
 
-// Engine threads only: the application's API calls may lock (the p2p
-// layer serializes its callers).
+// Engine threads, and a test thread whose scope asks for it (the p2p
+// layer's API calls lock: it serializes its callers).
 inline void note_lock() {
   State& s = state();
-  if (s.armed.load(std::memory_order_relaxed) && engine_thread()) {
+  if (s.armed.load(std::memory_order_relaxed) &&
+      (t_counting_locks || engine_thread())) {
     s.locks.note();
   }
 }
@@ -121,11 +123,15 @@ inline std::string stacks() {
   return state().allocs.stacks("allocation") + state().locks.stacks("lock");
 }
 
-// Counts this thread's allocations too while it lives.
+// Counts this thread's allocations (and, if asked, its locks) too while it
+// lives.
 class CountingScope {
  public:
-  CountingScope() { t_counting = true; }
-  ~CountingScope() { t_counting = false; }
+  explicit CountingScope(bool locks_too = false) {
+    t_counting = true;
+    t_counting_locks = locks_too;
+  }
+  ~CountingScope() { t_counting = t_counting_locks = false; }
   CountingScope(const CountingScope&) = delete;
   CountingScope& operator=(const CountingScope&) = delete;
 };

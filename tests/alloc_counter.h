@@ -19,13 +19,28 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
 
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define UCCL_COUNT_LOCKS 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define UCCL_COUNT_LOCKS 0
+#endif
+#endif
+#ifndef UCCL_COUNT_LOCKS
+#define UCCL_COUNT_LOCKS 1
+#endif
+
 namespace uccl::testing::alloc {
+
+// Whether locks() counts anything in this build.
+constexpr bool kCountsLocks = UCCL_COUNT_LOCKS;
 
 constexpr int kStacks = 4;
 constexpr int kFrames = 24;
@@ -190,22 +205,33 @@ void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
   std::free(p);
 }
 
-// The C library's, looked up once before main() (a function-local static
-// would take a guard, which may itself lock).
+// The C library's, looked up before main() and again on first use should
+// a constructor of another file lock first. Left out under the sanitizers,
+// whose runtimes intercept these functions themselves (locks() is then 0).
+#if UCCL_COUNT_LOCKS
 using MutexFn = int (*)(pthread_mutex_t*);
 inline MutexFn g_real_lock = nullptr, g_real_trylock = nullptr;
+
+inline MutexFn uccl_real_mutex_fn(MutexFn* cache, const char* name) {
+  MutexFn f = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+  if (f == nullptr) {
+    f = reinterpret_cast<MutexFn>(dlsym(RTLD_NEXT, name));
+    __atomic_store_n(cache, f, __ATOMIC_RELEASE);
+  }
+  return f;
+}
+
 __attribute__((constructor)) inline void uccl_find_real_mutex() {
-  g_real_lock =
-      reinterpret_cast<MutexFn>(dlsym(RTLD_NEXT, "pthread_mutex_lock"));
-  g_real_trylock =
-      reinterpret_cast<MutexFn>(dlsym(RTLD_NEXT, "pthread_mutex_trylock"));
+  uccl_real_mutex_fn(&g_real_lock, "pthread_mutex_lock");
+  uccl_real_mutex_fn(&g_real_trylock, "pthread_mutex_trylock");
 }
 
 extern "C" int pthread_mutex_lock(pthread_mutex_t* m) {
   uccl::testing::alloc::note_lock();
-  return g_real_lock(m);
+  return uccl_real_mutex_fn(&g_real_lock, "pthread_mutex_lock")(m);
 }
 extern "C" int pthread_mutex_trylock(pthread_mutex_t* m) {
   uccl::testing::alloc::note_lock();
-  return g_real_trylock(m);
+  return uccl_real_mutex_fn(&g_real_trylock, "pthread_mutex_trylock")(m);
 }
+#endif  // UCCL_COUNT_LOCKS

@@ -113,7 +113,6 @@ void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m) {
     }
     trace_now("desc_rx", c->index, m.slot);
     Desc& d = tx.descs[tx.desc_tail++ % kDescRing];
-    ++tx.descs_rx;
     d.slot = m.slot;
     d.n = m.n;
     d.used_mask = 0;

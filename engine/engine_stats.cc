@@ -30,7 +30,7 @@ void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
     out->eager_received += c->rx.eager_rx;
     out->eager_held += c->rx.eager_held;
     out->sends_inline += c->tx.sends_inline;
-    out->recv_descs_received += c->tx.descs_rx;
+    out->recv_descs_received += c->tx.desc_tail;  // one per descriptor
     out->inline_received += c->rx.inline_rx;
     if (cfg_.eager_bytes) {  // slots we would use
       out->eager_slots_free +=

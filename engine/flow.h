@@ -166,7 +166,6 @@ struct TxFlow {
   uint64_t sends_eager = 0;         // sent eagerly (no descriptor yet)
   uint64_t sends_inline = 0;        // sent whole in a control SEND
   uint32_t inline_outstanding = 0;  // of those, not yet completed
-  uint64_t descs_rx = 0;            // receive descriptors the peer sent
 
   bool has_unacked() const { return sb->has_unacked(); }
   ChunkRec& chunk(uint32_t csn) { return chunks[csn & (kChunkRing - 1)]; }

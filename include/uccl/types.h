@@ -127,7 +127,8 @@ struct FlowStats {
   // Inline sends (small, whole in a control message, with no chunk and no
   // ACK: UCCL_INLINE_BYTES) and inline messages received.
   uint64_t sends_inline = 0, inline_received = 0;
-  uint64_t recv_descs_received = 0;  // the peer's posted receives we heard of
+  // The peer's posted receives we heard of (counted modulo 2^32).
+  uint64_t recv_descs_received = 0;
   uint64_t duplicate_chunks = 0;
   uint64_t acks_sent = 0, acks_received = 0;
   uint64_t rtt_p50_ns = 0, rtt_p99_ns = 0, rtt_max_ns = 0;

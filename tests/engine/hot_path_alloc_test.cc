@@ -72,9 +72,8 @@ bool run_rounds(Pair* p, const Case& c, Buf* sb, Buf* rb,
   }
   // The pattern of the last round survived (the writes and sends carried
   // sb's pattern into rb; the reads carried rb's into sb).
-  const Buf* to = c.kind == Kind::kRead ? sb : rb;
-  const int64_t bad =
-      find_pattern_mismatch(const_cast<Buf*>(to)->ptr(), c.len * c.depth, seed);
+  Buf* to = c.kind == Kind::kRead ? sb : rb;
+  const int64_t bad = find_pattern_mismatch(to->ptr(), c.len * c.depth, seed);
   EXPECT_EQ(bad, -1) << c.name;
   return bad == -1;
 }

@@ -160,6 +160,11 @@ MUTANTS = [
      "  rc_armed_.reserve(qps_.size());\n  acks_held_.reserve(qps_.size());\n",
      "",
      "engine_alloc_tests", "Kinds/HotPathAllocTest.*"),
+    ("plugin-isend-builds-a-string", "collective/net_plugin_data.cc",
+     "  if (size > max_bytes_) {",
+     "  const std::string what = \"isend of \" + std::to_string(size) + \" B\";\n"
+     "  if (size > max_bytes_ && !what.empty()) {",
+     "plugin_alloc_tests", "PluginAllocTest.NcclSteps*"),
 ]
 
 

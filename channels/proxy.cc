@@ -120,7 +120,8 @@ Result<uint32_t> ChannelProxy::register_memory(void* p, size_t len) {
   if (mems_.size() >= device::kMaxMemIds) {
     return ResourceExhausted("channels: memory table full");
   }
-  mems_.push_back(Mem{static_cast<uint8_t*>(p), len});
+  const bool host = len == 0 || !dev_->is_device(p, len);
+  mems_.push_back(Mem{static_cast<uint8_t*>(p), len, host});
   return static_cast<uint32_t>(mems_.size() - 1);
 }
 
@@ -350,6 +351,7 @@ bool ChannelProxy::on_trigger(const device::Trigger& t, uint64_t ticket) {
       op.dst_mem = f.dst_mem;
       op.dst_off = f.dst_off;
       op.src = mems_[f.src_mem].base + f.src_off;
+      op.src_host = mems_[f.src_mem].host;
       op.bytes = f.bytes;
       break;
     case device::TriggerOp::kSignal:
@@ -400,7 +402,9 @@ bool ChannelProxy::stage(Channel& c) {
     }
     std::memcpy(p, &h, sizeof(h));
     Piece pc{b, 0, false, sizeof(h) + n, 0, false};
-    if (n > 0) {
+    if (n > 0 && op.src_host) {
+      std::memcpy(p + sizeof(h), op.src + op.done, n);
+    } else if (n > 0) {
       auto tok = dev_->copy_async(p + sizeof(h), op.src + op.done, n);
       if (!tok.ok()) {
         fail(c, tok.status().with_context("staging a put"));

@@ -56,6 +56,9 @@ class ChannelProxy {
   ChannelProxy& operator=(const ChannelProxy&) = delete;
 
   // Before start(): memory puts read from or write into, by id (0, 1, ...).
+  // Host memory (a kernel's mapped page-locked buffers, say) is copied to
+  // and from the send and receive buffers by the proxy thread itself;
+  // device memory through the device's copies (ProxyConfig::device_memory).
   Result<uint32_t> register_memory(void* p, size_t len);
   // This side's memory table (ids and sizes) for the peer's add_channel.
   std::string descriptor() const;
@@ -83,6 +86,7 @@ class ChannelProxy {
   struct Mem {
     uint8_t* base;
     size_t len;
+    bool host;  // host memory (page-locked or mapped): copied by memcpy
   };
   struct Channel;
   struct Op;

@@ -17,6 +17,7 @@ struct ChannelProxy::Op {
   uint32_t dst_mem;
   uint64_t dst_off;
   const uint8_t* src;  // a put's source
+  bool src_host;       // in host memory: staged by memcpy
   uint64_t bytes;      // a put's length; kFlush/kFlushAck: the ticket
   uint64_t done = 0;   // put bytes staged so far
 };

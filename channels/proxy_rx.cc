@@ -126,7 +126,12 @@ bool ChannelProxy::take_landed(Channel& c, int buf) {
     const uint8_t* p = c.rx + static_cast<size_t>(buf) * c.buf_bytes;
     MsgHdr h;
     std::memcpy(&h, p, sizeof(h));
-    if (h.kind == MsgKind::kPut && h.bytes_or_ticket > 0) {
+    const bool put = h.kind == MsgKind::kPut && h.bytes_or_ticket > 0;
+    if (put && mems_[h.dst_mem].host) {  // in place now; apply() signals
+      std::memcpy(mems_[h.dst_mem].base + h.dst_off, p + sizeof(h),
+                  h.bytes_or_ticket);
+      r.copied = true;
+    } else if (put) {
       auto tok = dev_->copy_async(mems_[h.dst_mem].base + h.dst_off,
                                   p + sizeof(h), h.bytes_or_ticket);
       if (!tok.ok()) {

@@ -33,6 +33,11 @@ DEFINE_int32(hidden, 1024, "ep: floats per token row.");
 DEFINE_int32(experts_per_rank, 4, "ep: experts each rank owns.");
 DEFINE_int32(num_cpus, 4, "ep: engines of each rank's p2p endpoint.");
 DEFINE_uint64(stripe_kb, 256, "ep: the p2p endpoint's stripe, KiB.");
+DEFINE_bool(host_blocks, false,
+            "ep: the exchanged blocks in page-locked host memory mapped into "
+            "the GPU (kernels write and read them over PCIe; the proxy and "
+            "the engines move them without a CUDA copy), as NCCL's network "
+            "buffers are; else GPU memory.");
 
 namespace {
 
@@ -241,8 +246,13 @@ bool alloc_buffers(const Shape& s, Buffers* b) {
   const size_t big = size_t(s.world) * s.block_bytes();
   const size_t row_bytes = size_t(s.tokens) * s.hidden * sizeof(float);
   for (int i = 0; i < 4; ++i) {
-    if (cudaMalloc(big_buffers(b, i), big) != cudaSuccess) return false;
-    cudaMemset(*big_buffers(b, i), 0, big);
+    void** p = reinterpret_cast<void**>(big_buffers(b, i));
+    const cudaError_t e =
+        FLAGS_host_blocks
+            ? cudaHostAlloc(p, big, cudaHostAllocMapped | cudaHostAllocPortable)
+            : cudaMalloc(p, big);
+    if (e != cudaSuccess) return false;
+    cudaMemset(*p, 0, big);
   }
   return cudaMalloc(&b->x, row_bytes) == cudaSuccess &&
          cudaMalloc(&b->out, row_bytes) == cudaSuccess &&
@@ -385,11 +395,12 @@ int channel_bench::run_ep() {
   std::vector<double> c_tail(chan_us.begin() + iters / 10, chan_us.end());
   std::printf(
       "ep rank %d of %d: %d tokens x %d floats, top-%d of %d experts, "
-      "%d iterations, every result checked: dispatch+combine from "
+      "%d iterations, blocks in %s memory, every result checked: "
+      "dispatch+combine from "
       "kernels p50 %.1f p99 %.1f us; host-posted p2p (baseline) p50 "
       "%.1f p99 %.1f us; ratio p50 %.2f\n",
       s.rank, s.world, s.tokens, s.hidden, kTopK, s.experts, iters,
-      pct(c_tail, 0.5), pct(c_tail, 0.99), pct(b_tail, 0.5), pct(b_tail, 0.99),
-      pct(c_tail, 0.5) / pct(b_tail, 0.5));
+      FLAGS_host_blocks ? "host" : "GPU", pct(c_tail, 0.5), pct(c_tail, 0.99),
+      pct(b_tail, 0.5), pct(b_tail, 0.99), pct(c_tail, 0.5) / pct(b_tail, 0.5));
   return 0;
 }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -249,7 +250,8 @@ TEST(ChannelProxy, AForgedMessageFailsTheReceivingChannel) {
 // but raises a signal only once every put before it has landed.
 class LateCopies : public p2p::DeviceMemory {
  public:
-  bool is_device(const void*, size_t) override { return false; }
+  // Everything registered is "device memory", reached only by copies.
+  bool is_device(const void*, size_t) override { return true; }
   Result<void*> alloc_host(size_t len) override {
     void* p = std::aligned_alloc(4096, (len + 4095) & ~size_t{4095});
     if (p == nullptr) return ResourceExhausted("no memory");
@@ -318,6 +320,82 @@ TEST(ChannelProxy, SignalsWaitForEveryEarlierCopyEvenWhenLaterOnesStart) {
   // All three in place, though the first copy finished last.
   EXPECT_EQ(find_pattern_mismatch(p->mem_b.data(), p->mem_b.size(), 21), -1);
   EXPECT_EQ(late->started(), 3u);
+}
+
+// A device whose memory is one address range (the rest is host memory);
+// its copies are done at once, and counted.
+class RangeDevice : public p2p::DeviceMemory {
+ public:
+  void set_range(const void* p, size_t len) {
+    lo_ = static_cast<const uint8_t*>(p);
+    hi_ = lo_ + len;
+  }
+  bool is_device(const void* p, size_t len) override {
+    const auto* b = static_cast<const uint8_t*>(p);
+    return b >= lo_ && b + len <= hi_;
+  }
+  Result<void*> alloc_host(size_t len) override {
+    void* p = std::aligned_alloc(4096, (len + 4095) & ~size_t{4095});
+    if (p == nullptr) return ResourceExhausted("no memory");
+    return p;
+  }
+  void free_host(void* p) override { std::free(p); }
+  Result<uint64_t> copy_async(void* dst, const void* src, size_t len) override {
+    std::memcpy(dst, src, len);
+    copies.fetch_add(1);
+    return uint64_t{0};
+  }
+  Result<bool> copy_done(uint64_t) override { return true; }
+  std::atomic<int> copies{0};
+
+ private:
+  const uint8_t* lo_ = nullptr;
+  const uint8_t* hi_ = nullptr;
+};
+
+// Host memory (a kernel's mapped buffers) moves by the proxies' own
+// memcpy, with no device copy at either end; device memory is copied out
+// on the sender and into place on the receiver.
+TEST(ChannelProxy, HostMemoryTakesNoDeviceCopy) {
+  constexpr size_t kBytes = 100000;  // two pieces of 64 KiB
+  auto dev_a = std::make_shared<RangeDevice>();
+  auto dev_b = std::make_shared<RangeDevice>();
+  std::vector<uint8_t> gpu_a(kBytes), gpu_b(kBytes);  // "device memory"
+  dev_a->set_range(gpu_a.data(), kBytes);
+  dev_b->set_range(gpu_b.data(), kBytes);
+  auto p = std::make_unique<ProxyPair>();
+  p->p2p = p2p::Pair::make(p2p::test_config(1));
+  ASSERT_NE(p->p2p, nullptr);
+  ProxyConfig ca = test_proxy_config(), cb = test_proxy_config();
+  ca.device_memory = dev_a;
+  cb.device_memory = dev_b;
+  p->a = std::move(*ChannelProxy::create(p->p2p->client.get(), ca));
+  p->b = std::move(*ChannelProxy::create(p->p2p->server.get(), cb));
+  p->mem_a.assign(kBytes, 0);
+  p->mem_b.assign(kBytes, 0);
+  ASSERT_EQ(*p->a->register_memory(p->mem_a.data(), kBytes), 0u);
+  ASSERT_EQ(*p->a->register_memory(gpu_a.data(), kBytes), 1u);
+  ASSERT_EQ(*p->b->register_memory(p->mem_b.data(), kBytes), 0u);
+  ASSERT_EQ(*p->b->register_memory(gpu_b.data(), kBytes), 1u);
+  ASSERT_TRUE(p->a->add_channel(p->p2p->c_conn, p->b->descriptor()).ok());
+  ASSERT_TRUE(p->b->add_channel(p->p2p->s_conn, p->a->descriptor()).ok());
+  p->ha = *p->a->handle(0);
+  p->hb = *p->b->handle(0);
+  ASSERT_TRUE(p->start());
+
+  fill_pattern(p->mem_a.data(), kBytes, 31);
+  ASSERT_EQ(channel_put_with_signal(p->ha, 0, 0, 0, 0, kBytes, 0), kChannelOk);
+  ASSERT_EQ(channel_wait(p->hb, 0, 1), kChannelOk);
+  EXPECT_EQ(find_pattern_mismatch(p->mem_b.data(), kBytes, 31), -1);
+  EXPECT_EQ(dev_a->copies.load(), 0);
+  EXPECT_EQ(dev_b->copies.load(), 0);
+
+  fill_pattern(gpu_a.data(), kBytes, 32);
+  ASSERT_EQ(channel_put_with_signal(p->ha, 1, 0, 1, 0, kBytes, 1), kChannelOk);
+  ASSERT_EQ(channel_wait(p->hb, 1, 1), kChannelOk);
+  EXPECT_EQ(find_pattern_mismatch(gpu_b.data(), kBytes, 32), -1);
+  EXPECT_EQ(dev_a->copies.load(), 2);  // a piece each
+  EXPECT_EQ(dev_b->copies.load(), 2);
 }
 
 TEST(ChannelProxy, SetupMistakesAreRefused) {

@@ -4,21 +4,38 @@
 # two-process kernel ping-pong and expert-parallel dispatch/combine among
 # one process per GPU (2, and 4 where there are 4 GPUs). Every mode checks
 # its data; the script exits non-zero on the first failure.
-# Usage: tools/dev/gpu_channels.sh [ITERATIONS]
+# With SHARE_GPU=1 the two-process modes run every rank on GPU 0 under
+# CUDA MPS (started here in a private directory and stopped at the end), so
+# kernels of several processes run at once instead of time-sliced; NCCL
+# refuses two ranks on one GPU, so its baselines are left out then.
+# Usage: [SHARE_GPU=1] [EP_ONLY=1] [WORLDS="2 4"] [TOKENS="8 32 128"]
+#        [EP_ARGS=...] tools/dev/gpu_channels.sh [ITERATIONS]
 set -uo pipefail
 B=${BIN:-gpu_carry/bin/channel_bench}
 ITERS=${1:-1000}
 NGPU=$(nvidia-smi -L | wc -l)
+SHARE=${SHARE_GPU:-0}
 fail=0
+gpu_of() { if [ "$SHARE" = 1 ]; then echo 0; else echo "$1"; fi; }
+if [ "$SHARE" = 1 ]; then
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/uccl-mps/pipe
+  export CUDA_MPS_LOG_DIRECTORY=/tmp/uccl-mps/log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || { echo "FAILED: MPS did not start"; exit 1; }
+  trap 'echo quit | nvidia-cuda-mps-control; rm -rf /tmp/uccl-mps' EXIT
+  NGPU=4  # every rank on GPU 0
+fi
 run() { echo "== $*"; timeout 300 "$@" 2>&1 | grep -v '^I20'; local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || { echo "FAILED ($rc): $*"; fail=1; }; }
 
+if [ -z "${EP_ONLY:-}" ]; then
 run "$B" --mode fifo --pushes 1024 --core 4
 run "$B" --mode fifo --pushes 1024 --slots 65536 --core 4
 run "$B" --mode rtt --iterations 20000 --core 4
-if [ "$NGPU" -ge 2 ]; then
+fi
+if [ "$NGPU" -ge 2 ] && [ -z "${EP_ONLY:-}" ]; then
   for sz in 256 65536; do
     out=$(mktemp)
-    timeout 300 "$B" --mode pingpong --role server --gpu 1 --core 6 --port 0 \
+    timeout 300 "$B" --mode pingpong --role server --gpu "$(gpu_of 1)" --core 6 --port 0 \
       --msg_bytes "$sz" --iterations 5000 >"$out" 2>&1 &
     spid=$! port=""
     for _ in $(seq 100); do
@@ -32,19 +49,20 @@ if [ "$NGPU" -ge 2 ]; then
   done
 fi
 PY=${PY:-/opt/torch/.venv/bin/python3}
-for world in 2 4; do
+for world in ${WORLDS:-2 4}; do
   [ "$NGPU" -ge "$world" ] || continue
   for tokens in ${TOKENS:-8 32 128}; do
     port=$((29600 + world * 16))
     pids=()
     for r in $(seq 1 $((world - 1))); do
-      timeout 300 "$B" --mode ep --world "$world" --rank "$r" --gpu "$r" \
-        --core $((4 + 2 * r)) --base_port "$port" --iterations "$ITERS" \
-        --tokens "$tokens" >"/tmp/ep_$r.txt" 2>&1 &
+      timeout 300 "$B" --mode ep --world "$world" --rank "$r" \
+        --gpu "$(gpu_of "$r")" --core $((4 + 2 * r)) --base_port "$port" \
+        --iterations "$ITERS" --tokens "$tokens" ${EP_ARGS:-} \
+        >"/tmp/ep_$r.txt" 2>&1 &
       pids+=($!)
     done
     run "$B" --mode ep --world "$world" --rank 0 --gpu 0 --core 4 \
-      --base_port "$port" --iterations "$ITERS" --tokens "$tokens"
+      --base_port "$port" --iterations "$ITERS" --tokens "$tokens" ${EP_ARGS:-}
     for i in "${!pids[@]}"; do
       r=$((i + 1))
       wait "${pids[$i]}" || { echo "FAILED: ep rank $r"; fail=1; }
@@ -52,6 +70,7 @@ for world in 2 4; do
     done
   done
   # The same exchange as torch.distributed all_to_all_single over NCCL.
+  [ "$SHARE" = 1 ] && continue
   for net in Socket UCCL; do
     run "$PY" tools/ep_nccl_baseline.py --world "$world" --net "$net" \
       --plugin gpu_carry/libnccl-net-uccl.so --iterations "$ITERS" \

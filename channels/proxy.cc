@@ -18,18 +18,12 @@ UCCL_DECLARE_KNOB(int64_t, knob_channel_fifo_slots);
 UCCL_DECLARE_KNOB(int64_t, knob_channel_piece_kb);
 UCCL_DECLARE_KNOB(int64_t, knob_channel_buffers);
 UCCL_DECLARE_KNOB(int64_t, knob_channel_proxy_core);
+UCCL_DECLARE_KNOB(int64_t, knob_channel_write_min_kb);
 
 namespace {
 
-constexpr uint32_t kDescMagic = 0x55434844;  // "UCHD"
 constexpr size_t kOpsPerChannel = 1024;
-
-struct DescHead {
-  uint32_t magic;
-  uint32_t num_semaphores;
-  uint32_t count;
-  uint32_t reserved;
-};
+constexpr size_t kWritesPerChannel = 64;
 
 // [off, off + n) inside a region of `len` bytes, without overflow.
 bool in_range(uint64_t off, uint64_t n, uint64_t len) {
@@ -45,6 +39,8 @@ ProxyConfig proxy_config_from_knobs() {
   c.fifo_slots = static_cast<uint32_t>(knob_channel_fifo_slots().get());
   c.piece_bytes = static_cast<size_t>(knob_channel_piece_kb().get()) << 10;
   c.buffers = static_cast<int>(knob_channel_buffers().get());
+  c.write_min_bytes = static_cast<size_t>(knob_channel_write_min_kb().get())
+                      << 10;
   c.core = static_cast<int>(knob_channel_proxy_core().get());
   return c;
 }
@@ -97,6 +93,9 @@ Result<std::unique_ptr<ChannelProxy>> ChannelProxy::create(
 
 ChannelProxy::~ChannelProxy() {
   (void)stop();
+  for (const Mem& m : mems_) {
+    if (m.mr) (void)ep_->dereg(m.mr);
+  }
   for (auto& c : channels_) {
     if (c->tx_mr) (void)ep_->dereg(c->tx_mr);
     if (c->rx_mr) (void)ep_->dereg(c->rx_mr);
@@ -120,8 +119,18 @@ Result<uint32_t> ChannelProxy::register_memory(void* p, size_t len) {
   if (mems_.size() >= device::kMaxMemIds) {
     return ResourceExhausted("channels: memory table full");
   }
-  const bool host = len == 0 || !dev_->is_device(p, len);
-  mems_.push_back(Mem{static_cast<uint8_t*>(p), len, host});
+  Mem m{static_cast<uint8_t*>(p), len, true, 0, p2p::RegionDesc{}};
+  m.host = len == 0 || !dev_->is_device(p, len);
+  if (m.host && len > 0 && cfg_.write_min_bytes > 0) {
+    UCCL_ASSIGN_OR_RETURN(m.mr, ep_->reg(p, len));
+    auto region = ep_->advertise(m.mr, 0, len);
+    if (!region.ok()) {
+      (void)ep_->dereg(m.mr);
+      return region.status().with_context("channels: advertising memory");
+    }
+    m.region = *region;
+  }
+  mems_.push_back(m);
   return static_cast<uint32_t>(mems_.size() - 1);
 }
 
@@ -130,15 +139,19 @@ std::string ChannelProxy::descriptor() const {
              static_cast<uint32_t>(mems_.size()), 0};
   std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
   for (const Mem& m : mems_) {
-    const uint64_t len = m.len;
-    out.append(reinterpret_cast<const char*>(&len), sizeof(len));
+    DescMem d{};
+    d.len = m.len;
+    if (m.mr) {
+      d.flags = kMemWritable;
+      const std::string r = m.region.to_bytes();
+      std::memcpy(d.region, r.data(), sizeof(d.region));
+    }
+    out.append(reinterpret_cast<const char*>(&d), sizeof(d));
   }
   return out;
 }
 
-Result<uint32_t> ChannelProxy::add_channel(p2p::ConnHandle conn,
-                                           const std::string& peer) {
-  if (started_) return InvalidArgument("channels: add before start");
+Status ChannelProxy::parse_peer(const std::string& peer, Channel* c) const {
   DescHead h{};
   if (peer.size() < sizeof(h)) {
     return InvalidArgument("channels: peer descriptor too short");
@@ -146,19 +159,44 @@ Result<uint32_t> ChannelProxy::add_channel(p2p::ConnHandle conn,
   std::memcpy(&h, peer.data(), sizeof(h));
   if (h.magic != kDescMagic || h.reserved != 0 ||
       h.count > device::kMaxMemIds ||
-      peer.size() != sizeof(h) + size_t{h.count} * 8) {
+      peer.size() != sizeof(h) + size_t{h.count} * sizeof(DescMem)) {
     return InvalidArgument("channels: not a channel descriptor");
   }
+  c->peer_semaphores = h.num_semaphores;
+  c->peer_mem_len.assign(h.count, 0);
+  c->peer_writable.assign(h.count, 0);
+  c->peer_regions.assign(h.count, p2p::RegionDesc{});
+  for (uint32_t i = 0; i < h.count; ++i) {
+    DescMem d;
+    std::memcpy(&d, peer.data() + sizeof(h) + size_t{i} * sizeof(d), sizeof(d));
+    if ((d.flags & ~kMemWritable) != 0 || d.reserved != 0) {
+      return InvalidArgument("channels: descriptor entry " + std::to_string(i) +
+                             " has unknown flags");
+    }
+    c->peer_mem_len[i] = d.len;
+    if (!(d.flags & kMemWritable)) continue;
+    auto r = p2p::RegionDesc::from_bytes(
+        std::string(reinterpret_cast<const char*>(d.region), sizeof(d.region)));
+    if (!r.ok() || r->region.len != d.len) {
+      return InvalidArgument("channels: descriptor entry " + std::to_string(i) +
+                             " has a bad region");
+    }
+    c->peer_writable[i] = 1;
+    c->peer_regions[i] = *r;
+  }
+  return Status::OK();
+}
+
+Result<uint32_t> ChannelProxy::add_channel(p2p::ConnHandle conn,
+                                           const std::string& peer) {
+  if (started_) return InvalidArgument("channels: add before start");
+  auto c = std::make_unique<Channel>();
+  UCCL_RETURN_IF_ERROR(parse_peer(peer, c.get()));
   if (channels_.size() >= device::kMaxChannels) {
     return ResourceExhausted("channels: channel table full");
   }
-  auto c = std::make_unique<Channel>();
   c->id = static_cast<uint32_t>(channels_.size());
   c->conn = conn;
-  c->peer_semaphores = h.num_semaphores;
-  c->peer_mem_len.resize(h.count);
-  std::memcpy(c->peer_mem_len.data(), peer.data() + sizeof(h),
-              size_t{h.count} * 8);
   const size_t block =
       sizeof(device::ChannelShared) + size_t{cfg_.num_semaphores} * 8;
   if (cfg_.gpu >= 0) {
@@ -184,6 +222,7 @@ Result<uint32_t> ChannelProxy::add_channel(p2p::ConnHandle conn,
   UCCL_ASSIGN_OR_RETURN(ch->rx_mr, ep_->reg(ch->rx, all));
   ch->ops = Ring<Op>(kOpsPerChannel);
   ch->pieces = Ring<Piece>(static_cast<size_t>(cfg_.buffers));
+  ch->writes = Ring<p2p::XferHandle>(kWritesPerChannel);
   for (int b = cfg_.buffers - 1; b >= 0; --b) ch->free_bufs.push_back(b);
   ch->rx_bufs.assign(static_cast<size_t>(cfg_.buffers), RxBuf{});
   return ch->id;
@@ -247,6 +286,7 @@ ChannelProxy::Stats ChannelProxy::stats() const {
   s.put_bytes = stats_.put_bytes.load(std::memory_order_relaxed);
   s.bad_triggers = stats_.bad_triggers.load(std::memory_order_relaxed);
   s.bad_messages = stats_.bad_messages.load(std::memory_order_relaxed);
+  s.writes = stats_.writes.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -352,6 +392,9 @@ bool ChannelProxy::on_trigger(const device::Trigger& t, uint64_t ticket) {
       op.dst_off = f.dst_off;
       op.src = mems_[f.src_mem].base + f.src_off;
       op.src_host = mems_[f.src_mem].host;
+      op.src_mr = mems_[f.src_mem].mr;
+      op.write = op.src_mr != 0 && c.peer_writable[f.dst_mem] &&
+                 f.bytes >= cfg_.write_min_bytes;
       op.bytes = f.bytes;
       break;
     case device::TriggerOp::kSignal:
@@ -383,12 +426,60 @@ bool ChannelProxy::enqueue(Channel& c, const Op& op) {
   return true;
 }
 
-// Ops in order into free send buffers: the header, and for a put the next
-// piece's copy started.
-bool ChannelProxy::stage(Channel& c) {
+// A put that goes one-sided: posted, its signal (if any) left as the next
+// op. False while the channel has no room for another write.
+bool ChannelProxy::post_write(Channel& c, Op& op) {
+  if (c.writes.full()) return false;
+  auto h = ep_->write_async(c.conn, op.src_mr, op.src, op.bytes,
+                            c.peer_regions[op.dst_mem], op.dst_off);
+  if (!h.ok()) {
+    fail(c, h.status().with_context("writing to the peer"));
+    return false;
+  }
+  c.writes.push(*h);
+  stats_.writes.fetch_add(1, std::memory_order_relaxed);
+  if (op.flags & kSignalAfter) {
+    op.kind = MsgKind::kSignal;  // once the write is acknowledged
+    op.write = false;
+  } else {
+    c.ops.pop();
+  }
+  return true;
+}
+
+// Acknowledged writes, oldest first, off the channel's list.
+bool ChannelProxy::reap_writes(Channel& c) {
   bool any = false;
-  while (!c.ops.empty() && !c.free_bufs.empty() && !c.pieces.full()) {
+  while (!c.writes.empty()) {
+    auto done = ep_->poll(c.writes.front());
+    if (!done.ok()) {
+      fail(c, done.status().with_context("writing to the peer"));
+      return true;
+    }
+    if (!*done) break;
+    c.writes.pop();
+    any = true;
+  }
+  return any;
+}
+
+// Ops in order: writes posted; messages into free send buffers (the
+// header, and for a put the next piece's copy started). A signal or flush
+// waits for every earlier write: the peer acts on it when it arrives.
+bool ChannelProxy::stage(Channel& c) {
+  bool any = reap_writes(c);
+  while (!c.ops.empty() && !c.failed) {
     Op& op = c.ops.front();
+    if (op.kind == MsgKind::kPut && op.write) {
+      if (!post_write(c, op)) break;
+      any = true;
+      continue;
+    }
+    if ((op.kind == MsgKind::kSignal || op.kind == MsgKind::kFlush) &&
+        !c.writes.empty()) {
+      break;
+    }
+    if (c.free_bufs.empty() || c.pieces.full()) break;
     const int b = c.free_bufs.back();
     uint8_t* p = c.tx + static_cast<size_t>(b) * c.buf_bytes;
     MsgHdr h{kMsgMagic, op.kind, 0, 0, op.dst_mem, op.sem, 0, op.bytes};

@@ -38,6 +38,11 @@ struct ProxyConfig {
   uint32_t num_semaphores = 64;          // per channel
   size_t piece_bytes = size_t{1} << 20;  // largest message payload
   int buffers = 8;  // send and receive buffers per channel, each
+  // A put of at least this many bytes from host memory into the peer's
+  // host memory goes as a one-sided write, no copy at either end (its
+  // signal, and any later signal or flush, once the write is
+  // acknowledged); 0: every put goes as messages.
+  size_t write_min_bytes = size_t{128} << 10;
   uint64_t timeout_ns = 5000000000ull;  // FIFO full, wait, flush
   int core = -1;  // pin the proxy thread here; -1: unpinned
   // How GPU memory is copied; null: CUDA's runtime for `gpu`.
@@ -57,8 +62,10 @@ class ChannelProxy {
 
   // Before start(): memory puts read from or write into, by id (0, 1, ...).
   // Host memory (a kernel's mapped page-locked buffers, say) is copied to
-  // and from the send and receive buffers by the proxy thread itself;
-  // device memory through the device's copies (ProxyConfig::device_memory).
+  // and from the send and receive buffers by the proxy thread itself, or
+  // written one-sided (write_min_bytes): it is registered with the
+  // endpoint and advertised to the peer. Device memory goes through the
+  // device's copies (ProxyConfig::device_memory).
   Result<uint32_t> register_memory(void* p, size_t len);
   // This side's memory table (ids and sizes) for the peer's add_channel.
   std::string descriptor() const;
@@ -79,6 +86,7 @@ class ChannelProxy {
   struct Stats {
     uint64_t triggers = 0, puts = 0, signals = 0, flushes = 0;
     uint64_t put_bytes = 0, bad_triggers = 0, bad_messages = 0;
+    uint64_t writes = 0;  // puts that went as one-sided writes
   };
   Stats stats() const;
 
@@ -87,6 +95,10 @@ class ChannelProxy {
     uint8_t* base;
     size_t len;
     bool host;  // host memory (page-locked or mapped): copied by memcpy
+    // Host memory registered with the endpoint (writes go from and into
+    // it): its id and the region the peer writes into.
+    p2p::MrId mr;
+    p2p::RegionDesc region;
   };
   struct Channel;
   struct Op;
@@ -95,8 +107,11 @@ class ChannelProxy {
   bool take_triggers();
   bool on_trigger(const device::Trigger& t, uint64_t ticket);
   Status check_trigger(const device::TriggerFields& f, const Channel& c) const;
+  Status parse_peer(const std::string& peer, Channel* c) const;
   bool enqueue(Channel& c, const Op& op);
   bool stage(Channel& c);
+  bool post_write(Channel& c, Op& op);
+  bool reap_writes(Channel& c);
   bool post_sends(Channel& c);
   bool progress_rx(Channel& c);
   bool take_landed(Channel& c, int buf);
@@ -120,6 +135,7 @@ class ChannelProxy {
   struct {
     std::atomic<uint64_t> triggers{0}, puts{0}, signals{0}, flushes{0};
     std::atomic<uint64_t> put_bytes{0}, bad_triggers{0}, bad_messages{0};
+    std::atomic<uint64_t> writes{0};
   } stats_;
 };
 

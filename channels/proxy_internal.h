@@ -18,8 +18,10 @@ struct ChannelProxy::Op {
   uint64_t dst_off;
   const uint8_t* src;  // a put's source
   bool src_host;       // in host memory: staged by memcpy
-  uint64_t bytes;      // a put's length; kFlush/kFlushAck: the ticket
-  uint64_t done = 0;   // put bytes staged so far
+  bool write;          // goes as a one-sided write from src_mr
+  p2p::MrId src_mr;
+  uint64_t bytes;     // a put's length; kFlush/kFlushAck: the ticket
+  uint64_t done = 0;  // put bytes staged so far
 };
 
 // Fixed-capacity ring (the loop allocates nothing).
@@ -63,6 +65,9 @@ struct ChannelProxy::Channel {
   uint32_t id = 0;
   p2p::ConnHandle conn = 0;
   std::vector<uint64_t> peer_mem_len;
+  // Per peer memory: writable (host memory it advertised), and where.
+  std::vector<uint8_t> peer_writable;
+  std::vector<p2p::RegionDesc> peer_regions;
   uint32_t peer_semaphores = 0;
   // Host-mapped: ChannelShared, then the semaphores.
   void* block = nullptr;
@@ -71,6 +76,9 @@ struct ChannelProxy::Channel {
   // Send side: ops in FIFO order, the pieces staged from them in order.
   Ring<Op> ops;
   Ring<Piece> pieces;
+  // One-sided writes in flight, oldest first: a signal or flush goes out
+  // only once none is left.
+  Ring<p2p::XferHandle> writes;
   std::vector<int> free_bufs;
   uint8_t* tx = nullptr;
   p2p::MrId tx_mr = 0;

@@ -1,8 +1,11 @@
-// What two channel proxies send each other over their p2p connection: a
-// 32-byte header, then a put's payload. The one place this layout lives.
+// What two channel proxies send each other: the descriptor they swap out
+// of band before add_channel, and over their p2p connection a 32-byte
+// header, then a put's payload. The one place these layouts live.
 #pragma once
 
 #include <cstdint>
+
+#include "uccl/p2p.h"
 
 namespace uccl::channels {
 
@@ -27,5 +30,28 @@ struct MsgHdr {
   uint64_t bytes_or_ticket;  // a put's payload bytes, a flush's ticket
 };
 static_assert(sizeof(MsgHdr) == 32, "the header is 32 bytes on the wire");
+
+// ChannelProxy::descriptor(): a DescHead, then one DescMem per registered
+// memory, in id order.
+constexpr uint32_t kDescMagic = 0x55434832;  // "UCH2"
+struct DescHead {
+  uint32_t magic;
+  uint32_t num_semaphores;  // per channel, on the describing side
+  uint32_t count;           // DescMem entries that follow
+  uint32_t reserved;        // 0
+};
+static_assert(sizeof(DescHead) == 16, "the descriptor head is 16 bytes");
+
+constexpr uint32_t kMemWritable = 1;  // flags: `region` may be written
+struct DescMem {
+  uint64_t len;
+  uint32_t flags;     // kMemWritable, or 0 (reached by messages only)
+  uint32_t reserved;  // 0
+  // Host memory: the p2p region the peer's one-sided writes land in
+  // (p2p::RegionDesc::to_bytes); zeros otherwise.
+  uint8_t region[p2p::kRegionDescBytes];
+};
+static_assert(sizeof(DescMem) == 16 + p2p::kRegionDescBytes,
+              "a memory entry is its length, flags and region, unpadded");
 
 }  // namespace uccl::channels

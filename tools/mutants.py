@@ -165,6 +165,11 @@ MUTANTS = [
      "  const std::string what = \"isend of \" + std::to_string(size) + \" B\";\n"
      "  if (size > max_bytes_ && !what.empty()) {",
      "plugin_alloc_tests", "PluginAllocTest.NcclSteps*"),
+    ("channel-signal-overtakes-writes", "channels/proxy.cc",
+     "    if ((op.kind == MsgKind::kSignal || op.kind == MsgKind::kFlush) &&\n"
+     "        !c.writes.empty()) {",
+     "    if (false) {",
+     "channels_tests", "ChannelWrites.*"),
 ]
 
 

@@ -21,7 +21,7 @@ class PyChannelProxy {
  public:
   PyChannelProxy(py::object ep, int gpu, uint32_t num_semaphores,
                  uint32_t fifo_slots, size_t piece_bytes, int buffers,
-                 int timeout_ms, int core)
+                 int timeout_ms, int core, int64_t write_min_bytes)
       : ep_obj_(std::move(ep)) {
     ch::ProxyConfig c = ch::proxy_config_from_knobs();
     c.gpu = gpu;
@@ -31,6 +31,7 @@ class PyChannelProxy {
     if (buffers) c.buffers = buffers;
     if (timeout_ms > 0) c.timeout_ns = uint64_t(timeout_ms) * 1000000;
     c.core = core;
+    if (write_min_bytes >= 0) c.write_min_bytes = size_t(write_min_bytes);
     host_ = gpu < 0;
     proxy_ = value(ch::ChannelProxy::create(endpoint_of(ep_obj_), c));
   }
@@ -61,10 +62,10 @@ class PyChannelProxy {
   void status(uint32_t c) const { check(proxy_->channel_status(c)); }
   std::map<std::string, uint64_t> stats() const {
     const auto s = proxy_->stats();
-    return {{"triggers", s.triggers},        {"puts", s.puts},
-            {"signals", s.signals},          {"flushes", s.flushes},
-            {"put_bytes", s.put_bytes},      {"bad_triggers", s.bad_triggers},
-            {"bad_messages", s.bad_messages}};
+    return {{"triggers", s.triggers},         {"puts", s.puts},
+            {"signals", s.signals},           {"flushes", s.flushes},
+            {"put_bytes", s.put_bytes},       {"bad_triggers", s.bad_triggers},
+            {"bad_messages", s.bad_messages}, {"writes", s.writes}};
   }
 
   // The device calls from a host thread (the CPU stand-in only: a GPU
@@ -138,12 +139,13 @@ class PyChannelProxy {
 void bind_channels(py::module_& m) {
   m.attr("CHANNEL_HANDLE_BYTES") = sizeof(dev::ChannelHandle);
   py::class_<PyChannelProxy>(m, "ChannelProxy")
-      .def(py::init<py::object, int, uint32_t, uint32_t, size_t, int, int,
-                    int>(),
+      .def(py::init<py::object, int, uint32_t, uint32_t, size_t, int, int, int,
+                    int64_t>(),
            py::arg("endpoint"), py::arg("gpu") = -1,
            py::arg("num_semaphores") = 64, py::arg("fifo_slots") = 0,
            py::arg("piece_bytes") = 0, py::arg("buffers") = 0,
-           py::arg("timeout_ms") = 0, py::arg("core") = -1)
+           py::arg("timeout_ms") = 0, py::arg("core") = -1,
+           py::arg("write_min_bytes") = -1)
       .def("register_memory", &PyChannelProxy::register_memory)
       .def("descriptor", &PyChannelProxy::descriptor)
       .def("add_channel", &PyChannelProxy::add_channel)

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "../p2p/p2p_fixture.h"
+#include "tests/channels/proxy_fixture.h"
 #include "util/pattern.h"
 
 namespace uccl::channels {
@@ -25,50 +25,6 @@ using device::channel_wait;
 using device::ChannelHandle;
 using device::kChannelFailed;
 using device::kChannelOk;
-
-ProxyConfig test_proxy_config() {
-  ProxyConfig c;
-  c.fifo_slots = 64;
-  c.num_semaphores = 8;
-  c.piece_bytes = 64 << 10;
-  c.buffers = 4;
-  c.timeout_ns = 20000000000ull;
-  return c;
-}
-
-// Two proxies over one p2p connection; memory 0 of each side: `bytes`.
-struct ProxyPair {
-  std::unique_ptr<p2p::Pair> p2p;
-  std::unique_ptr<ChannelProxy> a, b;  // client side, server side
-  std::vector<uint8_t> mem_a, mem_b;
-  ChannelHandle ha{}, hb{};
-
-  static std::unique_ptr<ProxyPair> make(
-      size_t bytes, const ProxyConfig& cfg = test_proxy_config(),
-      const p2p::Config& pc = p2p::test_config(1)) {
-    auto p = std::make_unique<ProxyPair>();
-    p->p2p = p2p::Pair::make(pc);
-    if (!p->p2p) return nullptr;
-    auto a = ChannelProxy::create(p->p2p->client.get(), cfg);
-    auto b = ChannelProxy::create(p->p2p->server.get(), cfg);
-    EXPECT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
-    if (!a.ok() || !b.ok()) return nullptr;
-    p->a = std::move(*a);
-    p->b = std::move(*b);
-    p->mem_a.assign(bytes, 0);
-    p->mem_b.assign(bytes, 0);
-    EXPECT_EQ(*p->a->register_memory(p->mem_a.data(), bytes), 0u);
-    EXPECT_EQ(*p->b->register_memory(p->mem_b.data(), bytes), 0u);
-    auto ca = p->a->add_channel(p->p2p->c_conn, p->b->descriptor());
-    auto cb = p->b->add_channel(p->p2p->s_conn, p->a->descriptor());
-    EXPECT_TRUE(ca.ok() && cb.ok()) << ca.status() << cb.status();
-    if (!ca.ok() || !cb.ok()) return nullptr;
-    p->ha = *p->a->handle(*ca);
-    p->hb = *p->b->handle(*cb);
-    return p;
-  }
-  bool start() { return a->start().ok() && b->start().ok(); }
-};
 
 // The ping-pong of the GPU demonstration, on CPU threads: each side puts a
 // message with a signal, then waits for the other's; data checked each

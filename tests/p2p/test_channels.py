@@ -59,6 +59,32 @@ def test_ping_pong_with_put_and_signal(pair):
     pb.status(ch_b)
 
 
+def test_large_puts_go_as_writes_and_their_signal_follows():
+    """Host memory both ends: a put over write_min_bytes is a one-sided
+    write; its signal arrives once the bytes are there; 0 turns it off."""
+    big = 1 << 20
+    for write_min, writes in ((256 << 10, 1), (0, 0)):
+        a, b, ca, cb = connected_pair(num_cpus=2, device="udp:lo")
+        pa = channels.ChannelProxy(a, num_semaphores=2, timeout_ms=20000,
+                                   write_min_bytes=write_min)
+        pb = channels.ChannelProxy(b, num_semaphores=2, timeout_ms=20000,
+                                   write_min_bytes=write_min)
+        ma = np.random.default_rng(9).integers(0, 255, big, dtype=np.uint8)
+        mb = np.zeros(big, np.uint8)
+        pa.register_memory(ma)
+        pb.register_memory(mb)
+        ch_a = pa.add_channel(ca, pb.descriptor())
+        ch_b = pb.add_channel(cb, pa.descriptor())
+        pa.start()
+        pb.start()
+        pa.put(ch_a, 0, 0, 0, 0, big, signal=1)
+        pb.wait(ch_b, 1, 1)
+        assert np.array_equal(mb, ma)
+        assert pa.stats()["writes"] == writes
+        pa.stop()
+        pb.stop()
+
+
 def test_flush_then_every_put_is_there(pair):
     pa, pb, ch_a, ch_b, ma, mb = pair
     ma[:] = np.arange(N, dtype=np.uint64).astype(np.uint8)

@@ -12,7 +12,9 @@ include/uccl/device/channel.h).
     proxy.status(ch)            # raises uccl.p2p.Error if the channel failed
 
 With gpu=-1 (the CPU stand-in) host threads call put/signal/wait/flush,
-the device calls' host versions. The channel owns its connection: stop()
+the device calls' host versions. write_min_bytes: puts of at least this
+many bytes between host memories go as one-sided writes (0: never; -1:
+UCCL_CHANNEL_WRITE_MIN_KB); stats()["writes"] counts them. The channel owns its connection: stop()
 closes it.
 """
 

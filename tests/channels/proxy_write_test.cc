@@ -1,0 +1,172 @@
+// Puts between host memories as one-sided writes (no copy at either end):
+// which puts take the path, signals and flushes held until every earlier
+// write is acknowledged (under loss, round after round), and descriptors.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "tests/channels/proxy_fixture.h"
+#include "util/pattern.h"
+
+namespace uccl::channels {
+namespace {
+
+using device::channel_flush;
+using device::channel_put;
+using device::channel_put_with_signal;
+using device::channel_signal;
+using device::channel_wait;
+using device::kChannelOk;
+
+// Puts of at least write_min_bytes go as writes, smaller ones as messages;
+// both land, and a put with signal raises its semaphore once.
+TEST(ChannelWrites, LargeHostPutsGoAsWritesSmallOnesAsMessages) {
+  ProxyConfig cfg = test_proxy_config();
+  cfg.write_min_bytes = 64 << 10;
+  constexpr size_t kBig = 200000, kSmall = 4096;
+  auto p = ProxyPair::make(2 * kBig, cfg);
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(p->start());
+  fill_pattern(p->mem_a.data(), p->mem_a.size(), 5);
+  ASSERT_EQ(channel_put(p->ha, 0, 0, 0, 0, kBig), kChannelOk);
+  ASSERT_EQ(channel_put(p->ha, 0, kBig, 0, kBig, kSmall), kChannelOk);
+  ASSERT_EQ(channel_put_with_signal(p->ha, 0, kBig + kSmall, 0, kBig + kSmall,
+                                    kBig - kSmall, 2),
+            kChannelOk);
+  ASSERT_EQ(channel_wait(p->hb, 2, 1), kChannelOk);
+  EXPECT_EQ(find_pattern_mismatch(p->mem_b.data(), 2 * kBig, 5), -1);
+  const auto s = p->a->stats();
+  EXPECT_EQ(s.puts, 3u);
+  EXPECT_EQ(s.writes, 2u);
+  EXPECT_EQ(s.signals, 1u);
+  EXPECT_EQ(s.put_bytes, 2 * kBig);
+}
+
+// write_min_bytes = 0: every put goes as messages, and the memory is not
+// offered to the peer for writes.
+TEST(ChannelWrites, OffMeansEveryPutGoesAsMessages) {
+  ProxyConfig cfg = test_proxy_config();
+  cfg.write_min_bytes = 0;
+  constexpr size_t kBytes = 1 << 20;
+  auto p = ProxyPair::make(kBytes, cfg);
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(p->start());
+  fill_pattern(p->mem_a.data(), kBytes, 6);
+  ASSERT_EQ(channel_put_with_signal(p->ha, 0, 0, 0, 0, kBytes, 0), kChannelOk);
+  ASSERT_EQ(channel_wait(p->hb, 0, 1), kChannelOk);
+  EXPECT_EQ(find_pattern_mismatch(p->mem_b.data(), kBytes, 6), -1);
+  EXPECT_EQ(p->a->stats().writes, 0u);
+}
+
+// The writer's transmissions lose 5% of their packets, so writes finish
+// late (retransmitted) while a signal message could overtake them. Each
+// round the reader checks every byte as soon as the signal arrives, then
+// answers so the writer may overwrite its source. A signal that went out
+// before the writes were acknowledged shows as a stale block.
+TEST(ChannelWrites, SignalsWaitForEveryEarlierWriteUnderLoss) {
+  ProxyConfig cfg = test_proxy_config();
+  cfg.write_min_bytes = 16 << 10;
+  constexpr int kBlocks = 4, kRounds = 12;
+  constexpr size_t kBlock = 96 << 10;
+  // Loss on the writer's endpoint only; it outlives the proxies (declared
+  // first, destroyed last).
+  p2p::Config lossy_cfg = p2p::test_config(2);
+  lossy_cfg.engine.fault_tx = "drop=0.05";
+  lossy_cfg.engine.fault_seed = 17;
+  auto lossy = p2p::Endpoint::create(lossy_cfg);
+  ASSERT_TRUE(lossy.ok()) << lossy.status();
+  auto p = std::make_unique<ProxyPair>();
+  p->p2p = p2p::Pair::make(p2p::test_config(2));
+  ASSERT_NE(p->p2p, nullptr);
+  auto where = p->p2p->server->metadata();  // listening already
+  ASSERT_TRUE(where.ok()) << where.status();
+  Result<p2p::ConnHandle> acc = Unavailable("");
+  std::thread t([&] { acc = p->p2p->server->accept(20000); });
+  auto conn = (*lossy)->connect_by_metadata(*where, 20000);
+  t.join();
+  ASSERT_TRUE(conn.ok() && acc.ok()) << conn.status() << acc.status();
+  p->a = std::move(*ChannelProxy::create(lossy->get(), cfg));
+  p->b = std::move(*ChannelProxy::create(p->p2p->server.get(), cfg));
+  p->mem_a.assign(kBlocks * kBlock, 0);
+  p->mem_b.assign(kBlocks * kBlock, 0);
+  ASSERT_TRUE(p->a->register_memory(p->mem_a.data(), p->mem_a.size()).ok());
+  ASSERT_TRUE(p->b->register_memory(p->mem_b.data(), p->mem_b.size()).ok());
+  ASSERT_TRUE(p->a->add_channel(*conn, p->b->descriptor()).ok());
+  ASSERT_TRUE(p->b->add_channel(*acc, p->a->descriptor()).ok());
+  p->ha = *p->a->handle(0);
+  p->hb = *p->b->handle(0);
+  ASSERT_TRUE(p->start());
+
+  std::thread reader([&] {
+    for (int i = 1; i <= kRounds; ++i) {
+      ASSERT_EQ(channel_wait(p->hb, 0, i), kChannelOk) << "round " << i;
+      ASSERT_EQ(find_pattern_mismatch(p->mem_b.data(), p->mem_b.size(), i), -1)
+          << "round " << i << ": the signal overtook a write";
+      ASSERT_EQ(channel_signal(p->hb, 1), kChannelOk);
+    }
+  });
+  for (int i = 1; i <= kRounds; ++i) {
+    fill_pattern(p->mem_a.data(), p->mem_a.size(), i);
+    for (int k = 0; k < kBlocks; ++k) {
+      ASSERT_EQ(channel_put(p->ha, 0, k * kBlock, 0, k * kBlock, kBlock),
+                kChannelOk);
+    }
+    ASSERT_EQ(channel_signal(p->ha, 0), kChannelOk);
+    ASSERT_EQ(channel_wait(p->ha, 1, i), kChannelOk) << "round " << i;
+  }
+  reader.join();
+  EXPECT_EQ(p->a->stats().writes, uint64_t{kBlocks} * kRounds);
+  EXPECT_TRUE(p->a->channel_status(0).ok()) << p->a->channel_status(0);
+}
+
+// A flush returns once every earlier write is in the peer's memory.
+TEST(ChannelWrites, FlushCoversWrites) {
+  ProxyConfig cfg = test_proxy_config();
+  cfg.write_min_bytes = 16 << 10;
+  constexpr size_t kBytes = 512 << 10;
+  auto p = ProxyPair::make(kBytes, cfg);
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(p->start());
+  for (int round = 1; round <= 5; ++round) {
+    fill_pattern(p->mem_a.data(), kBytes, 40 + round);
+    for (size_t off = 0; off < kBytes; off += 128 << 10) {
+      ASSERT_EQ(channel_put(p->ha, 0, off, 0, off, 128 << 10), kChannelOk);
+    }
+    ASSERT_EQ(channel_flush(p->ha), kChannelOk);
+    ASSERT_EQ(find_pattern_mismatch(p->mem_b.data(), kBytes, 40 + round), -1)
+        << "round " << round;
+  }
+  EXPECT_EQ(p->a->stats().writes, 20u);
+}
+
+// A descriptor entry with unknown flags, or a writable one whose region is
+// not a region, is refused.
+TEST(ChannelWrites, BadDescriptorEntriesAreRefused) {
+  auto p = ProxyPair::make(1 << 20);
+  ASSERT_NE(p, nullptr);
+  const std::string good = p->b->descriptor();
+  ASSERT_EQ(good.size(), sizeof(DescHead) + sizeof(DescMem));
+  DescMem m;
+  std::memcpy(&m, good.data() + sizeof(DescHead), sizeof(m));
+  EXPECT_EQ(m.flags, kMemWritable);
+  auto with = [&](const DescMem& e) {
+    std::string d = good;
+    std::memcpy(d.data() + sizeof(DescHead), &e, sizeof(e));
+    return p->a->add_channel(p->p2p->c_conn, d).status();
+  };
+  DescMem bad = m;
+  bad.flags |= 2;
+  EXPECT_EQ(with(bad).code(), StatusCode::kInvalidArgument);
+  bad = m;
+  bad.region[0] ^= 1;  // the region's magic
+  EXPECT_EQ(with(bad).code(), StatusCode::kInvalidArgument);
+  bad = m;
+  bad.len += 1;  // disagrees with the region
+  EXPECT_EQ(with(bad).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(with(m).ok());
+}
+
+}  // namespace
+}  // namespace uccl::channels

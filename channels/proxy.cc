@@ -432,6 +432,9 @@ bool ChannelProxy::post_write(Channel& c, Op& op) {
   if (c.writes.full()) return false;
   auto h = ep_->write_async(c.conn, op.src_mr, op.src, op.bytes,
                             c.peer_regions[op.dst_mem], op.dst_off);
+  if (h.status().code() == StatusCode::kResourceExhausted) {
+    return false;  // the endpoint's transfers are all in use: later
+  }
   if (!h.ok()) {
     fail(c, h.status().with_context("writing to the peer"));
     return false;
@@ -544,6 +547,7 @@ bool ChannelProxy::post_sends(Channel& c) {
     auto h = ep_->send_async(c.conn, c.tx_mr,
                              c.tx + static_cast<size_t>(pc.buf) * c.buf_bytes,
                              pc.len);
+    if (h.status().code() == StatusCode::kResourceExhausted) break;  // later
     if (!h.ok()) {
       fail(c, h.status().with_context("sending to the peer"));
       return true;

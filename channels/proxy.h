@@ -67,7 +67,9 @@ class ChannelProxy {
   // endpoint and advertised to the peer. Device memory goes through the
   // device's copies (ProxyConfig::device_memory).
   Result<uint32_t> register_memory(void* p, size_t len);
-  // This side's memory table (ids and sizes) for the peer's add_channel.
+  // This side's memory table for the peer's add_channel: ids, sizes and,
+  // for host memory, the region the peer's writes land in (so it differs
+  // between processes: swap it, channels/wire.h).
   std::string descriptor() const;
   // Before start(): a channel over `conn` (one channel per connection) to
   // the peer whose descriptor() is `peer`. Returns its id. The channel

@@ -3,6 +3,7 @@
 // write is acknowledged (under loss, round after round), and descriptors.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -139,6 +140,55 @@ TEST(ChannelWrites, FlushCoversWrites) {
         << "round " << round;
   }
   EXPECT_EQ(p->a->stats().writes, 20u);
+}
+
+// The endpoint's transfer slots all taken (receives on another connection
+// of the writer's endpoint): a message's send and a write wait for a slot
+// instead of failing their channel, and go once slots are free again.
+TEST(ChannelWrites, AFullEndpointDelaysAPutAndFailsNothing) {
+  constexpr size_t kBytes = 256 << 10;
+  auto p = ProxyPair::make(kBytes);
+  ASSERT_NE(p, nullptr);
+  auto where = p->p2p->server->metadata();
+  ASSERT_TRUE(where.ok());
+  Result<p2p::ConnHandle> acc = Unavailable("");
+  std::thread t([&] { acc = p->p2p->server->accept(20000); });
+  auto spare = p->p2p->client->connect_by_metadata(*where, 20000);
+  t.join();
+  ASSERT_TRUE(spare.ok() && acc.ok()) << spare.status() << acc.status();
+  ASSERT_TRUE(p->start());
+  std::vector<uint8_t> sink(64);
+  auto mr = p->p2p->client->reg(sink.data(), sink.size());
+  ASSERT_TRUE(mr.ok());
+  std::vector<p2p::XferHandle> held;
+  for (;;) {
+    auto h = p->p2p->client->recv_async(*spare, *mr, sink.data(), 64);
+    if (!h.ok()) {
+      ASSERT_EQ(h.status().code(), StatusCode::kResourceExhausted)
+          << h.status();
+      break;
+    }
+    held.push_back(*h);
+  }
+  fill_pattern(p->mem_a.data(), kBytes, 77);
+  // A message's send, then a write, both held for a slot.
+  ASSERT_EQ(channel_put_with_signal(p->ha, 0, 0, 0, 0, 4096, 1), kChannelOk);
+  ASSERT_EQ(channel_put_with_signal(p->ha, 0, 0, 0, 0, kBytes, 0), kChannelOk);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(p->a->channel_status(0).ok()) << p->a->channel_status(0);
+  EXPECT_EQ(p->a->stats().writes, 0u);  // still waiting for a slot
+  // Freed: the receives fail with their connection and are polled away.
+  ASSERT_TRUE(p->p2p->client->close(*spare).ok());
+  for (p2p::XferHandle h : held) {
+    const Status st = p->p2p->client->wait(h, 10000);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.code(), StatusCode::kTimedOut);
+  }
+  ASSERT_EQ(channel_wait(p->hb, 1, 1), kChannelOk);
+  ASSERT_EQ(channel_wait(p->hb, 0, 1), kChannelOk);
+  EXPECT_EQ(find_pattern_mismatch(p->mem_b.data(), kBytes, 77), -1);
+  EXPECT_EQ(p->a->stats().writes, 1u);
+  EXPECT_TRUE(p->a->channel_status(0).ok()) << p->a->channel_status(0);
 }
 
 // A descriptor entry with unknown flags, or a writable one whose region is

@@ -76,6 +76,12 @@ class ChannelProxy {
   // takes the connection over: nothing else may transfer on it once
   // start() runs, and stop() closes it.
   Result<uint32_t> add_channel(p2p::ConnHandle conn, const std::string& peer);
+  // add_channel with the descriptors swapped over `conn` itself (8 bytes
+  // of length, then the descriptor, each way): both sides call it at the
+  // same time, after registering their memory. A peer that sends no
+  // descriptor within timeout_ms, or a malformed one, fails it and closes
+  // the connection.
+  Result<uint32_t> open_channel(p2p::ConnHandle conn, int timeout_ms);
   Result<device::ChannelHandle> handle(uint32_t channel) const;
 
   Status start();

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -306,31 +305,6 @@ bool baseline_rounds(uccl::p2p::Endpoint* ep, const Shape& s, Buffers& b,
   return true;
 }
 
-// Every peer's channel descriptor, swapped over its connection (they are
-// the same size on every rank: the same memories in the same order; the
-// regions in them differ).
-bool swap_descriptors(uccl::p2p::Endpoint* ep, const Shape& s,
-                      const std::vector<uccl::p2p::ConnHandle>& conns,
-                      std::string mine, std::vector<std::string>* peers) {
-  peers->assign(s.world, std::string(mine.size(), '\0'));
-  auto mr = ep->reg(mine.data(), mine.size());
-  if (!mr.ok()) return false;
-  bool ok = true;
-  for (int j = 0; j < s.world && ok; ++j) {
-    if (j == s.rank) continue;
-    std::string& in = (*peers)[j];
-    auto in_mr = ep->reg(in.data(), in.size());
-    if (!in_mr.ok()) return false;
-    auto r = ep->recv_async(conns[j], *in_mr, in.data(), in.size());
-    auto w = ep->send_async(conns[j], *mr, mine.data(), mine.size());
-    ok = r.ok() && w.ok() && ep->wait(*r, kTimeoutMs).ok() &&
-         ep->wait(*w, kTimeoutMs).ok();
-    (void)ep->dereg(*in_mr);
-  }
-  (void)ep->dereg(*mr);
-  return ok;
-}
-
 // The exchanges issued from kernels through a proxy's channels, one per
 // peer. Per-iteration times in *us; false on a failure or wrong result.
 bool channel_rounds(uccl::p2p::Endpoint* ep, const Shape& s, Buffers& b,
@@ -346,14 +320,11 @@ bool channel_rounds(uccl::p2p::Endpoint* ep, const Shape& s, Buffers& b,
   for (int i = 0; i < 4; ++i) {
     (void)(*proxy)->register_memory(*big_buffers(&b, i), big);
   }
-  std::vector<std::string> peers;
-  if (!swap_descriptors(ep, s, conns, (*proxy)->descriptor(), &peers)) {
-    return false;
-  }
+  // Peers in ascending order on every rank: each pair meets.
   std::vector<dev::ChannelHandle> hs(s.world);
   for (int j = 0; j < s.world; ++j) {
     if (j == s.rank) continue;
-    auto ch = (*proxy)->add_channel(conns[j], peers[j]);
+    auto ch = (*proxy)->open_channel(conns[j], kTimeoutMs);
     if (!ch.ok()) {
       std::fprintf(stderr, "channel_bench: %s\n",
                    ch.status().to_string().c_str());

@@ -49,6 +49,14 @@ class PyChannelProxy {
   uint32_t add_channel(uint64_t conn, const std::string& peer) {
     return value(proxy_->add_channel(conn, peer));
   }
+  uint32_t open_channel(uint64_t conn, int timeout_ms) {
+    uccl::Result<uint32_t> r = uccl::Unavailable("");
+    {
+      py::gil_scoped_release nogil;
+      r = proxy_->open_channel(conn, timeout_ms);
+    }
+    return value(std::move(r));
+  }
   // The ChannelHandle a kernel takes by value, as its bytes.
   py::bytes handle(uint32_t c) const {
     dev::ChannelHandle h = value(proxy_->handle(c));
@@ -149,6 +157,8 @@ void bind_channels(py::module_& m) {
       .def("register_memory", &PyChannelProxy::register_memory)
       .def("descriptor", &PyChannelProxy::descriptor)
       .def("add_channel", &PyChannelProxy::add_channel)
+      .def("open_channel", &PyChannelProxy::open_channel, py::arg("conn"),
+           py::arg("timeout_ms") = 10000)
       .def("handle", &PyChannelProxy::handle)
       .def("start", &PyChannelProxy::start)
       .def("stop", &PyChannelProxy::stop)

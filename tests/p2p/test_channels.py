@@ -73,8 +73,14 @@ def test_large_puts_go_as_writes_and_their_signal_follows():
         mb = np.zeros(big, np.uint8)
         pa.register_memory(ma)
         pb.register_memory(mb)
-        ch_a = pa.add_channel(ca, pb.descriptor())
-        ch_b = pb.add_channel(cb, pa.descriptor())
+        # Descriptors swapped over the connections themselves.
+        opened = {}
+        t = threading.Thread(
+            target=lambda: opened.update(b=pb.open_channel(cb, 10000)))
+        t.start()
+        ch_a = pa.open_channel(ca, timeout_ms=10000)
+        t.join()
+        ch_b = opened["b"]
         pa.start()
         pb.start()
         pa.put(ch_a, 0, 0, 0, 0, big, signal=1)
@@ -83,6 +89,15 @@ def test_large_puts_go_as_writes_and_their_signal_follows():
         assert pa.stats()["writes"] == writes
         pa.stop()
         pb.stop()
+
+
+def test_open_channel_with_a_silent_peer_times_out():
+    a, b, ca, cb = connected_pair(num_cpus=1, device="udp:lo")
+    pa = channels.ChannelProxy(a, num_semaphores=2)
+    pa.register_memory(np.zeros(4096, np.uint8))
+    with pytest.raises(p2p.Error) as e:
+        pa.open_channel(ca, timeout_ms=200)
+    assert e.value.code == "TIMED_OUT"
 
 
 def test_flush_then_every_put_is_there(pair):

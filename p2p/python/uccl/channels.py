@@ -4,8 +4,9 @@ include/uccl/device/channel.h).
     ep = uccl.p2p.Endpoint(...); conn = ep.connect(...)   # or accept()
     proxy = uccl.channels.ChannelProxy(ep, gpu=0)
     mem = proxy.register_memory(tensor)      # ids 0, 1, ... in order
-    # swap proxy.descriptor() with the peer (e.g. over the connection)
-    ch = proxy.add_channel(conn, peer_descriptor)
+    ch = proxy.open_channel(conn)   # both sides at once: swaps descriptors
+                                    # over conn (or add_channel(conn,
+                                    # peer_descriptor) to swap them yourself)
     proxy.start()
     handle = proxy.handle(ch)   # CHANNEL_HANDLE_BYTES: a kernel's
                                 # uccl::device::ChannelHandle argument

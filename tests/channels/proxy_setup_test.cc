@@ -1,0 +1,93 @@
+// open_channel: descriptors swapped over the channel's own connection (the
+// regions in them differ per process, so a write lands only if they were
+// really swapped); a peer announcing a bad size or sending nothing fails it.
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "tests/channels/proxy_fixture.h"
+#include "util/clock.h"
+#include "util/pattern.h"
+
+namespace uccl::channels {
+namespace {
+
+using device::channel_put_with_signal;
+using device::channel_wait;
+using device::kChannelOk;
+
+struct Sides {
+  std::unique_ptr<p2p::Pair> p2p;
+  std::unique_ptr<ChannelProxy> a, b;
+  std::vector<uint8_t> mem_a, mem_b;
+};
+
+Sides make_sides(size_t bytes, int extra_mems_b) {
+  Sides s;
+  s.p2p = p2p::Pair::make(p2p::test_config(2));
+  EXPECT_NE(s.p2p, nullptr);
+  if (!s.p2p) return s;
+  s.a = std::move(
+      *ChannelProxy::create(s.p2p->client.get(), test_proxy_config()));
+  s.b = std::move(
+      *ChannelProxy::create(s.p2p->server.get(), test_proxy_config()));
+  s.mem_a.assign(bytes, 0);
+  s.mem_b.assign(bytes, 0);
+  EXPECT_TRUE(s.a->register_memory(s.mem_a.data(), bytes).ok());
+  EXPECT_TRUE(s.b->register_memory(s.mem_b.data(), bytes).ok());
+  // The sides' tables need not be the same length.
+  for (int i = 0; i < extra_mems_b; ++i) {
+    EXPECT_TRUE(s.b->register_memory(s.mem_b.data(), 64).ok());
+  }
+  return s;
+}
+
+TEST(ChannelSetup, OpenChannelSwapsDescriptorsAndWritesLand) {
+  constexpr size_t kBytes = 1 << 20;  // a write (over write_min_bytes)
+  Sides s = make_sides(kBytes, 3);
+  ASSERT_NE(s.p2p, nullptr);
+  Result<uint32_t> cb = Unavailable("");
+  std::thread t([&] { cb = s.b->open_channel(s.p2p->s_conn, 10000); });
+  auto ca = s.a->open_channel(s.p2p->c_conn, 10000);
+  t.join();
+  ASSERT_TRUE(ca.ok() && cb.ok()) << ca.status() << cb.status();
+  ASSERT_TRUE(s.a->start().ok() && s.b->start().ok());
+  const auto ha = *s.a->handle(*ca);
+  const auto hb = *s.b->handle(*cb);
+  fill_pattern(s.mem_a.data(), kBytes, 3);
+  ASSERT_EQ(channel_put_with_signal(ha, 0, 0, 0, 0, kBytes, 0), kChannelOk);
+  ASSERT_EQ(channel_wait(hb, 0, 1), kChannelOk);
+  EXPECT_EQ(find_pattern_mismatch(s.mem_b.data(), kBytes, 3), -1);
+  EXPECT_EQ(s.a->stats().writes, 1u);
+}
+
+// The peer is a plain p2p program: it announces a descriptor of 2^40
+// bytes, or sends nothing at all.
+TEST(ChannelSetup, ABadOrSilentPeerFailsOpenChannel) {
+  Sides s = make_sides(4096, 0);
+  ASSERT_NE(s.p2p, nullptr);
+  uint64_t huge = uint64_t{1} << 40, sink = 0;
+  auto mr = s.p2p->server->reg(&huge, sizeof(huge));
+  auto sink_mr = s.p2p->server->reg(&sink, sizeof(sink));
+  ASSERT_TRUE(mr.ok() && sink_mr.ok());
+  auto r = s.p2p->server->recv_async(s.p2p->s_conn, *sink_mr, &sink, 8);
+  auto w = s.p2p->server->send_async(s.p2p->s_conn, *mr, &huge, 8);
+  ASSERT_TRUE(r.ok() && w.ok());
+  auto bad = s.a->open_channel(s.p2p->c_conn, 10000);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_NE(bad.status().message().find("1099511627776"), std::string::npos)
+      << "names the size: " << bad.status();
+  (void)s.p2p->server->wait(*r, 10000);
+  (void)s.p2p->server->wait(*w, 10000);
+
+  Sides q = make_sides(4096, 0);
+  ASSERT_NE(q.p2p, nullptr);
+  const uint64_t t0 = monotonic_ns();
+  auto silent = q.a->open_channel(q.p2p->c_conn, 300);
+  EXPECT_EQ(silent.status().code(), StatusCode::kTimedOut) << silent.status();
+  EXPECT_LT(monotonic_ns() - t0, 5000000000ull);
+}
+
+}  // namespace
+}  // namespace uccl::channels

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "channels/proxy_internal.h"
+#include "util/clock.h"
 #include "util/cpu.h"
 #include "util/gpu.h"
 #include "util/knobs.h"
@@ -302,10 +303,18 @@ void ChannelProxy::fail(Channel& c, const Status& st) {
 
 // ------------------------------------------------------------- the loop
 
+// Once stop() asks, the loop goes on until everything already pushed has
+// been taken from the FIFO, sent, and applied by the peer (a flush of the
+// proxy's own behind it is answered), so a kernel's last put is not lost to
+// the close that follows; or until the timeout passes (a dead peer).
 void ChannelProxy::run() {
   if (cfg_.core >= 0) (void)pin_current_thread(cfg_.core);
   uint32_t idle = 0;
-  while (!stop_.load(std::memory_order_acquire)) {
+  uint64_t drain_until_ns = 0;
+  for (;;) {
+    // Read before this pass takes triggers: it sees every one pushed
+    // before stop() was called.
+    const bool stopping = stop_.load(std::memory_order_acquire);
     bool work = take_triggers();
     for (auto& c : channels_) {
       if (c->failed) continue;
@@ -313,16 +322,53 @@ void ChannelProxy::run() {
       work |= post_sends(*c);
       work |= progress_rx(*c);
     }
+    if (stopping) {
+      const uint64_t now = monotonic_ns();
+      if (drain_until_ns == 0) drain_until_ns = now + cfg_.timeout_ns;
+      if (!have_held_ && fifo_empty_) queue_drain_flushes();
+      if (drained() || now > drain_until_ns) break;
+    }
     idle = work ? 0 : idle + 1;
     if (idle > 256) std::this_thread::yield();
   }
+}
+
+// Behind everything a channel sent: a flush the peer answers once it has
+// applied all of it (the ticket follows every trigger taken, so a kernel's
+// earlier flush counts as answered too). Not counted in stats().
+void ChannelProxy::queue_drain_flushes() {
+  for (auto& c : channels_) {
+    if (c->failed || !c->sent_any || c->drain_queued || c->ops.full()) {
+      continue;
+    }
+    Op flush{};
+    flush.kind = MsgKind::kFlush;
+    flush.bytes = fifo_->popped();
+    c->ops.push(flush);
+    c->drain_queued = true;
+    c->drain_ticket = flush.bytes;
+  }
+}
+
+bool ChannelProxy::drained() const {
+  if (have_held_ || !fifo_empty_) return false;
+  for (const auto& c : channels_) {
+    if (c->failed || !c->sent_any) continue;
+    if (!c->drain_queued ||
+        __atomic_load_n(&c->shared->flushed, __ATOMIC_ACQUIRE) <
+            c->drain_ticket + 1) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool ChannelProxy::take_triggers() {
   bool any = false;
   for (int i = 0; i < 64; ++i) {
     if (!have_held_) {
-      if (!fifo_->pop(&held_)) break;
+      fifo_empty_ = !fifo_->pop(&held_);
+      if (fifo_empty_) break;
       held_ticket_ = fifo_->popped() - 1;
       have_held_ = true;
       stats_.triggers.fetch_add(1, std::memory_order_relaxed);
@@ -412,6 +458,7 @@ bool ChannelProxy::on_trigger(const device::Trigger& t, uint64_t ticket) {
 bool ChannelProxy::enqueue(Channel& c, const Op& op) {
   if (c.ops.full()) return false;
   c.ops.push(op);
+  c.sent_any = true;
   if (op.kind == MsgKind::kPut) {
     stats_.puts.fetch_add(1, std::memory_order_relaxed);
     stats_.put_bytes.fetch_add(op.bytes, std::memory_order_relaxed);

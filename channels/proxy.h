@@ -85,6 +85,9 @@ class ChannelProxy {
   Result<device::ChannelHandle> handle(uint32_t channel) const;
 
   Status start();
+  // Sends what was pushed before it and waits until the peer has applied
+  // it (at most ProxyConfig::timeout_ns), then stops the thread and closes
+  // the channels' connections.
   Status stop();
   // OK, or what failed the channel (a bad trigger or message, the peer).
   Status channel_status(uint32_t channel) const;
@@ -113,6 +116,8 @@ class ChannelProxy {
   ChannelProxy() = default;
   void run();
   bool take_triggers();
+  void queue_drain_flushes();
+  bool drained() const;
   bool on_trigger(const device::Trigger& t, uint64_t ticket);
   Status check_trigger(const device::TriggerFields& f, const Channel& c) const;
   Status parse_peer(const std::string& peer, Channel* c) const;
@@ -138,6 +143,7 @@ class ChannelProxy {
   std::atomic<bool> stop_{false};
   bool started_ = false;
   bool have_held_ = false;  // a trigger whose channel's queue was full
+  bool fifo_empty_ = true;  // the last pop found nothing
   device::Trigger held_{};
   uint64_t held_ticket_ = 0;
   struct {

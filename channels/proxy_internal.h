@@ -87,9 +87,12 @@ struct ChannelProxy::Channel {
   size_t rx_next = 0;
   uint8_t* rx = nullptr;
   p2p::MrId rx_mr = 0;
-  size_t buf_bytes = 0;      // header + piece
-  bool ack_pending = false;  // a flush to answer once the ops ring has room
-  uint64_t ack_ticket = 0;
+  size_t buf_bytes = 0;  // header + piece
+  // Stopping: a channel that queued anything ends with a flush of its own
+  // (ticket drain_ticket), so the close that follows loses nothing.
+  bool sent_any = false;
+  bool drain_queued = false;
+  uint64_t drain_ticket = 0;
   // What failed it (read by channel_status from other threads).
   mutable std::mutex mu;
   Status error;

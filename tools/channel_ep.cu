@@ -34,10 +34,10 @@ DEFINE_int32(experts_per_rank, 4, "ep: experts each rank owns.");
 DEFINE_int32(num_cpus, 4, "ep: engines of each rank's p2p endpoint.");
 DEFINE_uint64(stripe_kb, 256, "ep: the p2p endpoint's stripe, KiB.");
 DEFINE_bool(host_blocks, false,
-            "ep: the exchanged blocks in page-locked host memory mapped into "
-            "the GPU (kernels write and read them over PCIe; the proxy and "
-            "the engines move them without a CUDA copy), as NCCL's network "
-            "buffers are; else GPU memory.");
+            "ep and pingpong: the exchanged blocks (buffers) in page-locked "
+            "host memory mapped into the GPU (kernels write and read them "
+            "over PCIe; the proxy and the engines move them without a CUDA "
+            "copy), as NCCL's network buffers are; else GPU memory.");
 
 namespace {
 

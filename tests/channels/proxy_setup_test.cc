@@ -89,5 +89,25 @@ TEST(ChannelSetup, ABadOrSilentPeerFailsOpenChannel) {
   EXPECT_LT(monotonic_ns() - t0, 5000000000ull);
 }
 
+// stop() right after a put: what was pushed still goes out (as messages,
+// and as a write) before the connection closes.
+TEST(ChannelSetup, StopSendsWhatWasPushedBeforeIt) {
+  constexpr size_t kBytes = 1 << 20;
+  for (size_t write_min : {size_t{0}, size_t{128} << 10}) {
+    ProxyConfig cfg = test_proxy_config();
+    cfg.write_min_bytes = write_min;
+    auto p = ProxyPair::make(kBytes, cfg);
+    ASSERT_NE(p, nullptr);
+    ASSERT_TRUE(p->start());
+    fill_pattern(p->mem_a.data(), kBytes, 12);
+    ASSERT_EQ(channel_put_with_signal(p->ha, 0, 0, 0, 0, kBytes, 0),
+              kChannelOk);
+    ASSERT_TRUE(p->a->stop().ok());
+    ASSERT_EQ(channel_wait(p->hb, 0, 1), kChannelOk)
+        << "write_min " << write_min << ": " << p->b->channel_status(0);
+    EXPECT_EQ(find_pattern_mismatch(p->mem_b.data(), kBytes, 12), -1);
+  }
+}
+
 }  // namespace
 }  // namespace uccl::channels

@@ -8,8 +8,9 @@
 # CUDA MPS (started here in a private directory and stopped at the end), so
 # kernels of several processes run at once instead of time-sliced; NCCL
 # refuses two ranks on one GPU, so its baselines are left out then.
-# Usage: [SHARE_GPU=1] [EP_ONLY=1] [WORLDS="2 4"] [TOKENS="8 32 128"]
-#        [EP_ARGS=...] tools/dev/gpu_channels.sh [ITERATIONS]
+# Usage: [SHARE_GPU=1] [EP_ONLY=1 | PP_ONLY=1] [WORLDS="2 4"] [TOKENS="8 32 128"]
+#        [EP_ARGS=...] [PP_SIZES="256 65536"] [PP_ARGS=...]
+#        tools/dev/gpu_channels.sh [ITERATIONS]
 set -uo pipefail
 B=${BIN:-gpu_carry/bin/channel_bench}
 ITERS=${1:-1000}
@@ -27,29 +28,30 @@ if [ "$SHARE" = 1 ]; then
 fi
 run() { echo "== $*"; timeout 300 "$@" 2>&1 | grep -v '^I20'; local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || { echo "FAILED ($rc): $*"; fail=1; }; }
 
-if [ -z "${EP_ONLY:-}" ]; then
+if [ -z "${EP_ONLY:-}" ] && [ -z "${PP_ONLY:-}" ]; then
 run "$B" --mode fifo --pushes 1024 --core 4
 run "$B" --mode fifo --pushes 1024 --slots 65536 --core 4
 run "$B" --mode rtt --iterations 20000 --core 4
 fi
 if [ "$NGPU" -ge 2 ] && [ -z "${EP_ONLY:-}" ]; then
-  for sz in 256 65536; do
+  for sz in ${PP_SIZES:-256 65536}; do
     out=$(mktemp)
     timeout 300 "$B" --mode pingpong --role server --gpu "$(gpu_of 1)" --core 6 --port 0 \
-      --msg_bytes "$sz" --iterations 5000 >"$out" 2>&1 &
+      --msg_bytes "$sz" --iterations 5000 ${PP_ARGS:-} >"$out" 2>&1 &
     spid=$! port=""
     for _ in $(seq 100); do
       port=$(sed -n 's/^listening on port //p' "$out"); [ -n "$port" ] && break
       sleep 0.1
     done
     run "$B" --mode pingpong --role client --gpu 0 --core 8 --port "$port" \
-      --msg_bytes "$sz" --iterations 5000
+      --msg_bytes "$sz" --iterations 5000 ${PP_ARGS:-}
     wait "$spid" || { echo "FAILED: pingpong server"; cat "$out"; fail=1; }
     rm -f "$out"
   done
 fi
 PY=${PY:-/opt/torch/.venv/bin/python3}
 for world in ${WORLDS:-2 4}; do
+  [ -n "${PP_ONLY:-}" ] && break
   [ "$NGPU" -ge "$world" ] || continue
   for tokens in ${TOKENS:-8 32 128}; do
     port=$((29600 + world * 16))

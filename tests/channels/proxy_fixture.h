@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -11,6 +12,27 @@
 #include "tests/p2p/p2p_fixture.h"
 
 namespace uccl::channels {
+
+// The device API as the tests' CPU threads call it.
+using device::channel_flush;
+using device::channel_put;
+using device::channel_put_with_signal;
+using device::channel_signal;
+using device::channel_wait;
+using device::ChannelHandle;
+using device::kChannelFailed;
+using device::kChannelOk;
+
+// A stand-in device's page-locked host memory: aligned heap memory.
+class TestDeviceMemory : public p2p::DeviceMemory {
+ public:
+  Result<void*> alloc_host(size_t len) override {
+    void* p = std::aligned_alloc(4096, (len + 4095) & ~size_t{4095});
+    if (p == nullptr) return ResourceExhausted("no memory");
+    return p;
+  }
+  void free_host(void* p) override { std::free(p); }
+};
 
 inline ProxyConfig test_proxy_config() {
   ProxyConfig c;

@@ -13,10 +13,6 @@
 namespace uccl::channels {
 namespace {
 
-using device::channel_put_with_signal;
-using device::channel_wait;
-using device::kChannelOk;
-
 struct Sides {
   std::unique_ptr<p2p::Pair> p2p;
   std::unique_ptr<ChannelProxy> a, b;

@@ -17,15 +17,6 @@
 namespace uccl::channels {
 namespace {
 
-using device::channel_flush;
-using device::channel_put;
-using device::channel_put_with_signal;
-using device::channel_signal;
-using device::channel_wait;
-using device::ChannelHandle;
-using device::kChannelFailed;
-using device::kChannelOk;
-
 // The ping-pong of the GPU demonstration, on CPU threads: each side puts a
 // message with a signal, then waits for the other's; data checked each
 // time.
@@ -204,16 +195,10 @@ TEST(ChannelProxy, AForgedMessageFailsTheReceivingChannel) {
 // Copies into place that finish late, the first one latest (its bytes
 // land only when it is seen done): the receiver starts later copies early
 // but raises a signal only once every put before it has landed.
-class LateCopies : public p2p::DeviceMemory {
+class LateCopies : public TestDeviceMemory {
  public:
   // Everything registered is "device memory", reached only by copies.
   bool is_device(const void*, size_t) override { return true; }
-  Result<void*> alloc_host(size_t len) override {
-    void* p = std::aligned_alloc(4096, (len + 4095) & ~size_t{4095});
-    if (p == nullptr) return ResourceExhausted("no memory");
-    return p;
-  }
-  void free_host(void* p) override { std::free(p); }
   Result<uint64_t> copy_async(void* dst, const void* src, size_t len) override {
     std::lock_guard<std::mutex> lock(mu_);
     const uint64_t delay_ms = copies_.empty() ? 50 : 1;
@@ -280,7 +265,7 @@ TEST(ChannelProxy, SignalsWaitForEveryEarlierCopyEvenWhenLaterOnesStart) {
 
 // A device whose memory is one address range (the rest is host memory);
 // its copies are done at once, and counted.
-class RangeDevice : public p2p::DeviceMemory {
+class RangeDevice : public TestDeviceMemory {
  public:
   void set_range(const void* p, size_t len) {
     lo_ = static_cast<const uint8_t*>(p);
@@ -290,12 +275,6 @@ class RangeDevice : public p2p::DeviceMemory {
     const auto* b = static_cast<const uint8_t*>(p);
     return b >= lo_ && b + len <= hi_;
   }
-  Result<void*> alloc_host(size_t len) override {
-    void* p = std::aligned_alloc(4096, (len + 4095) & ~size_t{4095});
-    if (p == nullptr) return ResourceExhausted("no memory");
-    return p;
-  }
-  void free_host(void* p) override { std::free(p); }
   Result<uint64_t> copy_async(void* dst, const void* src, size_t len) override {
     std::memcpy(dst, src, len);
     copies.fetch_add(1);

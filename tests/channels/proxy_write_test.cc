@@ -14,13 +14,6 @@
 namespace uccl::channels {
 namespace {
 
-using device::channel_flush;
-using device::channel_put;
-using device::channel_put_with_signal;
-using device::channel_signal;
-using device::channel_wait;
-using device::kChannelOk;
-
 // Puts of at least write_min_bytes go as writes, smaller ones as messages;
 // both land, and a put with signal raises its semaphore once.
 TEST(ChannelWrites, LargeHostPutsGoAsWritesSmallOnesAsMessages) {

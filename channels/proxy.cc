@@ -1,5 +1,5 @@
-// ChannelProxy: setup (memory table, channels, descriptors), the thread's
-// loop, triggers taken from the FIFO and checked, and the send pipeline.
+// ChannelProxy: creation, start and stop, the thread's loop (and its drain
+// at stop), triggers taken from the FIFO and checked, the send pipeline.
 #include "channels/proxy.h"
 
 #include <algorithm>
@@ -22,9 +22,6 @@ UCCL_DECLARE_KNOB(int64_t, knob_channel_proxy_core);
 UCCL_DECLARE_KNOB(int64_t, knob_channel_write_min_kb);
 
 namespace {
-
-constexpr size_t kOpsPerChannel = 1024;
-constexpr size_t kWritesPerChannel = 64;
 
 // [off, off + n) inside a region of `len` bytes, without overflow.
 bool in_range(uint64_t off, uint64_t n, uint64_t len) {
@@ -109,139 +106,6 @@ ChannelProxy::~ChannelProxy() {
       std::free(c->block);
     }
   }
-}
-
-Result<uint32_t> ChannelProxy::register_memory(void* p, size_t len) {
-  if (started_) return InvalidArgument("channels: register before start");
-  if (p == nullptr && len > 0) return InvalidArgument("channels: null memory");
-  if (len > device::kOffsetMask) {
-    return InvalidArgument("channels: memory past 2^48 bytes");
-  }
-  if (mems_.size() >= device::kMaxMemIds) {
-    return ResourceExhausted("channels: memory table full");
-  }
-  Mem m{static_cast<uint8_t*>(p), len, true, 0, p2p::RegionDesc{}};
-  m.host = len == 0 || !dev_->is_device(p, len);
-  if (m.host && len > 0 && cfg_.write_min_bytes > 0) {
-    UCCL_ASSIGN_OR_RETURN(m.mr, ep_->reg(p, len));
-    auto region = ep_->advertise(m.mr, 0, len);
-    if (!region.ok()) {
-      (void)ep_->dereg(m.mr);
-      return region.status().with_context("channels: advertising memory");
-    }
-    m.region = *region;
-  }
-  mems_.push_back(m);
-  return static_cast<uint32_t>(mems_.size() - 1);
-}
-
-std::string ChannelProxy::descriptor() const {
-  DescHead h{kDescMagic, cfg_.num_semaphores,
-             static_cast<uint32_t>(mems_.size()), 0};
-  std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
-  for (const Mem& m : mems_) {
-    DescMem d{};
-    d.len = m.len;
-    if (m.mr) {
-      d.flags = kMemWritable;
-      const std::string r = m.region.to_bytes();
-      std::memcpy(d.region, r.data(), sizeof(d.region));
-    }
-    out.append(reinterpret_cast<const char*>(&d), sizeof(d));
-  }
-  return out;
-}
-
-Status ChannelProxy::parse_peer(const std::string& peer, Channel* c) const {
-  DescHead h{};
-  if (peer.size() < sizeof(h)) {
-    return InvalidArgument("channels: peer descriptor too short");
-  }
-  std::memcpy(&h, peer.data(), sizeof(h));
-  if (h.magic != kDescMagic || h.reserved != 0 ||
-      h.count > device::kMaxMemIds ||
-      peer.size() != sizeof(h) + size_t{h.count} * sizeof(DescMem)) {
-    return InvalidArgument("channels: not a channel descriptor");
-  }
-  c->peer_semaphores = h.num_semaphores;
-  c->peer_mem_len.assign(h.count, 0);
-  c->peer_writable.assign(h.count, 0);
-  c->peer_regions.assign(h.count, p2p::RegionDesc{});
-  for (uint32_t i = 0; i < h.count; ++i) {
-    DescMem d;
-    std::memcpy(&d, peer.data() + sizeof(h) + size_t{i} * sizeof(d), sizeof(d));
-    if ((d.flags & ~kMemWritable) != 0 || d.reserved != 0) {
-      return InvalidArgument("channels: descriptor entry " + std::to_string(i) +
-                             " has unknown flags");
-    }
-    c->peer_mem_len[i] = d.len;
-    if (!(d.flags & kMemWritable)) continue;
-    auto r = p2p::RegionDesc::from_bytes(
-        std::string(reinterpret_cast<const char*>(d.region), sizeof(d.region)));
-    if (!r.ok() || r->region.len != d.len) {
-      return InvalidArgument("channels: descriptor entry " + std::to_string(i) +
-                             " has a bad region");
-    }
-    c->peer_writable[i] = 1;
-    c->peer_regions[i] = *r;
-  }
-  return Status::OK();
-}
-
-Result<uint32_t> ChannelProxy::add_channel(p2p::ConnHandle conn,
-                                           const std::string& peer) {
-  if (started_) return InvalidArgument("channels: add before start");
-  auto c = std::make_unique<Channel>();
-  UCCL_RETURN_IF_ERROR(parse_peer(peer, c.get()));
-  if (channels_.size() >= device::kMaxChannels) {
-    return ResourceExhausted("channels: channel table full");
-  }
-  c->id = static_cast<uint32_t>(channels_.size());
-  c->conn = conn;
-  const size_t block =
-      sizeof(device::ChannelShared) + size_t{cfg_.num_semaphores} * 8;
-  if (cfg_.gpu >= 0) {
-    UCCL_ASSIGN_OR_RETURN(c->block, gpu_alloc_mapped(cfg_.gpu, block));
-  } else {
-    c->block = std::aligned_alloc(64, (block + 63) & ~size_t{63});
-    if (c->block == nullptr) return ResourceExhausted("channels: no memory");
-  }
-  std::memset(c->block, 0, block);
-  c->shared = static_cast<device::ChannelShared*>(c->block);
-  c->sems = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(c->block) +
-                                        sizeof(device::ChannelShared));
-  // Buffers: the piece plus its header, each.
-  c->buf_bytes = sizeof(MsgHdr) + cfg_.piece_bytes;
-  const size_t all = c->buf_bytes * static_cast<size_t>(cfg_.buffers);
-  Channel* ch = c.get();
-  channels_.push_back(std::move(c));  // freed by the destructor from here
-  UCCL_ASSIGN_OR_RETURN(void* tx, dev_->alloc_host(all));
-  ch->tx = static_cast<uint8_t*>(tx);
-  UCCL_ASSIGN_OR_RETURN(void* rx, dev_->alloc_host(all));
-  ch->rx = static_cast<uint8_t*>(rx);
-  UCCL_ASSIGN_OR_RETURN(ch->tx_mr, ep_->reg(ch->tx, all));
-  UCCL_ASSIGN_OR_RETURN(ch->rx_mr, ep_->reg(ch->rx, all));
-  ch->ops = Ring<Op>(kOpsPerChannel);
-  ch->pieces = Ring<Piece>(static_cast<size_t>(cfg_.buffers));
-  ch->writes = Ring<p2p::XferHandle>(kWritesPerChannel);
-  for (int b = cfg_.buffers - 1; b >= 0; --b) ch->free_bufs.push_back(b);
-  ch->rx_bufs.assign(static_cast<size_t>(cfg_.buffers), RxBuf{});
-  return ch->id;
-}
-
-Result<device::ChannelHandle> ChannelProxy::handle(uint32_t channel) const {
-  if (channel >= channels_.size()) {
-    return InvalidArgument("channels: no channel " + std::to_string(channel));
-  }
-  const Channel& c = *channels_[channel];
-  device::ChannelHandle h{};
-  h.fifo = fifo_->handle();
-  h.id = c.id;
-  h.num_semaphores = cfg_.num_semaphores;
-  h.semaphores = c.sems;
-  h.shared = c.shared;
-  h.timeout_ns = cfg_.timeout_ns;
-  return h;
 }
 
 Status ChannelProxy::start() {

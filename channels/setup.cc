@@ -34,11 +34,16 @@ Status swap_message(p2p::Endpoint* ep, p2p::ConnHandle conn, void* out,
   auto s = ep->send_async(conn, out_mr, out, out_len);
   if (!r.ok() || !s.ok()) {
     st = !r.ok() ? r.status() : s.status();
-    (void)ep->close(conn);  // a posted receive must not outlive `in`
   } else {
     st = ep->wait(*s, timeout_ms);
     if (st.ok()) st = ep->wait(*r, timeout_ms, got);
-    if (!st.ok()) (void)ep->close(conn);  // as above: fail what is posted
+  }
+  if (!st.ok()) {
+    // Nothing posted may outlive `in` and `out`: closing fails what is
+    // still posted, and the waits spend those handles.
+    (void)ep->close(conn);
+    if (r.ok()) (void)ep->wait(*r, 1000);
+    if (s.ok()) (void)ep->wait(*s, 1000);
   }
   (void)ep->dereg(*in_mr);
   (void)ep->dereg(out_mr);
@@ -203,7 +208,9 @@ Result<uint32_t> ChannelProxy::open_channel(p2p::ConnHandle conn,
     st = InvalidArgument("the peer's descriptor was cut short");
   }
   if (!st.ok()) return st.with_context("channels: swapping descriptors");
-  return add_channel(conn, peer);
+  auto ch = add_channel(conn, peer);
+  if (!ch.ok()) (void)ep_->close(conn);  // a malformed descriptor
+  return ch;
 }
 
 }  // namespace uccl::channels

@@ -59,7 +59,7 @@ TEST(ChannelSetup, OpenChannelSwapsDescriptorsAndWritesLand) {
 }
 
 // The peer is a plain p2p program: it announces a descriptor of 2^40
-// bytes, or sends nothing at all.
+// bytes, sends one that is not a descriptor, or sends nothing at all.
 TEST(ChannelSetup, ABadOrSilentPeerFailsOpenChannel) {
   Sides s = make_sides(4096, 0);
   ASSERT_NE(s.p2p, nullptr);
@@ -76,6 +76,37 @@ TEST(ChannelSetup, ABadOrSilentPeerFailsOpenChannel) {
       << "names the size: " << bad.status();
   (void)s.p2p->server->wait(*r, 10000);
   (void)s.p2p->server->wait(*w, 10000);
+
+  // A descriptor of the right size that is not one: refused, and the
+  // connection closed (the peer's next transfer on it fails).
+  Sides g = make_sides(4096, 0);
+  ASSERT_NE(g.p2p, nullptr);
+  uint64_t len = sizeof(DescHead) + sizeof(DescMem);
+  std::vector<uint8_t> junk(len, 0x5a);
+  auto len_mr = g.p2p->server->reg(&len, sizeof(len));
+  auto junk_mr = g.p2p->server->reg(junk.data(), junk.size());
+  auto g_sink = g.p2p->server->reg(&sink, sizeof(sink));
+  ASSERT_TRUE(len_mr.ok() && junk_mr.ok() && g_sink.ok());
+  std::vector<uint8_t> their(4096);
+  auto their_mr = g.p2p->server->reg(their.data(), their.size());
+  ASSERT_TRUE(their_mr.ok());
+  auto r1 = g.p2p->server->recv_async(g.p2p->s_conn, *g_sink, &sink, 8);
+  auto w1 = g.p2p->server->send_async(g.p2p->s_conn, *len_mr, &len, 8);
+  auto r2 = g.p2p->server->recv_async(g.p2p->s_conn, *their_mr, their.data(),
+                                      their.size());
+  auto w2 = g.p2p->server->send_async(g.p2p->s_conn, *junk_mr, junk.data(),
+                                      junk.size());
+  ASSERT_TRUE(r1.ok() && w1.ok() && r2.ok() && w2.ok());
+  auto junk_ch = g.a->open_channel(g.p2p->c_conn, 10000);
+  EXPECT_EQ(junk_ch.status().code(), StatusCode::kInvalidArgument)
+      << junk_ch.status();
+  for (auto h : {*r1, *w1, *r2, *w2}) (void)g.p2p->server->wait(h, 10000);
+  auto after = g.p2p->server->send_async(g.p2p->s_conn, *len_mr, &len, 8);
+  const Status after_st =
+      after.ok() ? g.p2p->server->wait(*after, 5000) : after.status();
+  EXPECT_FALSE(after_st.ok());
+  EXPECT_NE(after_st.code(), StatusCode::kTimedOut)
+      << "the connection is closed, not left open: " << after_st;
 
   Sides q = make_sides(4096, 0);
   ASSERT_NE(q.p2p, nullptr);

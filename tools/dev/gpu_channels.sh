@@ -9,7 +9,8 @@
 # kernels of several processes run at once instead of time-sliced; NCCL
 # refuses two ranks on one GPU, so its baselines are left out then.
 # Usage: [SHARE_GPU=1] [EP_ONLY=1 | PP_ONLY=1] [WORLDS="2 4"] [TOKENS="8 32 128"]
-#        [EP_ARGS=...] [PP_SIZES="256 65536"] [PP_ARGS=...]
+#        [EP_ARGS=...] [EP_CORE0=4 EP_CORE_STEP=2] [PP_SIZES="256 65536"]
+#        [PP_ARGS=...]
 #        tools/dev/gpu_channels.sh [ITERATIONS]
 set -uo pipefail
 B=${BIN:-gpu_carry/bin/channel_bench}
@@ -50,6 +51,9 @@ if [ "$NGPU" -ge 2 ] && [ -z "${EP_ONLY:-}" ]; then
   done
 fi
 PY=${PY:-/opt/torch/.venv/bin/python3}
+# Rank r's proxy on core C0 + CS * r (keep them off the engines' cores:
+# each rank's endpoint takes its engines' cores from the top down).
+C0=${EP_CORE0:-4} CS=${EP_CORE_STEP:-2}
 for world in ${WORLDS:-2 4}; do
   [ -n "${PP_ONLY:-}" ] && break
   [ "$NGPU" -ge "$world" ] || continue
@@ -58,12 +62,12 @@ for world in ${WORLDS:-2 4}; do
     pids=()
     for r in $(seq 1 $((world - 1))); do
       timeout 300 "$B" --mode ep --world "$world" --rank "$r" \
-        --gpu "$(gpu_of "$r")" --core $((4 + 2 * r)) --base_port "$port" \
+        --gpu "$(gpu_of "$r")" --core $((C0 + CS * r)) --base_port "$port" \
         --iterations "$ITERS" --tokens "$tokens" ${EP_ARGS:-} \
         >"/tmp/ep_$r.txt" 2>&1 &
       pids+=($!)
     done
-    run "$B" --mode ep --world "$world" --rank 0 --gpu 0 --core 4 \
+    run "$B" --mode ep --world "$world" --rank 0 --gpu 0 --core "$C0" \
       --base_port "$port" --iterations "$ITERS" --tokens "$tokens" ${EP_ARGS:-}
     for i in "${!pids[@]}"; do
       r=$((i + 1))

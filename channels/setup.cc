@@ -61,8 +61,8 @@ Result<uint32_t> ChannelProxy::register_memory(void* p, size_t len) {
   if (mems_.size() >= device::kMaxMemIds) {
     return ResourceExhausted("channels: memory table full");
   }
-  Mem m{static_cast<uint8_t*>(p), len, true, 0, p2p::RegionDesc{}};
-  m.host = len == 0 || !dev_->is_device(p, len);
+  const bool host = len == 0 || !dev_->is_device(p, len);
+  Mem m{static_cast<uint8_t*>(p), len, host, 0, p2p::RegionDesc{}};
   if (m.host && len > 0 && cfg_.write_min_bytes > 0) {
     UCCL_ASSIGN_OR_RETURN(m.mr, ep_->reg(p, len));
     auto region = ep_->advertise(m.mr, 0, len);

@@ -6,6 +6,9 @@
 
 #include <cstdlib>
 #include <memory>
+#include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "channels/proxy.h"
@@ -33,6 +36,20 @@ class TestDeviceMemory : public p2p::DeviceMemory {
   }
   void free_host(void* p) override { std::free(p); }
 };
+
+// One more connection from `client` to `server` (listening already): the
+// client's end and the server's.
+inline Result<std::pair<p2p::ConnHandle, p2p::ConnHandle>> connect_more(
+    p2p::Endpoint* server, p2p::Endpoint* client) {
+  UCCL_ASSIGN_OR_RETURN(std::string where, server->metadata());
+  Result<p2p::ConnHandle> acc = Unavailable("");
+  std::thread t([&] { acc = server->accept(20000); });
+  auto conn = client->connect_by_metadata(where, 20000);
+  t.join();
+  if (!conn.ok()) return conn.status();
+  if (!acc.ok()) return acc.status();
+  return std::make_pair(*conn, *acc);
+}
 
 inline ProxyConfig test_proxy_config() {
   ProxyConfig c;

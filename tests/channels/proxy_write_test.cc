@@ -74,21 +74,16 @@ TEST(ChannelWrites, SignalsWaitForEveryEarlierWriteUnderLoss) {
   auto p = std::make_unique<ProxyPair>();
   p->p2p = p2p::Pair::make(p2p::test_config(2));
   ASSERT_NE(p->p2p, nullptr);
-  auto where = p->p2p->server->metadata();  // listening already
-  ASSERT_TRUE(where.ok()) << where.status();
-  Result<p2p::ConnHandle> acc = Unavailable("");
-  std::thread t([&] { acc = p->p2p->server->accept(20000); });
-  auto conn = (*lossy)->connect_by_metadata(*where, 20000);
-  t.join();
-  ASSERT_TRUE(conn.ok() && acc.ok()) << conn.status() << acc.status();
+  auto conns = connect_more(p->p2p->server.get(), lossy->get());
+  ASSERT_TRUE(conns.ok()) << conns.status();
   p->a = std::move(*ChannelProxy::create(lossy->get(), cfg));
   p->b = std::move(*ChannelProxy::create(p->p2p->server.get(), cfg));
   p->mem_a.assign(kBlocks * kBlock, 0);
   p->mem_b.assign(kBlocks * kBlock, 0);
   ASSERT_TRUE(p->a->register_memory(p->mem_a.data(), p->mem_a.size()).ok());
   ASSERT_TRUE(p->b->register_memory(p->mem_b.data(), p->mem_b.size()).ok());
-  ASSERT_TRUE(p->a->add_channel(*conn, p->b->descriptor()).ok());
-  ASSERT_TRUE(p->b->add_channel(*acc, p->a->descriptor()).ok());
+  ASSERT_TRUE(p->a->add_channel(conns->first, p->b->descriptor()).ok());
+  ASSERT_TRUE(p->b->add_channel(conns->second, p->a->descriptor()).ok());
   p->ha = *p->a->handle(0);
   p->hb = *p->b->handle(0);
   ASSERT_TRUE(p->start());
@@ -142,20 +137,16 @@ TEST(ChannelWrites, AFullEndpointDelaysAPutAndFailsNothing) {
   constexpr size_t kBytes = 256 << 10;
   auto p = ProxyPair::make(kBytes);
   ASSERT_NE(p, nullptr);
-  auto where = p->p2p->server->metadata();
-  ASSERT_TRUE(where.ok());
-  Result<p2p::ConnHandle> acc = Unavailable("");
-  std::thread t([&] { acc = p->p2p->server->accept(20000); });
-  auto spare = p->p2p->client->connect_by_metadata(*where, 20000);
-  t.join();
-  ASSERT_TRUE(spare.ok() && acc.ok()) << spare.status() << acc.status();
+  auto conns = connect_more(p->p2p->server.get(), p->p2p->client.get());
+  ASSERT_TRUE(conns.ok()) << conns.status();
+  const p2p::ConnHandle spare = conns->first;
   ASSERT_TRUE(p->start());
   std::vector<uint8_t> sink(64);
   auto mr = p->p2p->client->reg(sink.data(), sink.size());
   ASSERT_TRUE(mr.ok());
   std::vector<p2p::XferHandle> held;
   for (;;) {
-    auto h = p->p2p->client->recv_async(*spare, *mr, sink.data(), 64);
+    auto h = p->p2p->client->recv_async(spare, *mr, sink.data(), 64);
     if (!h.ok()) {
       ASSERT_EQ(h.status().code(), StatusCode::kResourceExhausted)
           << h.status();
@@ -171,7 +162,7 @@ TEST(ChannelWrites, AFullEndpointDelaysAPutAndFailsNothing) {
   EXPECT_TRUE(p->a->channel_status(0).ok()) << p->a->channel_status(0);
   EXPECT_EQ(p->a->stats().writes, 0u);  // still waiting for a slot
   // Freed: the receives fail with their connection and are polled away.
-  ASSERT_TRUE(p->p2p->client->close(*spare).ok());
+  ASSERT_TRUE(p->p2p->client->close(spare).ok());
   for (p2p::XferHandle h : held) {
     const Status st = p->p2p->client->wait(h, 10000);
     EXPECT_FALSE(st.ok());

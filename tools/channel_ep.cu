@@ -137,6 +137,20 @@ __global__ void exchange_kernel(Shape s, const dev::ChannelHandle* ch,
   if (rc != dev::kChannelOk) atomicAdd(errors, 1);
 }
 
+// Every rank at the same iteration before the clock starts: each peer gets
+// a signal on semaphore kBarrierSem and this rank waits for theirs. (The
+// host's per-iteration check takes long enough that, without it, the rank
+// that finishes first times its peer's check inside its next exchange.)
+constexpr uint32_t kBarrierSem = 2;
+__global__ void barrier_kernel(Shape s, const dev::ChannelHandle* ch,
+                               uint64_t iter, int* errors) {
+  const int j = threadIdx.x;
+  if (j >= s.world || j == s.rank) return;
+  int rc = dev::channel_signal(ch[j], kBarrierSem);
+  if (rc == dev::kChannelOk) rc = dev::channel_wait(ch[j], kBarrierSem, iter);
+  if (rc != dev::kChannelOk) atomicAdd(errors, 1);
+}
+
 double mean(const std::vector<double>& v) {
   double sum = 0;
   for (double x : v) sum += x;
@@ -237,6 +251,26 @@ bool host_exchange(uccl::p2p::Endpoint* ep, const Shape& s,
   return true;
 }
 
+// The host-posted rounds' barrier (as barrier_kernel): 4 bytes to and from
+// every peer. tok holds 2 * world ints, registered as mr.
+bool host_barrier(uccl::p2p::Endpoint* ep, const Shape& s,
+                  const std::vector<uccl::p2p::ConnHandle>& conns,
+                  uccl::p2p::MrId mr, int32_t* tok) {
+  std::vector<uccl::p2p::XferHandle> hs;
+  for (int j = 0; j < s.world; ++j) {
+    if (j == s.rank) continue;
+    auto r = ep->recv_async(conns[j], mr, tok + s.world + j, sizeof(int32_t));
+    auto w = ep->send_async(conns[j], mr, tok + j, sizeof(int32_t));
+    if (!r.ok() || !w.ok()) return false;
+    hs.push_back(*r);
+    hs.push_back(*w);
+  }
+  for (auto h : hs) {
+    if (!ep->wait(h, kTimeoutMs).ok()) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 namespace {
@@ -266,11 +300,22 @@ bool alloc_buffers(const Shape& s, Buffers* b) {
          cudaMemset(b->errors, 0, sizeof(int)) == cudaSuccess;
 }
 
+// Times per iteration, us: the whole of it (compute and both exchanges,
+// to the host's synchronize) and the two exchanges alone.
+struct IterTimes {
+  std::vector<double> whole, exchanges;
+};
+
+double us_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+
 // The baseline: the host posts each exchange as p2p send/recv of the GPU
-// blocks. Per-iteration times in *us; false on a failure or wrong result.
+// blocks (the exchanges timed by the host). False on a failure or wrong
+// result.
 bool baseline_rounds(uccl::p2p::Endpoint* ep, const Shape& s, Buffers& b,
                      const std::vector<uccl::p2p::ConnHandle>& conns,
-                     std::vector<double>* us) {
+                     IterTimes* us) {
   const size_t big = size_t(s.world) * s.block_bytes();
   uccl::p2p::MrId mr[4];
   for (int i = 0; i < 4; ++i) {
@@ -282,34 +327,45 @@ bool baseline_rounds(uccl::p2p::Endpoint* ep, const Shape& s, Buffers& b,
     }
     mr[i] = *m;
   }
+  std::vector<int32_t> tok(2 * size_t(s.world), s.rank);
+  auto tok_mr = ep->reg(tok.data(), tok.size() * sizeof(int32_t));
+  if (!tok_mr.ok()) return false;
   for (int it = 1; it <= FLAGS_iterations; ++it) {
+    if (!host_barrier(ep, s, conns, *tok_mr, tok.data())) return false;
     const auto t0 = Clock::now();
     compute_front(s, b, it);
     cudaDeviceSynchronize();
+    auto x0 = Clock::now();
     if (!host_exchange(ep, s, conns, mr[0], b.send, mr[1], b.recv)) {
       return false;
     }
+    double x_us = us_since(x0);
     expert_kernel<<<dim3(s.slots(), s.world), 256>>>(s, b.recv, b.csend,
                                                      b.crecv);
     cudaDeviceSynchronize();
+    x0 = Clock::now();
     if (!host_exchange(ep, s, conns, mr[2], b.csend, mr[3], b.crecv)) {
       return false;
     }
+    x_us += us_since(x0);
     reduce_kernel<<<s.tokens, 256>>>(s, b.crecv, b.out);
     cudaDeviceSynchronize();
-    us->push_back(
-        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    us->whole.push_back(us_since(t0));
+    us->exchanges.push_back(x_us);
     if (!check(s, b, it)) return false;
   }
   for (auto m : mr) (void)ep->dereg(m);
+  (void)ep->dereg(*tok_mr);
   return true;
 }
 
 // The exchanges issued from kernels through a proxy's channels, one per
-// peer. Per-iteration times in *us; false on a failure or wrong result.
+// peer (the exchange kernels timed by CUDA events: the GPU's time in them,
+// as the NCCL baseline times its all_to_all calls). False on a failure or
+// wrong result.
 bool channel_rounds(uccl::p2p::Endpoint* ep, const Shape& s, Buffers& b,
                     const std::vector<uccl::p2p::ConnHandle>& conns,
-                    std::vector<double>* us) {
+                    IterTimes* us) {
   using namespace uccl;
   auto cfg = channels::proxy_config_from_knobs();
   cfg.gpu = FLAGS_gpu;
@@ -337,22 +393,34 @@ bool channel_rounds(uccl::p2p::Endpoint* ep, const Shape& s, Buffers& b,
   cudaMemcpy(dhs, hs.data(), sizeof(dev::ChannelHandle) * s.world,
              cudaMemcpyHostToDevice);
   if (!(*proxy)->start().ok()) return false;
+  cudaEvent_t ev[4];
+  for (cudaEvent_t& e : ev) cudaEventCreate(&e);
   int errors = 0;
   for (int it = 1; it <= FLAGS_iterations && errors == 0; ++it) {
+    barrier_kernel<<<1, 32>>>(s, dhs, it, b.errors);
+    cudaDeviceSynchronize();
     const auto t0 = Clock::now();
     compute_front(s, b, it);
+    cudaEventRecord(ev[0]);
     exchange_kernel<<<1, 32>>>(s, dhs, 0, it, b.errors);
+    cudaEventRecord(ev[1]);
     expert_kernel<<<dim3(s.slots(), s.world), 256>>>(s, b.recv, b.csend,
                                                      b.crecv);
+    cudaEventRecord(ev[2]);
     exchange_kernel<<<1, 32>>>(s, dhs, 1, it, b.errors);
+    cudaEventRecord(ev[3]);
     reduce_kernel<<<s.tokens, 256>>>(s, b.crecv, b.out);
     cudaDeviceSynchronize();
-    us->push_back(
-        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    us->whole.push_back(us_since(t0));
+    float ms[2] = {0, 0};
+    cudaEventElapsedTime(&ms[0], ev[0], ev[1]);
+    cudaEventElapsedTime(&ms[1], ev[2], ev[3]);
+    us->exchanges.push_back((ms[0] + ms[1]) * 1e3);
     cudaMemcpy(&errors, b.errors, sizeof(int), cudaMemcpyDeviceToHost);
     if (errors == 0 && !check(s, b, it)) return false;
   }
   (void)(*proxy)->stop();
+  for (cudaEvent_t e : ev) cudaEventDestroy(e);
   cudaFree(dhs);
   if (errors == 0) return true;
   Status why = Internal("a wait timed out");
@@ -395,23 +463,29 @@ int channel_bench::run_ep() {
   }
   Buffers b{};
   if (!alloc_buffers(s, &b)) return 1;
-  std::vector<double> base_us, chan_us;
+  IterTimes base_us, chan_us;
   if (!baseline_rounds(ep->get(), s, b, conns, &base_us) ||
       !channel_rounds(ep->get(), s, b, conns, &chan_us)) {
     return 1;
   }
-  const int iters = FLAGS_iterations;
-  std::vector<double> b_tail(base_us.begin() + iters / 10, base_us.end());
-  std::vector<double> c_tail(chan_us.begin() + iters / 10, chan_us.end());
+  // The first tenth of the iterations is warm-up.
+  auto tail = [](const std::vector<double>& v) {
+    return std::vector<double>(v.begin() + v.size() / 10, v.end());
+  };
+  const auto b_tail = tail(base_us.whole), c_tail = tail(chan_us.whole);
+  const auto bx_tail = tail(base_us.exchanges);
+  const auto cx_tail = tail(chan_us.exchanges);
   std::printf(
       "ep rank %d of %d: %d tokens x %d floats, top-%d of %d experts, "
       "%d iterations, blocks in %s memory, every result checked: "
-      "dispatch+combine from kernels p50 %.1f p99 %.1f mean %.1f us; "
-      "host-posted p2p (baseline) p50 %.1f p99 %.1f mean %.1f us; ratio "
-      "p50 %.2f\n",
-      s.rank, s.world, s.tokens, s.hidden, kTopK, s.experts, iters,
+      "dispatch+combine from kernels p50 %.1f p99 %.1f mean %.1f us "
+      "(exchanges alone p50 %.1f p99 %.1f); host-posted p2p (baseline) "
+      "p50 %.1f p99 %.1f mean %.1f us (exchanges alone p50 %.1f p99 %.1f); "
+      "ratio p50 %.2f\n",
+      s.rank, s.world, s.tokens, s.hidden, kTopK, s.experts, FLAGS_iterations,
       FLAGS_host_blocks ? "host" : "GPU", pct(c_tail, 0.5), pct(c_tail, 0.99),
-      mean(c_tail), pct(b_tail, 0.5), pct(b_tail, 0.99), mean(b_tail),
+      mean(c_tail), pct(cx_tail, 0.5), pct(cx_tail, 0.99), pct(b_tail, 0.5),
+      pct(b_tail, 0.99), mean(b_tail), pct(bx_tail, 0.5), pct(bx_tail, 0.99),
       pct(c_tail, 0.5) / pct(b_tail, 0.5));
   return 0;
 }

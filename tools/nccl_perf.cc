@@ -67,7 +67,7 @@ DEFINE_uint32(lat_calls, 50,
 DEFINE_uint64(lat_max_bytes, 64 << 10,
               "Latency is measured for sizes up to this many bytes.");
 DEFINE_uint32(rounds, 3, "Rounds; each runs every net once, in turn.");
-DEFINE_uint32(gpus, 2, "Ranks, one GPU each.");
+DEFINE_uint32(gpus, 2, "Ranks, one GPU each (all on GPU 0 with --share_gpu).");
 DEFINE_string(netns, "",
               "Network namespaces, comma-separated, one per rank (rank r "
               "joins the r-th: /var/run/netns/<name>), e.g. the two sides "
@@ -78,6 +78,12 @@ DEFINE_string(procs, "per_gpu",
               "process drives every GPU, one communicator each "
               "(ncclCommInitAll, each call a group over them: JAX's way), "
               "with LOCAL_WORLD_SIZE unset as such programs leave it.");
+DEFINE_bool(share_gpu, false,
+            "Every rank on GPU 0, each with its own NCCL_HOSTID so that NCCL "
+            "takes the ranks for hosts of their own and runs them over the "
+            "network (it refuses two ranks of one host on one GPU). Run it "
+            "under CUDA MPS, or the ranks' kernels are time-sliced. Not with "
+            "--procs=one or the SHM and P2P floors.");
 DEFINE_uint32(timeout_s, 300, "One net's run is killed after this long.");
 DEFINE_string(json, "", "Also write every round's rows here.");
 DEFINE_string(coll, "all_reduce",
@@ -167,6 +173,10 @@ std::string run_net(const uccl::tools::NetSpec& net, const std::string& plugin,
       if (r != 0) close(out_fd[1]);
       close(r == 0 ? id_fd[0] : id_fd[1]);
       if (!g_netns.empty()) join_netns(static_cast<int>(r), g_netns[r]);
+      if (FLAGS_share_gpu) {
+        setenv("NCCL_HOSTID", ("nccl-perf-rank-" + std::to_string(r)).c_str(),
+               1);
+      }
       if (one) {
         close(id_fd[1]);
         uccl::tools::procs_main(static_cast<int>(FLAGS_gpus), out_fd[1], cfg);
@@ -407,11 +417,26 @@ int main(int argc, char** argv) {
                  FLAGS_procs.c_str());
     return 1;
   }
+  if (FLAGS_share_gpu && FLAGS_procs == "one") {
+    std::fprintf(stderr,
+                 "nccl_perf: --share_gpu runs one process per rank; not "
+                 "with --procs=one\n");
+    return 1;
+  }
   std::string plugin =
       FLAGS_plugin.empty() ? default_plugin(argv[0]) : FLAGS_plugin;
   std::vector<uccl::tools::NetSpec> specs;
   bool has_uccl = false;
   if (!parse_specs(nets, &specs, &has_uccl)) return 1;
+  for (const auto& spec : specs) {
+    if (FLAGS_share_gpu && (spec.base == "SHM" || spec.base == "P2P")) {
+      std::fprintf(stderr,
+                   "nccl_perf: --share_gpu: %s needs the ranks on one host "
+                   "and on GPUs of their own; leave it out\n",
+                   spec.base.c_str());
+      return 1;
+    }
+  }
   if (has_uccl && (plugin.empty() || plugin[0] != '/')) {
     std::fprintf(stderr,
                  "nccl_perf: UCCL needs --plugin=<absolute path of "
@@ -426,8 +451,10 @@ int main(int argc, char** argv) {
           ? "sendrecv ring, float32, each rank to the next"
           : "all_reduce, float32 sum, out-of-place",
       FLAGS_gpus,
-      FLAGS_procs == "one" ? "one process drives every GPU"
-                           : "one process per GPU");
+      FLAGS_share_gpu        ? "one process each, all on GPU 0, one NCCL "
+                               "host each"
+      : FLAGS_procs == "one" ? "one process drives every GPU"
+                             : "one process per GPU");
   uccl::tools::PerfRunConfig cfg;
   cfg.sizes = *sizes;
   cfg.coll = *coll;
@@ -437,6 +464,7 @@ int main(int argc, char** argv) {
   cfg.lat_calls = FLAGS_lat_calls;
   cfg.bytes_per_size = FLAGS_bytes_per_size;
   cfg.lat_max_bytes = FLAGS_lat_max_bytes;
+  cfg.share_gpu = FLAGS_share_gpu;
   std::vector<std::vector<std::vector<PerfRow>>> results(nets.size());
   bool failed = run_rounds(nets, specs, plugin, cfg, &results);
   bool any = false;

@@ -118,7 +118,7 @@ struct Gpu {
 };
 
 void setup_gpu(int rank, uint64_t max_bytes, const PerfRunConfig& cfg, Gpu* g) {
-  CUDA_OK(rank, cudaSetDevice(rank));
+  CUDA_OK(rank, cudaSetDevice(cfg.share_gpu ? 0 : rank));
   CUDA_OK(rank, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
   CUDA_OK(rank, cudaEventCreate(&g->start));
   CUDA_OK(rank, cudaEventCreate(&g->stop));
@@ -155,7 +155,7 @@ void setup_gpu(int rank, uint64_t max_bytes, const PerfRunConfig& cfg, Gpu* g) {
                             const PerfRunConfig& cfg) {
   const std::vector<uint64_t>& sizes = cfg.sizes;
   const PerfColl coll = cfg.coll;
-  CUDA_OK(rank, cudaSetDevice(rank));
+  CUDA_OK(rank, cudaSetDevice(cfg.share_gpu ? 0 : rank));
   Nccl nccl = load_nccl(rank, cfg.nccl_lib);
   ncclUniqueId id;
   if (rank == 0) {

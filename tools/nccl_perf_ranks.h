@@ -16,6 +16,8 @@ struct PerfRunConfig {
   std::string nccl_lib;  // dlopen'd (the GPU machine has no libnccl.so)
   uint32_t iters = 0, warmup = 0, lat_calls = 0;
   uint64_t bytes_per_size = 0, lat_max_bytes = 0;
+  // Every rank on CUDA device 0 (--share_gpu) instead of device `rank`.
+  bool share_gpu = false;
 };
 
 // One rank of `nranks`, one process each: rank 0 makes NCCL's unique id and

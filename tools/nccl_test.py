@@ -79,13 +79,20 @@ def net_env(net, plugin, socket_threads, socks, log_path):
     return env
 
 
-def init(rank, world, port):
+def init(rank, world, port, share_gpu=False):
+    """torch.distributed over NCCL, rank r on GPU r. share_gpu: every rank on
+    GPU 0, each with an NCCL_HOSTID of its own, so NCCL takes the ranks for
+    hosts of their own (it refuses two ranks of one host on one GPU) and
+    runs them over the network; run it under CUDA MPS."""
     import torch
     import torch.distributed as dist
-    torch.cuda.set_device(rank)
+    gpu = 0 if share_gpu else rank
+    if share_gpu:
+        os.environ["NCCL_HOSTID"] = "uccl-rank-%d" % rank
+    torch.cuda.set_device(gpu)
     dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d" % port,
                             rank=rank, world_size=world,
-                            device_id=torch.device("cuda", rank))
+                            device_id=torch.device("cuda", gpu))
     return torch, dist
 
 

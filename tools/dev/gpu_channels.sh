@@ -6,9 +6,12 @@
 # its data; the script exits non-zero on the first failure.
 # With SHARE_GPU=1 the two-process modes run every rank on GPU 0 under
 # CUDA MPS (started here in a private directory and stopped at the end), so
-# kernels of several processes run at once instead of time-sliced; NCCL
-# refuses two ranks on one GPU, so its baselines are left out then.
+# kernels of several processes run at once instead of time-sliced; the NCCL
+# baselines then run the same way (every rank on GPU 0, an NCCL_HOSTID each).
+# ROUNDS repeats the dispatch/combine demo and its baselines, interleaved;
+# NCCL_BASELINES=0 leaves the NCCL baselines out.
 # Usage: [SHARE_GPU=1] [EP_ONLY=1 | PP_ONLY=1] [WORLDS="2 4"] [TOKENS="8 32 128"]
+#        [ROUNDS=1]
 #        [EP_ARGS=...] [EP_CORE0=4 EP_CORE_STEP=2] [PP_SIZES="256 65536"]
 #        [PP_ARGS=...]
 #        tools/dev/gpu_channels.sh [ITERATIONS]
@@ -20,11 +23,9 @@ SHARE=${SHARE_GPU:-0}
 fail=0
 gpu_of() { if [ "$SHARE" = 1 ]; then echo 0; else echo "$1"; fi; }
 if [ "$SHARE" = 1 ]; then
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/uccl-mps/pipe
-  export CUDA_MPS_LOG_DIRECTORY=/tmp/uccl-mps/log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d || { echo "FAILED: MPS did not start"; exit 1; }
-  trap 'echo quit | nvidia-cuda-mps-control; rm -rf /tmp/uccl-mps' EXIT
+  # shellcheck source=tools/dev/mps.sh
+  source "$(dirname "$0")/mps.sh"
+  mps_start
   NGPU=4  # every rank on GPU 0
 fi
 run() { echo "== $*"; timeout 300 "$@" 2>&1 | grep -v '^I20'; local rc=${PIPESTATUS[0]}; [ "$rc" = 0 ] || { echo "FAILED ($rc): $*"; fail=1; }; }
@@ -54,8 +55,10 @@ PY=${PY:-/opt/torch/.venv/bin/python3}
 # Rank r's proxy on core C0 + CS * r (keep them off the engines' cores:
 # each rank's endpoint takes its engines' cores from the top down).
 C0=${EP_CORE0:-4} CS=${EP_CORE_STEP:-2}
+for round in $(seq "${ROUNDS:-1}"); do
 for world in ${WORLDS:-2 4}; do
   [ -n "${PP_ONLY:-}" ] && break
+  echo "== round $round, $world ranks"
   [ "$NGPU" -ge "$world" ] || continue
   for tokens in ${TOKENS:-8 32 128}; do
     port=$((29600 + world * 16))
@@ -76,11 +79,14 @@ for world in ${WORLDS:-2 4}; do
     done
   done
   # The same exchange as torch.distributed all_to_all_single over NCCL.
-  [ "$SHARE" = 1 ] && continue
+  [ "${NCCL_BASELINES:-1}" = 0 ] && continue
+  share_flag=""
+  [ "$SHARE" = 1 ] && share_flag=--share_gpu
   for net in Socket UCCL; do
     run "$PY" tools/ep_nccl_baseline.py --world "$world" --net "$net" \
       --plugin gpu_carry/libnccl-net-uccl.so --iterations "$ITERS" \
-      --tokens "$(echo ${TOKENS:-8 32 128} | tr ' ' ,)"
+      --tokens "$(echo ${TOKENS:-8 32 128} | tr ' ' ,)" $share_flag
   done
+done
 done
 exit $fail

@@ -36,6 +36,9 @@
 #                                 $ROUNDS rounds, on a host with cores to
 #                                 spare (needs gpu_netroot/ carried)
 # GPUS=N runs N ranks (one GPU each) in the NCCL modes; default 2.
+# SHARE_GPU=1 (perf, shaped): every rank on GPU 0 under CUDA MPS, each with an
+# NCCL_HOSTID of its own (nccl_perf --share_gpu), for hosts with one GPU; the
+# SHM and P2P floors are left out then (they need ranks of one host).
 set -u
 PART=${1:-nccl}
 OUT=${OUT:-/tmp/uccl-out}
@@ -59,6 +62,16 @@ server_rx_gbps() {
   grep '"role":"server"' | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/'
 }
 echo "== $(hostname): $(nproc) cores, $(nvidia-smi -L 2>/dev/null | wc -l) GPUs"
+SHARE_FLAG=""
+if [ "${SHARE_GPU:-0}" = 1 ]; then
+  # shellcheck source=tools/dev/mps.sh
+  source "$(dirname "$0")/mps.sh"
+  mps_start
+  SHARE_FLAG=--share_gpu
+  echo "== every rank on GPU 0 under MPS (nccl_perf --share_gpu)"
+fi
+DEFAULT_NETS=UCCL,Socket,Socket4x4,SHM
+[ -n "$SHARE_FLAG" ] && DEFAULT_NETS=UCCL,Socket,Socket4x4
 nvidia-smi -L 2>/dev/null
 case "$PART" in
   nccl)
@@ -135,10 +148,10 @@ case "$PART" in
     NCCL_LIB=$(nccl_lib)
     echo "== nccl_perf, $NCCL_LIB"
     timeout 560 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" \
-      --rounds="${ROUNDS:-3}" --nets="${NETS:-UCCL,Socket,Socket4x4,SHM}" --gpus="${GPUS:-2}" \
+      --rounds="${ROUNDS:-3}" --nets="${NETS:-$DEFAULT_NETS}" --gpus="${GPUS:-2}" $SHARE_FLAG \
       ${SIZES:+--sizes=$SIZES} ${ITERS:+--iters=$ITERS} ${COLL:+--coll=$COLL} --json="$OUT/perf.json" 2>&1 |
       tee "$OUT/perf.md"
-    if [ -z "${NO_FLOOR:-}" ]; then
+    if [ -z "${NO_FLOOR:-}" ] && [ -z "$SHARE_FLAG" ]; then
       echo "== the C loop's floor: NCCL over NVLink (no network)"
       timeout 120 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --nets=P2P --rounds=1 \
         --sizes="${FLOOR_SIZES:-4,64,1K,16K,64K}" 2>&1 | tee "$OUT/perf_floor.md"
@@ -197,7 +210,7 @@ case "$PART" in
         $TB up --name=nt --rate="${rate}gbit" --queue_kb="${QUEUE_KB:-1024}" \
           --mtu=9000 --loss="$loss" || exit 1
         NCCL_SOCKET_IFNAME=nt-v UCCL_LINK_GBPS=$rate timeout 500 "$C/bin/nccl_perf" \
-          --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" --netns=nt-a,nt-b \
+          --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" --netns=nt-a,nt-b $SHARE_FLAG \
           --rounds="${ROUNDS:-1}" --sizes="${SIZES:-1M,16M,64M}" --coll="${COLL:-all_reduce}" \
           --lat_calls=0 --per_round=false --timeout_s=240 \
           --nets="${NETS:-UCCL,UCCL+UCCL_CC=swift,UCCL+UCCL_CC=timely_patched,UCCL+UCCL_CC=credit,Socket4x4}" \

@@ -3,7 +3,7 @@
 # tools/dev/gpu_carry.sh): the FIFO, the GPU -> host -> GPU round trip, the
 # two-process kernel ping-pong and expert-parallel dispatch/combine among
 # one process per GPU (2, and 4 where there are 4 GPUs). Every mode checks
-# its data; the script exits non-zero on the first failure.
+# its data; the script exits non-zero if any check failed.
 # With SHARE_GPU=1 the two-process modes run every rank on GPU 0 under
 # CUDA MPS (started here in a private directory and stopped at the end), so
 # kernels of several processes run at once instead of time-sliced; the NCCL
@@ -12,7 +12,8 @@
 # NCCL_BASELINES=0 leaves the NCCL baselines out.
 # Usage: [SHARE_GPU=1] [EP_ONLY=1 | PP_ONLY=1] [WORLDS="2 4"] [TOKENS="8 32 128"]
 #        [ROUNDS=1]
-#        [EP_ARGS=...] [EP_CORE0=4 EP_CORE_STEP=2] [PP_SIZES="256 65536"]
+#        [EP_ARGS=... | EP_VARIANTS="flags;flags"] [EP_CORE0=4 EP_CORE_STEP=2]
+#        [NCCL_BASELINES=0] [PP_SIZES="256 65536"]
 #        [PP_ARGS=...]
 #        tools/dev/gpu_channels.sh [ITERATIONS]
 set -uo pipefail
@@ -55,38 +56,48 @@ PY=${PY:-/opt/torch/.venv/bin/python3}
 # Rank r's proxy on core C0 + CS * r (keep them off the engines' cores:
 # each rank's endpoint takes its engines' cores from the top down).
 C0=${EP_CORE0:-4} CS=${EP_CORE_STEP:-2}
-for round in $(seq "${ROUNDS:-1}"); do
-for world in ${WORLDS:-2 4}; do
-  [ -n "${PP_ONLY:-}" ] && break
-  echo "== round $round, $world ranks"
-  [ "$NGPU" -ge "$world" ] || continue
+# One dispatch/combine run of every token count: ranks 1.. in the
+# background, rank 0 here; $1: extra channel_bench flags.
+ep_run() {
+  local port=$((29600 + world * 16)) pids=() tokens r i
   for tokens in ${TOKENS:-8 32 128}; do
-    port=$((29600 + world * 16))
     pids=()
     for r in $(seq 1 $((world - 1))); do
       timeout 300 "$B" --mode ep --world "$world" --rank "$r" \
         --gpu "$(gpu_of "$r")" --core $((C0 + CS * r)) --base_port "$port" \
-        --iterations "$ITERS" --tokens "$tokens" ${EP_ARGS:-} \
-        >"/tmp/ep_$r.txt" 2>&1 &
+        --iterations "$ITERS" --tokens "$tokens" $1 >"/tmp/ep_$r.txt" 2>&1 &
       pids+=($!)
     done
     run "$B" --mode ep --world "$world" --rank 0 --gpu 0 --core "$C0" \
-      --base_port "$port" --iterations "$ITERS" --tokens "$tokens" ${EP_ARGS:-}
+      --base_port "$port" --iterations "$ITERS" --tokens "$tokens" $1
     for i in "${!pids[@]}"; do
       r=$((i + 1))
       wait "${pids[$i]}" || { echo "FAILED: ep rank $r"; fail=1; }
       grep -v '^I20' "/tmp/ep_$r.txt" | tail -1
     done
   done
-  # The same exchange as torch.distributed all_to_all_single over NCCL.
-  [ "${NCCL_BASELINES:-1}" = 0 ] && continue
-  share_flag=""
-  [ "$SHARE" = 1 ] && share_flag=--share_gpu
-  for net in Socket UCCL; do
-    run "$PY" tools/ep_nccl_baseline.py --world "$world" --net "$net" \
-      --plugin gpu_carry/libnccl-net-uccl.so --iterations "$ITERS" \
-      --tokens "$(echo ${TOKENS:-8 32 128} | tr ' ' ,)" $share_flag
+}
+# EP_VARIANTS: channel_bench flag sets separated by ';', each run in turn in
+# every round (default: EP_ARGS alone).
+IFS=';' read -r -a variants <<<"${EP_VARIANTS:-${EP_ARGS:-}}"
+[ "${#variants[@]}" = 0 ] && variants=("")
+for round in $(seq "${ROUNDS:-1}"); do
+  for world in ${WORLDS:-2 4}; do
+    [ -n "${PP_ONLY:-}" ] && break
+    [ "$NGPU" -ge "$world" ] || continue
+    for v in "${variants[@]}"; do
+      echo "== round $round, $world ranks, channel_bench flags: ${v:-none}"
+      ep_run "$v"
+    done
+    # The same exchange as torch.distributed all_to_all_single over NCCL.
+    [ "${NCCL_BASELINES:-1}" = 0 ] && continue
+    share_flag=""
+    [ "$SHARE" = 1 ] && share_flag=--share_gpu
+    for net in Socket UCCL; do
+      run "$PY" tools/ep_nccl_baseline.py --world "$world" --net "$net" \
+        --plugin gpu_carry/libnccl-net-uccl.so --iterations "$ITERS" \
+        --tokens "$(echo ${TOKENS:-8 32 128} | tr ' ' ,)" $share_flag
+    done
   done
-done
 done
 exit $fail

@@ -22,10 +22,11 @@ UCCL_KNOB(int64_t, knob_engines, "UCCL_NCCL_ENGINES", 0,
           "CPUs, or its cgroup's CPU quota where lower) over the ranks on "
           "the host (LOCAL_WORLD_SIZE, "
           "OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS, else the host's "
-          "GPUs), at least 1 and at most 12 with one or two ranks per host, "
-          "8 with more: 12 with 2 ranks on 32 CPUs (which also gets 6 NCCL "
-          "channels, UCCL_NCCL_SPEED_MBPS), 8 with 4 ranks on 64, 6 with 8 "
-          "ranks on 64 (collective/stripe.h).",
+          "GPUs), at most the share less two, at least 1 and at most 12 "
+          "with one or two ranks per host, 8 with more: 12 with 2 ranks on "
+          "32 CPUs (which also gets 6 NCCL channels, UCCL_NCCL_SPEED_MBPS), "
+          "8 with 4 ranks on 64, 6 with 8 ranks on 64, 2 with 4 ranks on 16 "
+          "(collective/stripe.h).",
           0, 16);
 UCCL_KNOB(int64_t, knob_conns, "UCCL_NCCL_CONNS", 0,
           "NCCL plugin: UCCL connections per NCCL comm; each message is "

@@ -11,8 +11,13 @@ namespace uccl::nccl {
 
 // Engine threads per device when UCCL_NCCL_ENGINES=0: three quarters of
 // this rank's share of the CPUs it may run on (allowed CPUs, or the
-// cgroup's CPU quota where lower, over the ranks on the host), between 1 and
-// a cap; the other quarter is left to NCCL's and the application's threads.
+// cgroup's CPU quota where lower, over the ranks on the host), and never
+// more than the share less two, between 1 and a cap; the rest is left to
+// NCCL's and the application's threads. The two matter on small shares:
+// with 4 ranks on 16 CPUs, three quarters (3 engines each) left NCCL's
+// proxy threads and the ranks' own threads 4 CPUs for 8 busy threads, and
+// an all_to_all of 64 KiB-1 MiB per peer took 24-28 ms; 2 engines each
+// took 0.21-1.4 ms (BENCHMARKS.md, GPU-initiated channels, one GPU).
 // Engines spin while there is traffic and sleep after a second without, so
 // the count is what a busy rank costs, and too many is far worse than too
 // few: 16 engines per rank on 32 CPUs, the whole share, were six times
@@ -30,8 +35,9 @@ constexpr int kMaxAutoEnginesManyRanks = 8;  // three or more local ranks
 inline int auto_engines(int allowed_cpus, int local_ranks) {
   if (local_ranks < 1) local_ranks = 1;
   const int cap = local_ranks <= 2 ? kMaxAutoEngines : kMaxAutoEnginesManyRanks;
-  const int three_quarters = allowed_cpus / local_ranks * 3 / 4;
-  return std::clamp(three_quarters, 1, cap);
+  const int share = allowed_cpus / local_ranks;
+  const int engines = std::min(share * 3 / 4, share - 2);
+  return std::clamp(engines, 1, cap);
 }
 
 // The link speed the plugin reports to NCCL, Mb/s, for a device whose link

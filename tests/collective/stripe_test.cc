@@ -169,6 +169,11 @@ TEST(LaneEngine, SpreadsBothDirectionsEvenlyAndKeepsConnectionZerosApart) {
 }
 
 TEST(AutoEngines, ThreeQuartersOfTheRanksShareUpToTwelveOrEight) {
+  // Two CPUs of a small share left to NCCL's proxy and the rank's thread:
+  // 4 ranks on 16 CPUs got 3 engines each and ran 100x slower than with 2.
+  EXPECT_EQ(auto_engines(16, 4), 2);
+  EXPECT_EQ(auto_engines(12, 4), 1);
+  EXPECT_EQ(auto_engines(20, 4), 3);  // 5 each: three quarters and 5 - 2
   EXPECT_EQ(auto_engines(32, 2), 12);  // the 2-GPU machines: the share, 12
   EXPECT_EQ(auto_engines(64, 2), 12);  // capped at 12
   EXPECT_EQ(auto_engines(24, 2), 9);
@@ -186,9 +191,13 @@ TEST(AutoEngines, ThreeQuartersOfTheRanksShareUpToTwelveOrEight) {
       const int e = auto_engines(cpus, ranks);
       ASSERT_GE(e, 1);
       ASSERT_LE(e, ranks <= 2 ? kMaxAutoEngines : kMaxAutoEnginesManyRanks);
-      // Never more than three quarters of the share, unless that is < 1.
+      // Never more than three quarters of the share, nor the share less
+      // two, unless that is < 1.
       if (cpus / ranks >= 2) {
         ASSERT_LE(e * ranks * 4, cpus * 3) << cpus << " CPUs, " << ranks;
+      }
+      if (cpus / ranks >= 3) {
+        ASSERT_LE(e, cpus / ranks - 2) << cpus << " CPUs, " << ranks;
       }
     }
   }

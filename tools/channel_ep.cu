@@ -6,7 +6,9 @@
 // expert's (id + 1) and put the results back, and the origin sums them.
 // The result is checked against the host's reference every iteration.
 // Baseline, same run and connections: the same exchange posted by the host
-// as p2p send/recv of the same GPU blocks (the engine stages them).
+// as p2p send/recv of the same GPU blocks (the engine stages them). Each
+// timed iteration starts with the ranks at a barrier; both exchanges are
+// also timed alone (tools/ep_nccl_baseline.py times NCCL's the same way).
 #include <cuda_runtime.h>
 #include <gflags/gflags.h>
 

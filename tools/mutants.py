@@ -170,6 +170,10 @@ MUTANTS = [
      "        !c.writes.empty()) {",
      "    if (false) {",
      "channels_tests", "ChannelWrites.*"),
+    ("auto-engines-leave-no-cpu", "collective/stripe.h",
+     "  const int engines = std::min(share * 3 / 4, share - 2);",
+     "  const int engines = share * 3 / 4;",
+     "collective_tests", "AutoEngines.*"),
 ]
 
 

@@ -79,14 +79,29 @@ def net_env(net, plugin, socket_threads, socks, log_path):
     return env
 
 
-def init(rank, world, port, share_gpu=False):
-    """torch.distributed over NCCL, rank r on GPU r. share_gpu: every rank on
-    GPU 0, each with an NCCL_HOSTID of its own, so NCCL takes the ranks for
-    hosts of their own (it refuses two ranks of one host on one GPU) and
-    runs them over the network; run it under CUDA MPS."""
+# Set (to "1") in the environment the ranks inherit by --share-gpu.
+SHARE_GPU_ENV = "NCCL_TEST_SHARE_GPU"
+
+
+def rank_gpu(rank, share_gpu=None):
+    """Rank r's GPU: r, or 0 for every rank when the GPU is shared (the
+    argument, else the environment --share-gpu sets)."""
+    if share_gpu is None:
+        share_gpu = os.environ.get(SHARE_GPU_ENV) == "1"
+    return 0 if share_gpu else rank
+
+
+def init(rank, world, port, share_gpu=None):
+    """torch.distributed over NCCL, rank r on GPU r. share_gpu (default:
+    --share-gpu's environment): every rank on GPU 0, each with an
+    NCCL_HOSTID of its own, so NCCL takes the ranks for hosts of their own
+    (it refuses two ranks of one host on one GPU) and runs them over the
+    network; run it under CUDA MPS."""
     import torch
     import torch.distributed as dist
-    gpu = 0 if share_gpu else rank
+    if share_gpu is None:
+        share_gpu = os.environ.get(SHARE_GPU_ENV) == "1"
+    gpu = rank_gpu(rank, share_gpu)
     if share_gpu:
         os.environ["NCCL_HOSTID"] = "uccl-rank-%d" % rank
     torch.cuda.set_device(gpu)
@@ -122,7 +137,7 @@ def ring_send_recv_ok(torch, dist, n, rank, world, dev):
 
 def check_worker(rank, world, port, out):
     torch, dist = init(rank, world, port)
-    dev = torch.device("cuda", rank)
+    dev = torch.device("cuda", rank_gpu(rank))
     results = []
 
     def record(op, size, ok, detail=""):
@@ -171,7 +186,7 @@ def bench_worker(rank, world, port, out, sizes, max_iters, reps=1):
     # reps > 1: the sweep runs reps times in turn and each size reports the
     # median of its reps (one process's noise, e.g. a slow first pass).
     torch, dist = init(rank, world, port)
-    dev = torch.device("cuda", rank)
+    dev = torch.device("cuda", rank_gpu(rank))
     times = {}
     host = {}  # time the host spent issuing the calls (before synchronize)
     ref = {}  # this process's CPU speed just before (cpu_reference_ms)
@@ -376,7 +391,7 @@ PROFILE_SIZES = [4, 64 * 1024, 4 * MiB, 256 * MiB]
 
 def profile_worker(rank, world, port, out):
     torch, dist = init(rank, world, port)
-    dev = torch.device("cuda", rank)
+    dev = torch.device("cuda", rank_gpu(rank))
     ok = []
     for size in PROFILE_SIZES:
         n = max(size // 4, 1)
@@ -645,7 +660,14 @@ def main():
     ap.add_argument("--world", type=int, default=2,
                     help="ranks, one process and GPU each (at most the GPUs "
                          "this machine has)")
+    ap.add_argument("--share-gpu", action="store_true",
+                    help="every rank on GPU 0, each with an NCCL_HOSTID of "
+                         "its own (NCCL then runs them over the network); "
+                         "run under CUDA MPS (tools/dev/mps.sh)")
     a = ap.parse_args()
+    if a.share_gpu and a.mode == "bench" and a.net == "P2P":
+        sys.exit("--share-gpu: P2P needs the ranks on one host and on GPUs "
+                 "of their own")
     for flag in ("rounds", "reps", "iters"):
         if getattr(a, flag) < 1:
             sys.exit("--%s %d: give at least 1" % (flag, getattr(a, flag)))
@@ -655,10 +677,15 @@ def main():
     import torch
     gpus = torch.cuda.device_count()
     world = a.world
-    if gpus < 2:
-        sys.exit("needs 2 GPUs (NCCL refuses two ranks on one GPU); this "
-                 "machine has %d" % gpus)
-    if world < 2 or world > gpus:
+    if a.share_gpu:
+        if gpus < 1 or world < 2 or world > 8:
+            sys.exit("--share-gpu: needs a GPU (this machine has %d) and "
+                     "--world 2 to 8" % gpus)
+        os.environ[SHARE_GPU_ENV] = "1"  # the ranks inherit it
+    elif gpus < 2:
+        sys.exit("needs 2 GPUs (NCCL refuses two ranks on one GPU; "
+                 "--share-gpu runs them on one); this machine has %d" % gpus)
+    elif world < 2 or world > gpus:
         sys.exit("--world %d: give 2 to %d (one rank per GPU)" % (world, gpus))
     if a.plugin:
         a.plugin = os.path.abspath(a.plugin)

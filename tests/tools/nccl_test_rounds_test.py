@@ -406,6 +406,32 @@ class BenchWorkerTest(unittest.TestCase):
         self.assertTrue(all(r["lat_us"] > 0 for r in rows))
 
 
+class ShareGpuTest(unittest.TestCase):
+    def test_every_rank_on_gpu_0_when_shared(self):
+        old = os.environ.pop(nccl_test.SHARE_GPU_ENV, None)
+        try:
+            self.assertEqual([nccl_test.rank_gpu(r) for r in range(3)],
+                             [0, 1, 2])
+            self.assertEqual(nccl_test.rank_gpu(2, share_gpu=True), 0)
+            os.environ[nccl_test.SHARE_GPU_ENV] = "1"  # as --share-gpu sets
+            self.assertEqual([nccl_test.rank_gpu(r) for r in range(3)],
+                             [0, 0, 0])
+            self.assertEqual(nccl_test.rank_gpu(2, share_gpu=False), 2)
+        finally:
+            os.environ.pop(nccl_test.SHARE_GPU_ENV, None)
+            if old is not None:
+                os.environ[nccl_test.SHARE_GPU_ENV] = old
+
+    def test_nvlink_floor_is_refused_on_a_shared_gpu(self):
+        p = subprocess.run(
+            [sys.executable, os.path.join(TOOLS, "nccl_test.py"), "bench",
+             "--net", "P2P", "--share-gpu"],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--share-gpu: P2P needs the ranks on one host",
+                      p.stderr)
+
+
 class FlagsTest(unittest.TestCase):
     def test_zero_rounds_reps_or_iters_is_refused(self):
         for flag in ("--rounds", "--reps", "--iters"):

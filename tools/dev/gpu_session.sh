@@ -36,9 +36,10 @@
 #                                 $ROUNDS rounds, on a host with cores to
 #                                 spare (needs gpu_netroot/ carried)
 # GPUS=N runs N ranks (one GPU each) in the NCCL modes; default 2.
-# SHARE_GPU=1 (perf, shaped): every rank on GPU 0 under CUDA MPS, each with an
-# NCCL_HOSTID of its own (nccl_perf --share_gpu), for hosts with one GPU; the
-# SHM and P2P floors are left out then (they need ranks of one host).
+# SHARE_GPU=1 (the NCCL modes but procs): every rank on GPU 0 under CUDA MPS,
+# each with an NCCL_HOSTID of its own (nccl_perf --share_gpu, nccl_test.py
+# --share-gpu), for hosts with one GPU; the SHM and P2P floors are left out
+# then (they need ranks of one host).
 set -u
 PART=${1:-nccl}
 OUT=${OUT:-/tmp/uccl-out}
@@ -62,12 +63,12 @@ server_rx_gbps() {
   grep '"role":"server"' | sed 's/.*"rx_gbps":\([0-9.]*\).*/\1/'
 }
 echo "== $(hostname): $(nproc) cores, $(nvidia-smi -L 2>/dev/null | wc -l) GPUs"
-SHARE_FLAG=""
+SHARE_FLAG="" PY_SHARE=""
 if [ "${SHARE_GPU:-0}" = 1 ]; then
   # shellcheck source=tools/dev/mps.sh
   source "$(dirname "$0")/mps.sh"
   mps_start
-  SHARE_FLAG=--share_gpu
+  SHARE_FLAG=--share_gpu PY_SHARE=--share-gpu
   echo "== every rank on GPU 0 under MPS (nccl_perf --share_gpu)"
 fi
 DEFAULT_NETS=UCCL,Socket,Socket4x4,SHM
@@ -81,10 +82,10 @@ case "$PART" in
     echo "rc=$?"
     tail -18 "$OUT/conformance.txt"
     echo "== UCCL's profiler plugin loaded by NCCL (NetPlugin events under proxy steps)"
-    timeout 200 "$PY" tools/nccl_test.py profile --world "${GPUS:-2}" --plugin "$C/libnccl-net-uccl.so" \
+    timeout 200 "$PY" tools/nccl_test.py $PY_SHARE profile --world "${GPUS:-2}" --plugin "$C/libnccl-net-uccl.so" \
       2>&1 | tee "$OUT/profile.md" | grep -v "^\[" | tail -12
     echo "== NCCL suite"
-    timeout 540 "$PY" tools/nccl_test.py suite --world "${GPUS:-2}" --iters "${ITERS:-100}" --plugin "$C/libnccl-net-uccl.so" \
+    timeout 540 "$PY" tools/nccl_test.py $PY_SHARE suite --world "${GPUS:-2}" --iters "${ITERS:-100}" --plugin "$C/libnccl-net-uccl.so" \
       --json "$OUT/suite.json" 2>&1 | tee "$OUT/suite.md" | grep -v "^\[" | tail -120
     cp -r /tmp/uccl-nccl-* "$OUT/" 2>/dev/null
     ;;
@@ -164,7 +165,7 @@ case "$PART" in
     for spec in ${FAULTS:-drop=0.01 corrupt=0.001 reorder=0.01:4 dup=0.01}; do
       echo "== check, UCCL_FAULT_TX=$spec"
       t0=$(date +%s)
-      UCCL_FAULT_TX=$spec UCCL_FAULT_SEED=${SEED:-5} timeout 300 "$PY" tools/nccl_test.py \
+      UCCL_FAULT_TX=$spec UCCL_FAULT_SEED=${SEED:-5} timeout 300 "$PY" tools/nccl_test.py $PY_SHARE \
         check --world "${GPUS:-2}" --plugin "$C/libnccl-net-uccl.so" >"$OUT/faults_${spec%%=*}.txt" 2>&1
       rc=$?
       echo "rc=$rc, $(($(date +%s) - t0)) s"
@@ -174,7 +175,7 @@ case "$PART" in
     NCCL_LIB=$(nccl_lib)
     echo "== nccl_perf under loss"
     timeout 400 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" \
-      --rounds="${ROUNDS:-2}" --sizes="${SIZES:-64K,1M,256M}" --gpus="${GPUS:-2}" \
+      --rounds="${ROUNDS:-2}" --sizes="${SIZES:-64K,1M,256M}" --gpus="${GPUS:-2}" $SHARE_FLAG \
       --nets="UCCL,UCCL+UCCL_FAULT_TX=drop=0.001,UCCL+UCCL_FAULT_TX=drop=0.01,Socket4x4" \
       --json="$OUT/faults_perf.json" 2>&1 | tee "$OUT/faults_perf.md"
     echo "fault checks failed: $fails"
@@ -182,7 +183,7 @@ case "$PART" in
     ;;
   profile)
     echo "== UCCL's profiler plugin under NCCL"
-    timeout 300 "$PY" tools/nccl_test.py profile \
+    timeout 300 "$PY" tools/nccl_test.py $PY_SHARE profile \
       --world "${GPUS:-2}" --plugin "$C/libnccl-net-uccl.so" 2>&1 |
       tee "$OUT/profile.md" | grep -v "^\[" | tail -60
     d=$(ls -td /tmp/uccl-nccl-* | head -1)
@@ -194,7 +195,7 @@ case "$PART" in
     echo "== profiler overhead: nccl_perf all_reduce with and without it"
     rm -rf /tmp/uccl-prof-perf
     timeout 500 "$C/bin/nccl_perf" --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" \
-      --rounds="${ROUNDS:-3}" --sizes="${SIZES:-4,64K,1M,16M,256M}" --iters="${ITERS:-200}" \
+      --rounds="${ROUNDS:-3}" --sizes="${SIZES:-4,64K,1M,16M,256M}" --iters="${ITERS:-200}" $SHARE_FLAG \
       --nets="UCCL,UCCL+NCCL_PROFILER_PLUGIN=$C/libnccl-profiler-uccl.so+UCCL_PROFILER_DIR=/tmp/uccl-prof-perf+UCCL_PROFILER_EVENTS=8388608" \
       --json="$OUT/profile_perf.json" 2>&1 | tee "$OUT/profile_perf.md"
     grep -h "events\|dropped" /tmp/uccl-prof-perf/*.summary.txt 2>/dev/null | sort | uniq -c | head -6
@@ -252,7 +253,7 @@ case "$PART" in
       echo "== $cfg"
       net=${NET:-UCCL}
       case "$cfg" in *NCCL_NET=Socket*) net=Socket ;; esac
-      env UCCL_STATS_INTERVAL_S=1 $cfg timeout 200 "$PY" tools/nccl_test.py \
+      env UCCL_STATS_INTERVAL_S=1 $cfg timeout 200 "$PY" tools/nccl_test.py $PY_SHARE \
         bench --world "${GPUS:-2}" --net "$net" --plugin "$C/libnccl-net-uccl.so" --iters "${ITERS:-20}" --reps "${REPS:-1}" \
         --sizes "${SIZES:-4,65536,1048576,16777216,67108864,268435456}" 2>&1 |
         grep -E "^\| [0-9]+ \|"

@@ -165,7 +165,7 @@ class CombineRoundsTest(unittest.TestCase):
 class SuiteTest(unittest.TestCase):
     """run_suite with run_bench replaced: what the summary says."""
 
-    def run_suite(self, times, fail=(), host=None):
+    def run_suite(self, times, fail=(), host=None, share_gpu=False):
         calls = []
 
         def fake_bench(a, world, tmp, net, threads=0, socks=0, label=None,
@@ -184,6 +184,7 @@ class SuiteTest(unittest.TestCase):
 
         class A:
             rounds = 3
+        A.share_gpu = share_gpu
         old = nccl_test.run_bench
         nccl_test.run_bench = fake_bench
         buf = io.StringIO()
@@ -220,6 +221,15 @@ class SuiteTest(unittest.TestCase):
         self.assertIn("by latency, UCCL's", out)
         self.assertIn("they overlap): level 4 B; no slower: yes", out)
         self.assertNotIn("host-bound loops", out)
+
+    def test_no_nvlink_floor_on_a_shared_gpu(self):
+        times = {"UCCL": 20.0, "Socket": 25.0, "Socket_4x4": 41.0}
+        _, _, out, calls = self.run_suite(times)
+        self.assertEqual(calls[-1], "P2P")
+        self.assertIn("| 4 | 20.0 | 25.0 | 41.0 |", out)
+        _, _, out, calls = self.run_suite(times, share_gpu=True)
+        self.assertNotIn("P2P", calls)  # ranks of two "hosts": no floor
+        self.assertRegex(out, r"\| 4 \| 20\.0 \| 25\.0 \| 41\.0 \|[^\n]*\| - \|\n")
 
     def test_host_bound_loops_are_named(self):
         # Both loops within 10% of their host time: UCCL 30 against 28,

@@ -230,39 +230,20 @@ bool connect_all(uccl::p2p::Endpoint* ep, const Shape& s,
   return ep->dereg(*mr_me).ok() && ep->dereg(*mr_peer).ok();
 }
 
-// The baseline's exchange of one phase: the host posts p2p send/recv of
-// the same blocks to and from every peer and waits.
+// The host posts p2p send/recv of `bytes` to and from every peer (peer j's
+// piece at j * bytes of send and recv) and waits: the baseline's exchange
+// of one phase, and with 4-byte pieces its barrier (as barrier_kernel).
 bool host_exchange(uccl::p2p::Endpoint* ep, const Shape& s,
                    const std::vector<uccl::p2p::ConnHandle>& conns,
-                   uccl::p2p::MrId smr, float* send, uccl::p2p::MrId rmr,
-                   float* recv) {
+                   uccl::p2p::MrId smr, const void* send, uccl::p2p::MrId rmr,
+                   void* recv, size_t bytes) {
   std::vector<uccl::p2p::XferHandle> hs;
   for (int j = 0; j < s.world; ++j) {
     if (j == s.rank) continue;
-    auto r = ep->recv_async(conns[j], rmr, recv + j * s.block_floats(),
-                            s.block_bytes());
-    auto w = ep->send_async(conns[j], smr, send + j * s.block_floats(),
-                            s.block_bytes());
-    if (!r.ok() || !w.ok()) return false;
-    hs.push_back(*r);
-    hs.push_back(*w);
-  }
-  for (auto h : hs) {
-    if (!ep->wait(h, kTimeoutMs).ok()) return false;
-  }
-  return true;
-}
-
-// The host-posted rounds' barrier (as barrier_kernel): 4 bytes to and from
-// every peer. tok holds 2 * world ints, registered as mr.
-bool host_barrier(uccl::p2p::Endpoint* ep, const Shape& s,
-                  const std::vector<uccl::p2p::ConnHandle>& conns,
-                  uccl::p2p::MrId mr, int32_t* tok) {
-  std::vector<uccl::p2p::XferHandle> hs;
-  for (int j = 0; j < s.world; ++j) {
-    if (j == s.rank) continue;
-    auto r = ep->recv_async(conns[j], mr, tok + s.world + j, sizeof(int32_t));
-    auto w = ep->send_async(conns[j], mr, tok + j, sizeof(int32_t));
+    auto r = ep->recv_async(conns[j], rmr, static_cast<char*>(recv) + j * bytes,
+                            bytes);
+    auto w = ep->send_async(conns[j], smr,
+                            static_cast<const char*>(send) + j * bytes, bytes);
     if (!r.ok() || !w.ok()) return false;
     hs.push_back(*r);
     hs.push_back(*w);
@@ -333,12 +314,16 @@ bool baseline_rounds(uccl::p2p::Endpoint* ep, const Shape& s, Buffers& b,
   auto tok_mr = ep->reg(tok.data(), tok.size() * sizeof(int32_t));
   if (!tok_mr.ok()) return false;
   for (int it = 1; it <= FLAGS_iterations; ++it) {
-    if (!host_barrier(ep, s, conns, *tok_mr, tok.data())) return false;
+    if (!host_exchange(ep, s, conns, *tok_mr, tok.data(), *tok_mr,
+                       tok.data() + s.world, sizeof(int32_t))) {
+      return false;
+    }
     const auto t0 = Clock::now();
     compute_front(s, b, it);
     cudaDeviceSynchronize();
     auto x0 = Clock::now();
-    if (!host_exchange(ep, s, conns, mr[0], b.send, mr[1], b.recv)) {
+    if (!host_exchange(ep, s, conns, mr[0], b.send, mr[1], b.recv,
+                       s.block_bytes())) {
       return false;
     }
     double x_us = us_since(x0);
@@ -346,7 +331,8 @@ bool baseline_rounds(uccl::p2p::Endpoint* ep, const Shape& s, Buffers& b,
                                                      b.crecv);
     cudaDeviceSynchronize();
     x0 = Clock::now();
-    if (!host_exchange(ep, s, conns, mr[2], b.csend, mr[3], b.crecv)) {
+    if (!host_exchange(ep, s, conns, mr[2], b.csend, mr[3], b.crecv,
+                       s.block_bytes())) {
       return false;
     }
     x_us += us_since(x0);

@@ -20,13 +20,13 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import nccl_test  # noqa: E402
+import nccl_launch  # noqa: E402
 
 TOPK = 2
 
 
 def worker(rank, world, port, out, a):
-    torch, dist = nccl_test.init(rank, world, port, a.share_gpu)
+    torch, dist = nccl_launch.init(rank, world, port, a.share_gpu)
     dev = torch.device("cuda", 0 if a.share_gpu else rank)
     lines = []
     for tokens in a.tokens:
@@ -96,10 +96,10 @@ def main():
                     "gpu_channels.sh SHARE_GPU=1")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        env = nccl_test.net_env(a.net, a.plugin, 0, 0,
+        env = nccl_launch.net_env(a.net, a.plugin, 0, 0,
                                 os.path.join(tmp, "nccl.%h.%p"))
         out = os.path.join(tmp, "out.txt")
-        nccl_test.spawn(worker, a.world, (nccl_test.free_port(), out, a), env)
+        nccl_launch.spawn(worker, a.world, (nccl_launch.free_port(), out, a), env)
         text = open(out).read()
     print(text, end="")
     return 1 if "DATA WRONG" in text else 0

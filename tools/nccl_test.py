@@ -49,66 +49,14 @@ import sys
 import tempfile
 import time
 
+from nccl_launch import (SHARE_GPU_ENV, free_port, init, net_env, rank_gpu,
+                         spawn)
 from nccl_rounds import (HOST_BOUND, apart_line, combine_rounds, host_bound,
                          median, merge_ranks, print_small_apart)
 
 MiB = 1 << 20
 CHECK_SIZES = [4, 64, 1024, 64 * 1024, MiB, 16 * MiB, 64 * MiB, 256 * MiB]
 BENCH_SIZES = [4 << (2 * i) for i in range(14)]  # 4 B .. 256 MiB, x4
-
-
-def net_env(net, plugin, socket_threads, socks, log_path):
-    env = {
-        "NCCL_P2P_DISABLE": "1",
-        "NCCL_SHM_DISABLE": "1",
-        "NCCL_NVLS_ENABLE": "0",
-        "NCCL_NET": net,
-        "NCCL_DEBUG": "INFO",
-        "NCCL_DEBUG_SUBSYS": "INIT,NET",
-        "NCCL_DEBUG_FILE": log_path,
-    }
-    if net == "P2P":  # NCCL's own GPU paths (NVLink): the loop's floor
-        env.update({"NCCL_P2P_DISABLE": "0", "NCCL_SHM_DISABLE": "0"})
-        del env["NCCL_NET"]
-    if net == "UCCL":
-        env["NCCL_NET_PLUGIN"] = plugin
-        env["NCCL_NET_PLUGIN_REF_COUNT"] = "1"
-    if socket_threads:
-        env["NCCL_SOCKET_NTHREADS"] = str(socket_threads)
-        env["NCCL_NSOCKS_PERTHREAD"] = str(socks)
-    return env
-
-
-# Set (to "1") in the environment the ranks inherit by --share-gpu.
-SHARE_GPU_ENV = "NCCL_TEST_SHARE_GPU"
-
-
-def rank_gpu(rank, share_gpu=None):
-    """Rank r's GPU: r, or 0 for every rank when the GPU is shared (the
-    argument, else the environment --share-gpu sets)."""
-    if share_gpu is None:
-        share_gpu = os.environ.get(SHARE_GPU_ENV) == "1"
-    return 0 if share_gpu else rank
-
-
-def init(rank, world, port, share_gpu=None):
-    """torch.distributed over NCCL, rank r on GPU r. share_gpu (default:
-    --share-gpu's environment): every rank on GPU 0, each with an
-    NCCL_HOSTID of its own, so NCCL takes the ranks for hosts of their own
-    (it refuses two ranks of one host on one GPU) and runs them over the
-    network; run it under CUDA MPS."""
-    import torch
-    import torch.distributed as dist
-    if share_gpu is None:
-        share_gpu = os.environ.get(SHARE_GPU_ENV) == "1"
-    gpu = rank_gpu(rank, share_gpu)
-    if share_gpu:
-        os.environ["NCCL_HOSTID"] = "uccl-rank-%d" % rank
-    torch.cuda.set_device(gpu)
-    dist.init_process_group("nccl", init_method="tcp://127.0.0.1:%d" % port,
-                            rank=rank, world_size=world,
-                            device_id=torch.device("cuda", gpu))
-    return torch, dist
 
 
 def pattern(torch, n, a, b, dev):
@@ -308,32 +256,6 @@ def context_switches():
     import resource
     ru = resource.getrusage(resource.RUSAGE_THREAD)
     return ru.ru_nvcsw, ru.ru_nivcsw
-
-
-def spawn(fn, world, args, env):
-    import torch.multiprocessing as mp
-    # What torchrun sets: ranks on this host (the plugin sizes its engines
-    # from it, else from the host's GPU count).
-    env = dict(env, LOCAL_WORLD_SIZE=str(world))
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        mp.spawn(fn, args=(world,) + args, nprocs=world, join=True)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def nccl_log(log_glob):

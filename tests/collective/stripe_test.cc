@@ -173,7 +173,7 @@ TEST(AutoEngines, ThreeQuartersOfTheRanksShareUpToTwelveOrEight) {
   // 4 ranks on 16 CPUs got 3 engines each and ran 100x slower than with 2.
   EXPECT_EQ(auto_engines(16, 4), 2);
   EXPECT_EQ(auto_engines(12, 4), 1);
-  EXPECT_EQ(auto_engines(20, 4), 3);  // 5 each: three quarters and 5 - 2
+  EXPECT_EQ(auto_engines(20, 4), 3);   // 5 each: three quarters and 5 - 2
   EXPECT_EQ(auto_engines(32, 2), 12);  // the 2-GPU machines: the share, 12
   EXPECT_EQ(auto_engines(64, 2), 12);  // capped at 12
   EXPECT_EQ(auto_engines(24, 2), 9);

@@ -13,6 +13,7 @@ import unittest
 TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                      "tools")
 sys.path.insert(0, TOOLS)
+import nccl_launch  # noqa: E402
 import nccl_rounds  # noqa: E402
 import nccl_test  # noqa: E402
 
@@ -418,19 +419,19 @@ class BenchWorkerTest(unittest.TestCase):
 
 class ShareGpuTest(unittest.TestCase):
     def test_every_rank_on_gpu_0_when_shared(self):
-        old = os.environ.pop(nccl_test.SHARE_GPU_ENV, None)
+        old = os.environ.pop(nccl_launch.SHARE_GPU_ENV, None)
         try:
-            self.assertEqual([nccl_test.rank_gpu(r) for r in range(3)],
+            self.assertEqual([nccl_launch.rank_gpu(r) for r in range(3)],
                              [0, 1, 2])
-            self.assertEqual(nccl_test.rank_gpu(2, share_gpu=True), 0)
-            os.environ[nccl_test.SHARE_GPU_ENV] = "1"  # as --share-gpu sets
-            self.assertEqual([nccl_test.rank_gpu(r) for r in range(3)],
+            self.assertEqual(nccl_launch.rank_gpu(2, share_gpu=True), 0)
+            os.environ[nccl_launch.SHARE_GPU_ENV] = "1"  # as --share-gpu sets
+            self.assertEqual([nccl_launch.rank_gpu(r) for r in range(3)],
                              [0, 0, 0])
-            self.assertEqual(nccl_test.rank_gpu(2, share_gpu=False), 2)
+            self.assertEqual(nccl_launch.rank_gpu(2, share_gpu=False), 2)
         finally:
-            os.environ.pop(nccl_test.SHARE_GPU_ENV, None)
+            os.environ.pop(nccl_launch.SHARE_GPU_ENV, None)
             if old is not None:
-                os.environ[nccl_test.SHARE_GPU_ENV] = old
+                os.environ[nccl_launch.SHARE_GPU_ENV] = old
 
     def test_nvlink_floor_is_refused_on_a_shared_gpu(self):
         p = subprocess.run(

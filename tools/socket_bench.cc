@@ -6,7 +6,10 @@
 //   hosts) socket_bench --serverip=10.199.0.2 --proto=tcp --port=19998
 //
 // The receiver counts bytes (UDP: what arrived, losses excluded) and prints
-// the rate; --json adds one machine-readable line.
+// the rate; --json adds one machine-readable line. UDP datagrams carry a
+// sequence number per stream in their first 8 bytes, so the receiver also
+// counts the ones lost and the ones that arrived after a later one of their
+// stream (a path that reorders a flow, e.g. a veth behind a tbf without RPS).
 #include <arpa/inet.h>
 #include <gflags/gflags.h>
 #include <netinet/in.h>
@@ -19,6 +22,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -81,6 +85,26 @@ sockaddr_in addr_of(const std::string& ip, uint16_t port) {
 
 bool tcp() { return FLAGS_proto == "tcp"; }
 
+// One UDP stream's arrivals by sequence number (the datagram's first 8
+// bytes, host order: both ends are one machine or one architecture).
+// Datagrams are never duplicated on these paths, so what the highest
+// number says was sent and did not arrive is lost; one below the highest
+// seen arrived after a later one.
+struct UdpOrder {
+  uint64_t received = 0, reordered = 0, next = 0;  // next: highest + 1
+  void add(const char* datagram) {
+    uint64_t seq;
+    std::memcpy(&seq, datagram, sizeof(seq));
+    ++received;
+    if (seq < next) {
+      ++reordered;
+    } else {
+      next = seq + 1;
+    }
+  }
+  uint64_t lost() const { return next > received ? next - received : 0; }
+};
+
 // Receiver: binds `streams` sockets from `port`, reports bytes and rate.
 // Writes "ready\n" to `ready_fd` (pair mode) once bound.
 int run_server(uint16_t port, int ready_fd) {
@@ -103,7 +127,7 @@ int run_server(uint16_t port, int ready_fd) {
     (void)!write(ready_fd, "r", 1);
     close(ready_fd);
   }
-  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> bytes{0}, datagrams{0}, lost{0}, reordered{0};
   std::atomic<double> first{0}, last{0};
   std::vector<std::thread> th;
   for (uint32_t i = 0; i < n; ++i) {
@@ -119,6 +143,7 @@ int run_server(uint16_t port, int ready_fd) {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
       }
       uint64_t mine = 0;
+      UdpOrder order;
       for (;;) {
         ssize_t r = recv(fd, buf.data(), buf.size(), 0);
         if (r <= 0) break;
@@ -127,8 +152,12 @@ int run_server(uint16_t port, int ready_fd) {
         first.compare_exchange_strong(f, t);
         last.store(t);
         mine += static_cast<uint64_t>(r);
+        if (!tcp() && r >= 8) order.add(buf.data());
       }
       bytes += mine;
+      datagrams += order.received;
+      lost += order.lost();
+      reordered += order.reordered;
       close(fd);
     });
   }
@@ -137,12 +166,18 @@ int run_server(uint16_t port, int ready_fd) {
   const double gbps = secs > 0 ? bytes.load() * 8 / secs / 1e9 : 0;
   std::printf("[server] received %llu bytes in %.2f s: %.2f Gb/s\n",
               static_cast<unsigned long long>(bytes.load()), secs, gbps);
+  if (!tcp()) {
+    std::printf("[server] udp: %" PRIu64 " datagrams, %" PRIu64
+                " lost, %" PRIu64 " arrived after a later one\n",
+                datagrams.load(), lost.load(), reordered.load());
+  }
   if (FLAGS_json) {
     std::printf(
         "{\"role\":\"server\",\"proto\":\"%s\",\"streams\":%u,\"bytes\":%llu,"
-        "\"seconds\":%.4f,\"rx_gbps\":%.4f}\n",
+        "\"seconds\":%.4f,\"rx_gbps\":%.4f,\"datagrams\":%" PRIu64
+        ",\"lost\":%" PRIu64 ",\"reordered\":%" PRIu64 "}\n",
         FLAGS_proto.c_str(), n, static_cast<unsigned long long>(bytes.load()),
-        secs, gbps);
+        secs, gbps, datagrams.load(), lost.load(), reordered.load());
   }
   std::fflush(stdout);
   return bytes.load() > 0 ? 0 : 1;
@@ -153,6 +188,8 @@ int run_client(const std::string& ip, uint16_t port) {
   const uint64_t msize =
       FLAGS_msize ? FLAGS_msize : (tcp() ? (1u << 20) : 65000u);
   if (!tcp() && msize > 65507) die("--msize: a UDP datagram is <= 65507 B");
+  if (!tcp() && msize < 8)
+    die("--msize: a UDP datagram is >= 8 B (its number)");
   std::atomic<uint64_t> sent{0};
   const double end = now_s() + FLAGS_duration_s;
   std::vector<std::thread> th;
@@ -165,10 +202,12 @@ int run_client(const std::string& ip, uint16_t port) {
       if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0)
         die("connect to " + ip + ":" + std::to_string(port + i) + ": " +
             strerror(errno));
-      uint64_t mine = 0;
+      uint64_t mine = 0, seq = 0;
       while (now_s() < end) {
+        if (!tcp()) std::memcpy(buf.data(), &seq, sizeof(seq));
         ssize_t w = send(fd, buf.data(), buf.size(), 0);
         if (w > 0) mine += static_cast<uint64_t>(w);
+        if (w > 0 || errno == ENOBUFS) ++seq;  // ENOBUFS: dropped, not kept
         if (w < 0 && errno != ENOBUFS && errno != EAGAIN &&
             errno != ECONNREFUSED)
           break;

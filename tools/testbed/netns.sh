@@ -4,6 +4,7 @@
 #
 #   tools/testbed/netns.sh up [--name=uccl] [--rate=10gbit] [--queue_kb=256]
 #                             [--delay_us=0] [--mtu=9000] [--loss=0.01]
+#                             [--reorder]
 #   tools/testbed/netns.sh exec a|b <command...>   run inside a namespace
 #   tools/testbed/netns.sh ip a|b                  print that side's address
 #   tools/testbed/netns.sh qdisc a|b               tc -s qdisc of that side
@@ -15,9 +16,22 @@
 # and a byte-limited queue (drop-tail); --loss drops that fraction of the
 # packets arriving at each side at random (iptables' statistic match on
 # INPUT: kernels here lack netem's loss, and a drop on OUTPUT would fail
-# the sender's send instead of losing the packet on the way). `up` replaces a testbed of the same name. Needs
-# root and iproute2 (ip netns, tc), and iptables for --loss: exit 2 without
-# root, 3 without the commands. Traffic never leaves the two namespaces.
+# the sender's send instead of losing the packet on the way).
+#
+# Each flow stays in order, as through a real NIC (RSS) and switch: RPS on
+# both veth ends, over every CPU. Without it a veth reorders a flow under
+# load: a qdisc hands packets to the peer from whichever CPU runs it (the
+# sender's, or the tbf timer's), each CPU's backlog is drained on its own,
+# and a datagram can overtake an earlier one of its flow. RPS queues a flow
+# to one CPU by its hash. --reorder leaves the kernel's default (no RPS),
+# e.g. to study a transport under reordering. Each side also knows the
+# other's MAC from the start (a permanent neighbour entry): while ARP
+# resolves, the kernel holds a flow's first datagrams in a short queue (and
+# drops those beyond it) and can send a later one before them.
+#
+# `up` replaces a testbed of the same name. Needs root and iproute2 (ip
+# netns, tc), and iptables for --loss: exit 2 without root, 3 without the
+# commands. Traffic never leaves the two namespaces.
 set -euo pipefail
 
 cmd=${1:-}
@@ -28,6 +42,7 @@ queue_kb=256
 delay_us=0
 mtu=9000
 loss=""
+reorder=0
 side=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -37,6 +52,7 @@ while [ $# -gt 0 ]; do
     --delay_us=*) delay_us=${1#--delay_us=} ;;
     --mtu=*) mtu=${1#--mtu=} ;;
     --loss=*) loss=${1#--loss=} ;;
+    --reorder) reorder=1 ;;
     a | b)
       if [ -z "$side" ]; then side=$1; shift; break; fi ;;
     *) echo "netns.sh: unknown argument '$1'" >&2; exit 2 ;;
@@ -92,6 +108,35 @@ lossy() {  # lossy <ns> <ifname>
   fi
 }
 
+# The RPS mask of every CPU: 32-bit hex groups, highest first, comma-separated
+# (the format of /sys/class/net/*/queues/rx-*/rps_cpus).
+all_cpus_mask() {
+  local n groups="" take g
+  n=$(nproc --all)
+  while [ "$n" -gt 0 ]; do
+    take=$((n > 32 ? 32 : n))
+    g=$(printf '%x' $(((1 << take) - 1)))
+    groups="$g${groups:+,$groups}"
+    n=$((n - take))
+  done
+  echo "$groups"
+}
+
+# Keep each flow in order (see above): RPS on every receive queue of <dev>.
+# Prints "kept", or why not (a kernel without RPS).
+keep_order() {  # keep_order <ns> <ifname>
+  local ns=$1 dev=$2 q mask
+  mask=$(all_cpus_mask)
+  for q in $(ip netns exec "$ns" sh -c "ls -d /sys/class/net/$dev/queues/rx-*" \
+    2>/dev/null); do
+    if ! ip netns exec "$ns" sh -c "echo $mask > $q/rps_cpus" 2>/dev/null; then
+      echo "not kept (no RPS: a flow may be reordered)"
+      return 0
+    fi
+  done
+  echo "kept"
+}
+
 down() {
   ip netns del "$ns_a" 2>/dev/null || true
   ip netns del "$ns_b" 2>/dev/null || true
@@ -137,7 +182,16 @@ case "$cmd" in
       ip -n "$ns" link set lo up
       shape "$ns" "$dev"
       lossy "$ns" "$dev"
+      if [ "$reorder" = 1 ]; then
+        order="not kept (--reorder)"
+      else
+        order=$(keep_order "$ns" "$dev")
+      fi
     done
+    mac_a=$(ip netns exec "$ns_a" cat "/sys/class/net/$if_a/address")
+    mac_b=$(ip netns exec "$ns_b" cat "/sys/class/net/$if_b/address")
+    ip -n "$ns_a" neigh replace "$ip_b" lladdr "$mac_b" dev "$if_a" nud permanent
+    ip -n "$ns_b" neigh replace "$ip_a" lladdr "$mac_a" dev "$if_b" nud permanent
     # Both ends up (carrier) and a route between them.
     for _ in $(seq 1 50); do
       ip -n "$ns_a" link show "$if_a" | grep -q LOWER_UP &&
@@ -152,7 +206,7 @@ case "$cmd" in
     fi
     echo "testbed $name up: $ns_a ($ip_a, $if_a) <-> $ns_b ($ip_b, $if_b)," \
       "mtu $mtu, bottleneck ${rate:-none}${rate:+ queue ${queue_kb} KiB}" \
-      "delay ${delay_us} us, loss ${loss:-0}"
+      "delay ${delay_us} us, loss ${loss:-0}, flow order $order"
     ;;
   down)
     need_root
@@ -194,7 +248,7 @@ case "$cmd" in
       awk -v d="$d" '$3 == "DROP" && $6 == d { s += $1 } END { print s + 0 }'
     ;;
   *)
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'
     [ -z "$cmd" ] || [ "$cmd" = "help" ] || [ "$cmd" = "--help" ] || exit 2
     ;;
 esac

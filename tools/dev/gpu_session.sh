@@ -27,7 +27,10 @@
 #                                 with random loss $LOSSES (iptables): UCCL
 #                                 with each CC and Socket 4x4, same rounds
 #                                 (needs gpu_netroot/ carried:
-#                                 tools/dev/gpu_netroot.sh)
+#                                 tools/dev/gpu_netroot.sh); ORDERS="keep
+#                                 reorder" adds a testbed that lets the
+#                                 veth reorder a flow (netns.sh --reorder);
+#                                 TIMEOUT_S bounds each net (default 240)
 #   tools/dev/gpu_session.sh procs    nccl_perf one process per GPU against
 #                                 one process driving every GPU, UCCL and
 #                                 Socket 4x4, $ROUNDS interleaved rounds
@@ -207,18 +210,22 @@ case "$PART" in
     TB=tools/testbed/netns.sh
     for rate in ${RATES:-25}; do
       for loss in ${LOSSES:-0 0.001 0.01}; do
-        echo "== ${rate} Gb/s, ${QUEUE_KB:-1024} KiB queue, loss $loss"
-        $TB up --name=nt --rate="${rate}gbit" --queue_kb="${QUEUE_KB:-1024}" \
-          --mtu=9000 --loss="$loss" || exit 1
-        NCCL_SOCKET_IFNAME=nt-v UCCL_LINK_GBPS=$rate timeout 500 "$C/bin/nccl_perf" \
-          --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" --netns=nt-a,nt-b $SHARE_FLAG \
-          --rounds="${ROUNDS:-1}" --sizes="${SIZES:-1M,16M,64M}" --coll="${COLL:-all_reduce}" \
-          --lat_calls=0 --per_round=false --timeout_s=240 \
-          --nets="${NETS:-UCCL,UCCL+UCCL_CC=swift,UCCL+UCCL_CC=timely_patched,UCCL+UCCL_CC=credit,Socket4x4}" \
-          --json="$OUT/shaped_${rate}_${loss}_${COLL:-all_reduce}.json" 2>&1 |
-          grep -E "^\||FAIL|round"
-        echo "dropped by the link: a $($TB drops --name=nt a), b $($TB drops --name=nt b)"
-        $TB down --name=nt >/dev/null
+        for order in ${ORDERS:-keep}; do
+          echo "== ${rate} Gb/s, ${QUEUE_KB:-1024} KiB queue, loss $loss, flow order: $order"
+          oflag=""
+          [ "$order" = reorder ] && oflag=--reorder
+          $TB up --name=nt --rate="${rate}gbit" --queue_kb="${QUEUE_KB:-1024}" \
+            --mtu=9000 --loss="$loss" $oflag || exit 1
+          NCCL_SOCKET_IFNAME=nt-v UCCL_LINK_GBPS=$rate timeout 500 "$C/bin/nccl_perf" \
+            --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" --netns=nt-a,nt-b $SHARE_FLAG \
+            --rounds="${ROUNDS:-1}" --sizes="${SIZES:-1M,16M,64M}" --coll="${COLL:-all_reduce}" \
+            --lat_calls=0 --per_round=false --timeout_s="${TIMEOUT_S:-240}" \
+            --nets="${NETS:-UCCL,UCCL+UCCL_CC=swift,UCCL+UCCL_CC=timely_patched,UCCL+UCCL_CC=credit,Socket4x4}" \
+            --json="$OUT/shaped_${rate}_${loss}_${order}_${COLL:-all_reduce}.json" 2>&1 |
+            grep -E "^\||FAIL|round"
+          echo "dropped by the link: a $($TB drops --name=nt a), b $($TB drops --name=nt b)"
+          $TB down --name=nt >/dev/null
+        done
       done
     done
     ;;

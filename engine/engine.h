@@ -219,7 +219,12 @@ class UcclRDMAEngine {
     kInlineBadBuf = 8,          // names a buffer the receive does not have
     kInlineNoRecv = 9,          // names a slot with no receive posted
     kInlineOverLength = 10,     // claims more payload than a message holds
-    kLast = kInlineOverLength,
+    // Sticky until another fault is set: this engine's ACKs sent only to
+    // carry new credit (cc=credit: no chunk to acknowledge, no kAckReq
+    // asked for them) are lost, as a lossy path loses them; the peer learns
+    // those grants from a later ACK, or by asking.
+    kLoseGrantAcks = 11,
+    kLast = kLoseGrantAcks,
   };
   void inject_wire_fault(WireFault f) {
     wire_fault_.store(static_cast<uint32_t>(f), std::memory_order_release);
@@ -257,6 +262,9 @@ class UcclRDMAEngine {
   void on_chunk(const transport::WorkCompletion& wc, uint64_t now);
   void account_chunk(Conn* c, const RxChunkInfo& info);
   void on_ctrl_msg(Conn* c, const CtrlMsg& m);
+  // cc=credit: asks the receiver for an ACK when this flow has waited a
+  // liveness interval for credit with nothing in flight (a lost grant).
+  void probe_credit(Conn* c, uint64_t now);
   // `w` and `grh`: the UD completion and receive buffer it came in; an ACK
   // counts only from the connection's peer UD QP (and, where the NIC gives
   // a GRH, the peer's address).

@@ -83,6 +83,27 @@ void UcclRDMAEngine::on_ctrl_batch(Conn* c, const uint8_t* p, uint32_t len) {
   }
 }
 
+// A grant travels in the receiver's ACKs (cumulative), over the UD QP, which
+// may lose them. While chunks are out, their RTO asks for an ACK reliably
+// (check_rto); a sender with nothing in flight that waits for credit has no
+// timer, and if the ACK with its last grant was lost the receiver, having
+// granted all it was asked for, sends no other: both wait forever. So such
+// a sender asks (kAckReq, on the reliable control QP) once per liveness
+// interval; the answer carries every grant so far.
+void UcclRDMAEngine::probe_credit(Conn* c, uint64_t now) {
+  TxFlow& tx = c->tx;
+  if (!c->established || c->failed || tx.has_unacked()) return;
+  if (tx.msg_chunk == tx.msg_tail && !tx.sb->resend_pending()) return;
+  if (now - tx.credit_news_ns < kLivenessIntervalNs) return;
+  tx.credit_news_ns = now;
+  ++tx.credit_probes;
+  CtrlMsg probe;
+  std::memset(&probe, 0, sizeof(probe));
+  probe.type = static_cast<uint32_t>(CtrlType::kAckReq);
+  send_ctrl(c, probe);
+  trace("credit_probe", c->index, tx.sb->snd_nxt(), now);
+}
+
 // One record of a batch, its length already checked by on_ctrl_batch().
 void UcclRDMAEngine::on_ctrl_msg(Conn* c, const CtrlMsg& m) {
   if (m.type == static_cast<uint32_t>(CtrlType::kAckReq)) {

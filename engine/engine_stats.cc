@@ -41,6 +41,7 @@ void UcclRDMAEngine::fill_stats(uint32_t conn, FlowStats* out) {
     out->duplicate_chunks += c->rx.win.duplicates();
     out->acks_sent += c->rx.acks_tx;
     out->acks_received += c->tx.acks_rx;
+    out->credit_probes += c->tx.credit_probes;
     out->rtt_p50_ns = std::max(out->rtt_p50_ns, c->tx.rtt.quantile(0.5));
     out->rtt_p99_ns = std::max(out->rtt_p99_ns, c->tx.rtt.quantile(0.99));
     out->rtt_max_ns = std::max(out->rtt_max_ns, c->tx.rtt.max());

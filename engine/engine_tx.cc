@@ -419,6 +419,7 @@ void UcclRDMAEngine::on_ack(const AckPacket& a,
   if (a.credit_bytes > tx.credit_seen) {  // cumulative: ACKs may be lost
     tx.ccs[0].cc->on_credit(a.credit_bytes - tx.credit_seen);
     tx.credit_seen = a.credit_bytes;
+    tx.credit_news_ns = now;
   }
   // Acknowledgement (UC mode; RC acknowledges through send completions):
   // the cumulative point, then each SACKed chunk beyond it.
@@ -561,6 +562,7 @@ void UcclRDMAEngine::timers(uint64_t now) {
       ++late_activations_;
       activate(c);
     }
+    if (pacer_) probe_credit(c, now);
   }
 }
 

@@ -153,8 +153,11 @@ struct TxFlow {
   // transmission to its ACK, resends or not, since a chunk declared lost
   // may still sit in the peer's buffer.
   uint64_t* engine_unacked = nullptr;
-  // cc=credit: the receiver's cumulative grant last seen.
+  // cc=credit: the receiver's cumulative grant last seen, when it last grew
+  // or we last asked for it (probe_credit), and how often we asked.
   uint64_t credit_seen = 0;
+  uint64_t credit_news_ns = 0;
+  uint64_t credit_probes = 0;
   // Statistics.
   Histogram rtt;
   uint64_t last_rtt_ns = 0;  // the latest sample (RequestCc)

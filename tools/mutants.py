@@ -174,6 +174,10 @@ MUTANTS = [
      "  const int engines = std::min(share * 3 / 4, share - 2);",
      "  const int engines = share * 3 / 4;",
      "collective_tests", "AutoEngines.*"),
+    ("credit-probe-never", "engine/engine_tx.cc",
+     "    if (pacer_) probe_credit(c, now);",
+     "    if (false) probe_credit(c, now);",
+     "engine_tests", "CcEnforcementTest.ALostGrant*"),
 ]
 
 

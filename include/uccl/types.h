@@ -131,6 +131,9 @@ struct FlowStats {
   uint64_t recv_descs_received = 0;
   uint64_t duplicate_chunks = 0;
   uint64_t acks_sent = 0, acks_received = 0;
+  // cc=credit: times this sender, waiting for credit with nothing in
+  // flight, asked the receiver to send its grants again (a lost ACK).
+  uint64_t credit_probes = 0;
   uint64_t rtt_p50_ns = 0, rtt_p99_ns = 0, rtt_max_ns = 0;
   uint64_t max_inflight_bytes = 0;  // high-water mark of unacked bytes
   // Routers to the peer, from the hop limit its latest ACK arrived with

@@ -148,6 +148,39 @@ TEST(CcEnforcementTest, ReceiverCreditPacesTheSender) {
   EXPECT_GE(secs, 0.14) << "credit granted faster than line rate";
 }
 
+// The receiver's grants ride in its ACKs, which a lossy path loses. Here
+// every ACK sent only for a grant is lost. A grant made while chunks are
+// out reaches the sender in their ACKs (cumulative); one made while the
+// sender, its chunks all acknowledged, waits for credit comes in no other
+// ACK: the receiver has granted all it was asked for and has nothing to
+// acknowledge. The sender must ask, or both wait forever.
+TEST(CcEnforcementTest, ALostGrantDoesNotStallTheSender) {
+  EndpointConfig c = test_config(1, 2);
+  c.cc = "credit";
+  // 6.25 MB/s of grants: one 64 KiB grant per ~10 ms, long after the
+  // chunks of the one before were acknowledged.
+  c.link_gbps = 0.05;
+  c.cc_params = "spec_bytes=65536";
+  auto p = Pair::make(c);
+  ASSERT_TRUE(p);
+  ASSERT_TRUE(EndpointTestAccess::inject_wire_fault(p->server.get(), 0, 11)
+                  .ok());  // kLoseGrantAcks
+  const size_t len = 512 << 10;
+  Buf sb(p->client.get(), len), rb(p->server.get(), len);
+  fill_pattern(sb.ptr(), len, 5);
+  Request rr, sr;
+  ASSERT_TRUE(
+      p->server->recv_async(p->s_conns[0], rb.ptr(), len, rb.mh, &rr).ok());
+  ASSERT_TRUE(
+      p->client->send_async(p->c_conns[0], sb.ptr(), len, sb.mh, &sr).ok());
+  EXPECT_TRUE(p->server->wait(&rr, 20000).ok()) << rr.status();
+  EXPECT_TRUE(p->client->wait(&sr, 20000).ok()) << sr.status();
+  EXPECT_EQ(find_pattern_mismatch(rb.ptr(), len, 5), -1);
+  auto st = p->client->conn_stats(p->c_conns[0]);
+  ASSERT_TRUE(st.ok());
+  EXPECT_GT(st->credit_probes, 0u) << "the stall was never met: no test";
+}
+
 TEST(TraceTest, ChromeTraceHasChunkEvents) {
   const std::string path = ::testing::TempDir() + "/uccl_trace";
   {

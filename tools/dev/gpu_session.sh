@@ -30,7 +30,8 @@
 #                                 tools/dev/gpu_netroot.sh); ORDERS="keep
 #                                 reorder" adds a testbed that lets the
 #                                 veth reorder a flow (netns.sh --reorder);
-#                                 TIMEOUT_S bounds each net (default 240)
+#                                 TIMEOUT_S bounds each net (default 240);
+#                                 BURST_KB sets the tbf bucket (netns.sh)
 #   tools/dev/gpu_session.sh procs    nccl_perf one process per GPU against
 #                                 one process driving every GPU, UCCL and
 #                                 Socket 4x4, $ROUNDS interleaved rounds
@@ -215,13 +216,14 @@ case "$PART" in
           oflag=""
           [ "$order" = reorder ] && oflag=--reorder
           $TB up --name=nt --rate="${rate}gbit" --queue_kb="${QUEUE_KB:-1024}" \
-            --mtu=9000 --loss="$loss" $oflag || exit 1
+            --mtu=9000 --loss="$loss" --burst_kb="${BURST_KB:-auto}" $oflag || exit 1
           NCCL_SOCKET_IFNAME=nt-v UCCL_LINK_GBPS=$rate timeout 500 "$C/bin/nccl_perf" \
             --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" --netns=nt-a,nt-b $SHARE_FLAG \
             --rounds="${ROUNDS:-1}" --sizes="${SIZES:-1M,16M,64M}" --coll="${COLL:-all_reduce}" \
             --lat_calls=0 --per_round=false --timeout_s="${TIMEOUT_S:-240}" \
             --nets="${NETS:-UCCL,UCCL+UCCL_CC=swift,UCCL+UCCL_CC=timely_patched,UCCL+UCCL_CC=credit,Socket4x4}" \
             --json="$OUT/shaped_${rate}_${loss}_${order}_${COLL:-all_reduce}.json" 2>&1 |
+            tee "$OUT/shaped_${rate}_${loss}_${order}_${COLL:-all_reduce}.log" |
             grep -E "^\||FAIL|round"
           echo "dropped by the link: a $($TB drops --name=nt a), b $($TB drops --name=nt b)"
           $TB down --name=nt >/dev/null

@@ -4,7 +4,7 @@
 #
 #   tools/testbed/netns.sh up [--name=uccl] [--rate=10gbit] [--queue_kb=256]
 #                             [--delay_us=0] [--mtu=9000] [--loss=0.01]
-#                             [--reorder]
+#                             [--burst_kb=auto] [--reorder]
 #   tools/testbed/netns.sh exec a|b <command...>   run inside a namespace
 #   tools/testbed/netns.sh ip a|b                  print that side's address
 #   tools/testbed/netns.sh qdisc a|b               tc -s qdisc of that side
@@ -43,6 +43,7 @@ delay_us=0
 mtu=9000
 loss=""
 reorder=0
+burst_kb=auto
 side=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -53,6 +54,7 @@ while [ $# -gt 0 ]; do
     --mtu=*) mtu=${1#--mtu=} ;;
     --loss=*) loss=${1#--loss=} ;;
     --reorder) reorder=1 ;;
+    --burst_kb=*) burst_kb=${1#--burst_kb=} ;;
     a | b)
       if [ -z "$side" ]; then side=$1; shift; break; fi ;;
     *) echo "netns.sh: unknown argument '$1'" >&2; exit 2 ;;
@@ -137,6 +139,37 @@ keep_order() {  # keep_order <ns> <ifname>
   echo "kept"
 }
 
+# --rate in bits/s ("25gbit", "500mbit", "100kbit", "1000000bit").
+rate_bps() {
+  local r=${rate,,} n unit
+  n=${r%%[a-z]*}
+  unit=${r#"$n"}
+  case "$unit" in
+    gbit) echo $((n * 1000000000)) ;;
+    mbit) echo $((n * 1000000)) ;;
+    kbit) echo $((n * 1000)) ;;
+    bit | "") echo "$n" ;;
+    *) echo "netns.sh: --rate=$rate: give [0-9]+(gbit|mbit|kbit|bit)" >&2
+      return 1 ;;
+  esac
+}
+
+# The tbf's bucket: --burst_kb, or by default what the rate sends in 50 us,
+# at least two MTU-sized packets. tbf sends no more than the bucket holds
+# and then sleeps on a timer until enough tokens are back; a bucket of two
+# packets at 25 Gb/s (6 us) leaves it asleep for much of each timer's
+# slack, and the link carries ~0.8 of its rate to anyone (raw UDP too).
+burst_bytes() {
+  local floor=$((mtu * 2 + 1600)) bps b
+  if [ "$burst_kb" != auto ]; then
+    echo $((burst_kb * 1024))
+    return 0
+  fi
+  bps=$(rate_bps) || return 1
+  b=$((bps / 8 / 20000))  # 50 us
+  echo $((b > floor ? b : floor))
+}
+
 down() {
   ip netns del "$ns_a" 2>/dev/null || true
   ip netns del "$ns_b" 2>/dev/null || true
@@ -157,15 +190,16 @@ shape() {  # shape <ns> <ifname>
     fi
     parent="parent 1:1"
   fi
-  # burst: at least two MTU-sized packets; the queue is drop-tail in bytes.
+  # The queue is drop-tail in bytes.
   # shellcheck disable=SC2086
   ip netns exec "$ns" tc qdisc add dev "$dev" $parent handle 10: tbf \
-    rate "$rate" burst $((mtu * 2 + 1600)) limit $((queue_kb * 1024))
+    rate "$rate" burst "$(burst_bytes)" limit $((queue_kb * 1024))
 }
 
 case "$cmd" in
   up)
     need_root
+    if [ -n "$rate" ]; then rate_bps >/dev/null || exit 2; fi
     down
     ip netns add "$ns_a"
     ip netns add "$ns_b"

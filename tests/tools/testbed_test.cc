@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/subprocess.h"
@@ -108,6 +109,47 @@ TEST(Testbed, KeepsEachFlowInOrderThroughTheBottleneck) {
   const std::string json = out.substr(j);
   EXPECT_GT(json_int(json, "datagrams"), 5000) << json;
   EXPECT_EQ(json_int(json, "reordered"), 0) << json;
+}
+
+// The tbf bucket in bytes from `netns.sh qdisc` ("burst 153125b", "Kb",
+// "Mb"), or -1.
+long long tbf_burst_bytes(const std::string& qdisc) {
+  const size_t k = qdisc.find(" burst ");
+  if (k == std::string::npos) return -1;
+  char* end = nullptr;
+  const double v = std::strtod(qdisc.c_str() + k + 7, &end);
+  if (end == nullptr || (*end != 'b' && *end != 'K' && *end != 'M')) return -1;
+  return static_cast<long long>(*end == 'K'   ? v * 1024
+                                : *end == 'M' ? v * 1024 * 1024
+                                              : v);
+}
+
+// The bucket holds 50 us of the rate (two packets of a 9000-byte MTU were
+// 6 us at 25 Gb/s, and the link carried ~0.8 of its rate, raw UDP too);
+// --burst_kb sets it; a rate tc cannot read is refused before anything is
+// made. (tc shows the bucket rounded to its clock: 156250 B as 153125 B.)
+TEST(Testbed, TheBucketHoldsFiftyMicrosecondsOfTheRate) {
+  for (const auto& [flags, lo, hi] :
+       std::vector<std::tuple<std::vector<std::string>, long, long>>{
+           {{"--rate=25gbit"}, 140000, 160000},  // 156250 B
+           {{"--rate=1gbit"}, 18000, 20000},     // two packets: 19600 B
+           {{"--rate=25gbit", "--burst_kb=64"}, 55000, 66000}}) {
+    Testbed tb("uccltk", flags);
+    if (!tb.skip.empty()) GTEST_SKIP() << tb.skip;
+    ASSERT_EQ(tb.up_rc, 0) << tb.up_out;
+    Subprocess q({kScript, "qdisc", "--name=" + tb.name, "a"});
+    ASSERT_EQ(q.wait(30000), 0) << q.output();
+    const long long b = tbf_burst_bytes(q.output());
+    EXPECT_GE(b, lo) << flags.back() << ": " << q.output();
+    EXPECT_LE(b, hi) << flags.back() << ": " << q.output();
+  }
+  Testbed bad("uccltx", {"--rate=2xbit"});
+  if (!bad.skip.empty()) GTEST_SKIP() << bad.skip;
+  EXPECT_EQ(bad.up_rc, 2) << bad.up_out;
+  EXPECT_NE(bad.up_out.find("--rate=2xbit"), std::string::npos) << bad.up_out;
+  Subprocess ls({"/bin/sh", "-c", "ip netns list | grep -c " + bad.name});
+  ls.wait(10000);
+  EXPECT_EQ(std::atoi(ls.output().c_str()), 0) << ls.output();
 }
 
 // --reorder leaves the kernel's default: no RPS, and the testbed says so.

@@ -112,7 +112,8 @@ void UcclRDMAEngine::log_stats(uint64_t now) {
             << (f.tx_bytes - last_stats_tx_) * 8 / secs / 1e9 << " Gb/s rx "
             << (f.rx_bytes - last_stats_rx_) * 8 / secs / 1e9
             << " Gb/s retx fast/rto/tlp " << f.fast_retransmits << "/"
-            << f.rto_retransmits << "/" << f.tlp_retransmits << " sends "
+            << f.rto_retransmits << "/" << f.tlp_retransmits
+            << " credit probes " << f.credit_probes << " sends "
             << f.sends_matched << " waited-for-recv " << f.sends_waited_for_recv
             << " avg "
             << (f.sends_waited_for_recv

@@ -168,11 +168,18 @@ void Runner::print_nic_summary() {
     std::printf("  NIC rx: %llu datagrams, %llu placed directly (%.1f%%)\n",
                 rx_packets, rx_direct, 100.0 * rx_direct / rx_packets);
   }
-  uint64_t fast, rto, tlp, chunks = 0;
+  uint64_t fast, rto, tlp, chunks = 0, probes = 0;
   retx_totals(&fast, &rto, &tlp);
   for (const Flow& f : fl_) {
     auto st = ep_->conn_stats(f.conn);
     if (st.ok()) chunks += st->tx_chunks;
+    if (st.ok()) probes += st->credit_probes;
+  }
+  // cc=credit: a sender that waited for credit with nothing in flight
+  // asked for the receiver's grants again (a lost ACK, or a slow grant).
+  if (probes > 0) {
+    std::printf("  credit probes: %llu\n",
+                static_cast<unsigned long long>(probes));
   }
   const uint64_t retx = fast + rto + tlp;
   std::printf(

@@ -23,8 +23,10 @@
 # load: a qdisc hands packets to the peer from whichever CPU runs it (the
 # sender's, or the tbf timer's), each CPU's backlog is drained on its own,
 # and a datagram can overtake an earlier one of its flow. RPS queues a flow
-# to one CPU by its hash. --reorder leaves the kernel's default (no RPS),
-# e.g. to study a transport under reordering. Each side also knows the
+# to one CPU by its hash; that CPU does the receive work, as under a real
+# NIC's RSS (and on a host of 2 CPUs takes it from whatever runs there).
+# --reorder leaves the kernel's default (no RPS), e.g. to study a
+# transport under reordering. Each side also knows the
 # other's MAC from the start (a permanent neighbour entry): while ARP
 # resolves, the kernel holds a flow's first datagrams in a short queue (and
 # drops those beyond it) and can send a later one before them.
@@ -282,7 +284,7 @@ case "$cmd" in
       awk -v d="$d" '$3 == "DROP" && $6 == d { s += $1 } END { print s + 0 }'
     ;;
   *)
-    sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'
     [ -z "$cmd" ] || [ "$cmd" = "help" ] || [ "$cmd" = "--help" ] || exit 2
     ;;
 esac

@@ -126,8 +126,9 @@ long long tbf_burst_bytes(const std::string& qdisc) {
 
 // The bucket holds 50 us of the rate (two packets of a 9000-byte MTU were
 // 6 us at 25 Gb/s, and the link carried ~0.8 of its rate, raw UDP too);
-// --burst_kb sets it; a rate tc cannot read is refused before anything is
-// made. (tc shows the bucket rounded to its clock: 156250 B as 153125 B.)
+// --burst_kb sets it; a rate or bucket that is no number is refused before
+// anything is made. (tc shows the bucket rounded to its clock: 156250 B as
+// 153125 B.)
 TEST(Testbed, TheBucketHoldsFiftyMicrosecondsOfTheRate) {
   for (const auto& [flags, lo, hi] :
        std::vector<std::tuple<std::vector<std::string>, long, long>>{
@@ -143,13 +144,17 @@ TEST(Testbed, TheBucketHoldsFiftyMicrosecondsOfTheRate) {
     EXPECT_GE(b, lo) << flags.back() << ": " << q.output();
     EXPECT_LE(b, hi) << flags.back() << ": " << q.output();
   }
-  Testbed bad("uccltx", {"--rate=2xbit"});
-  if (!bad.skip.empty()) GTEST_SKIP() << bad.skip;
-  EXPECT_EQ(bad.up_rc, 2) << bad.up_out;
-  EXPECT_NE(bad.up_out.find("--rate=2xbit"), std::string::npos) << bad.up_out;
-  Subprocess ls({"/bin/sh", "-c", "ip netns list | grep -c " + bad.name});
-  ls.wait(10000);
-  EXPECT_EQ(std::atoi(ls.output().c_str()), 0) << ls.output();
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{
+           {"--rate=2xbit"}, {"--rate=1gbit", "--burst_kb=-1"}}) {
+    Testbed bad("uccltx", flags);
+    if (!bad.skip.empty()) GTEST_SKIP() << bad.skip;
+    EXPECT_EQ(bad.up_rc, 2) << bad.up_out;
+    EXPECT_NE(bad.up_out.find(flags.back()), std::string::npos) << bad.up_out;
+    Subprocess ls({"/bin/sh", "-c", "ip netns list | grep -c " + bad.name});
+    ls.wait(10000);
+    EXPECT_EQ(std::atoi(ls.output().c_str()), 0) << ls.output();
+  }
 }
 
 // --reorder leaves the kernel's default: no RPS, and the testbed says so.

@@ -26,10 +26,10 @@
 # to one CPU by its hash; that CPU does the receive work, as under a real
 # NIC's RSS (and on a host of 2 CPUs takes it from whatever runs there).
 # --reorder leaves the kernel's default (no RPS), e.g. to study a
-# transport under reordering. Each side also knows the
-# other's MAC from the start (a permanent neighbour entry): while ARP
-# resolves, the kernel holds a flow's first datagrams in a short queue (and
-# drops those beyond it) and can send a later one before them.
+# transport under reordering. Each side also knows the other's MAC from
+# the start (a permanent neighbour entry): while ARP resolves, the kernel
+# holds a flow's first datagrams in a short queue (and drops those beyond
+# it) and can send a later one before them.
 #
 # `up` replaces a testbed of the same name. Needs root and iproute2 (ip
 # netns, tc), and iptables for --loss: exit 2 without root, 3 without the
@@ -129,10 +129,15 @@ all_cpus_mask() {
 # Keep each flow in order (see above): RPS on every receive queue of <dev>.
 # Prints "kept", or why not (a kernel without RPS).
 keep_order() {  # keep_order <ns> <ifname>
-  local ns=$1 dev=$2 q mask
+  local ns=$1 dev=$2 q qs mask
   mask=$(all_cpus_mask)
-  for q in $(ip netns exec "$ns" sh -c "ls -d /sys/class/net/$dev/queues/rx-*" \
-    2>/dev/null); do
+  qs=$(ip netns exec "$ns" sh -c "ls -d /sys/class/net/$dev/queues/rx-*" \
+    2>/dev/null) || true
+  if [ -z "$qs" ]; then
+    echo "not kept (no receive queues in sysfs: a flow may be reordered)"
+    return 0
+  fi
+  for q in $qs; do
     if ! ip netns exec "$ns" sh -c "echo $mask > $q/rps_cpus" 2>/dev/null; then
       echo "not kept (no RPS: a flow may be reordered)"
       return 0
@@ -141,19 +146,23 @@ keep_order() {  # keep_order <ns> <ifname>
   echo "kept"
 }
 
-# --rate in bits/s ("25gbit", "500mbit", "100kbit", "1000000bit").
+# --rate in bits/s ("25gbit", "2.5gbit", "500mbit", "100kbit", "1000bit").
 rate_bps() {
-  local r=${rate,,} n unit
+  local r=${rate,,} n unit mult
   n=${r%%[a-z]*}
   unit=${r#"$n"}
   case "$unit" in
-    gbit) echo $((n * 1000000000)) ;;
-    mbit) echo $((n * 1000000)) ;;
-    kbit) echo $((n * 1000)) ;;
-    bit | "") echo "$n" ;;
-    *) echo "netns.sh: --rate=$rate: give [0-9]+(gbit|mbit|kbit|bit)" >&2
-      return 1 ;;
+    gbit) mult=1000000000 ;;
+    mbit) mult=1000000 ;;
+    kbit) mult=1000 ;;
+    bit | "") mult=1 ;;
+    *) mult="" ;;
   esac
+  if [ -z "$mult" ] || ! [[ "$n" =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+    echo "netns.sh: --rate=$rate: give a number and gbit, mbit, kbit or bit" >&2
+    return 1
+  fi
+  awk -v n="$n" -v m="$mult" 'BEGIN { printf "%.0f\n", n * m }'
 }
 
 # The tbf's bucket: --burst_kb, or by default what the rate sends in 50 us,
@@ -202,6 +211,10 @@ case "$cmd" in
   up)
     need_root
     if [ -n "$rate" ]; then rate_bps >/dev/null || exit 2; fi
+    if [ "$burst_kb" != auto ] && ! [[ "$burst_kb" =~ ^[1-9][0-9]*$ ]]; then
+      echo "netns.sh: --burst_kb=$burst_kb: give a positive number of KiB or auto" >&2
+      exit 2
+    fi
     down
     ip netns add "$ns_a"
     ip netns add "$ns_b"

@@ -265,6 +265,7 @@ class UcclRDMAEngine {
   // cc=credit: asks the receiver for an ACK when this flow has waited a
   // liveness interval for credit with nothing in flight (a lost grant).
   void probe_credit(Conn* c, uint64_t now);
+  void request_ack(Conn* c);  // kAckReq on the control QP
   // `w` and `grh`: the UD completion and receive buffer it came in; an ACK
   // counts only from the connection's peer UD QP (and, where the NIC gives
   // a GRH, the peer's address).

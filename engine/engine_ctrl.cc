@@ -83,6 +83,15 @@ void UcclRDMAEngine::on_ctrl_batch(Conn* c, const uint8_t* p, uint32_t len) {
   }
 }
 
+// Asks the peer for an ACK now, on the reliable control QP (kAckReq): its
+// answer carries the window and every grant so far.
+void UcclRDMAEngine::request_ack(Conn* c) {
+  CtrlMsg m;
+  std::memset(&m, 0, sizeof(m));
+  m.type = static_cast<uint32_t>(CtrlType::kAckReq);
+  send_ctrl(c, m);
+}
+
 // A grant travels in the receiver's ACKs (cumulative), over the UD QP, which
 // may lose them. While chunks are out, their RTO asks for an ACK reliably
 // (check_rto); a sender with nothing in flight that waits for credit has no
@@ -97,10 +106,7 @@ void UcclRDMAEngine::probe_credit(Conn* c, uint64_t now) {
   if (now - tx.credit_news_ns < kLivenessIntervalNs) return;
   tx.credit_news_ns = now;
   ++tx.credit_probes;
-  CtrlMsg probe;
-  std::memset(&probe, 0, sizeof(probe));
-  probe.type = static_cast<uint32_t>(CtrlType::kAckReq);
-  send_ctrl(c, probe);
+  request_ack(c);
   trace("credit_probe", c->index, tx.sb->snd_nxt(), now);
 }
 

@@ -584,10 +584,7 @@ void UcclRDMAEngine::check_rto(Conn* c, uint64_t now) {
   // Ask for an ACK reliably: after a timeout the receiver may have
   // completed the message and dropped our resends at its NIC (the
   // receive's window is gone); a probe's ACK lets RACK repair the tail.
-  CtrlMsg probe;
-  std::memset(&probe, 0, sizeof(probe));
-  probe.type = static_cast<uint32_t>(CtrlType::kAckReq);
-  send_ctrl(c, probe);
+  request_ack(c);
   const bool rto = t.action == cc::TimerAction::kTimeout;
   trace(rto ? "rto" : "tlp", c->index,
         rto ? tx.sb->snd_una() : tx.sb->snd_nxt() - 1, now);

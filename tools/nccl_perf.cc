@@ -87,9 +87,11 @@ DEFINE_bool(share_gpu, false,
 DEFINE_uint32(timeout_s, 300, "One net's run is killed after this long.");
 DEFINE_string(json, "", "Also write every round's rows here.");
 DEFINE_string(coll, "all_reduce",
-              "Operation: all_reduce (float32 sum, out-of-place) or sendrecv "
+              "Operation: all_reduce (float32 sum, out-of-place), sendrecv "
               "(a ring: each rank sends its buffer to the next rank and "
-              "receives the previous rank's, in one group).");
+              "receives the previous rank's, in one group) or all_to_all "
+              "(block j of each rank's buffer to rank j, by grouped "
+              "sends and receives).");
 DEFINE_bool(per_round, true,
             "After the table of medians, print every round's time per size "
             "and net (a process pair that ran slow shows there).");
@@ -379,9 +381,10 @@ bool print_results(
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
-      "nccl-tests-style all_reduce / sendrecv timing, UCCL vs NCCL's Socket "
-      "transport.\n"
-      "  nccl_perf [--coll=all_reduce|sendrecv] [--nets=UCCL,Socket,...]\n"
+      "nccl-tests-style all_reduce / sendrecv / all_to_all timing, UCCL vs "
+      "NCCL's Socket transport.\n"
+      "  nccl_perf [--coll=all_reduce|sendrecv|all_to_all] "
+      "[--nets=UCCL,Socket,...]\n"
       "            [--sizes=4,64,1K,...] [--rounds=3] "
       "[--nccl_lib=/path/libnccl.so.2]");
   gflags::ParseCommandLineFlags(&argc, &argv, true);
@@ -449,6 +452,8 @@ int main(int argc, char** argv) {
       "back-to-back calls\n",
       *coll == uccl::tools::PerfColl::kSendRecv
           ? "sendrecv ring, float32, each rank to the next"
+      : *coll == uccl::tools::PerfColl::kAllToAll
+          ? "all_to_all, float32, grouped sends and receives"
           : "all_reduce, float32 sum, out-of-place",
       FLAGS_gpus,
       FLAGS_share_gpu        ? "one process each, all on GPU 0, one NCCL "

@@ -133,6 +133,20 @@ void setup_gpu(int rank, uint64_t max_bytes, const PerfRunConfig& cfg, Gpu* g) {
                            cudaMemcpyHostToDevice));
 }
 
+// One rank's all_to_all inside the caller's group: block j of `send` (n /
+// nranks elements) to rank j, rank j's block for this rank into block j of
+// `recv`; the rank's own block goes through NCCL's send to self.
+void all_to_all_calls(int rank, const Nccl& nccl, const float* send,
+                      float* recv, size_t n, int nranks, ncclComm_t comm,
+                      cudaStream_t stream) {
+  const size_t m = n / static_cast<size_t>(nranks);
+  for (int j = 0; j < nranks; ++j) {
+    const size_t off = static_cast<size_t>(j) * m;
+    NCCL_OK(rank, nccl, nccl.send(send + off, m, ncclFloat32, j, comm, stream));
+    NCCL_OK(rank, nccl, nccl.recv(recv + off, m, ncclFloat32, j, comm, stream));
+  }
+}
+
 // Rank 0's rows to the parent (a count, then the rows as bytes); exits.
 [[noreturn]] void send_rows(int rank, int out_fd,
                             const std::vector<PerfRow>& rows) {
@@ -181,19 +195,31 @@ void setup_gpu(int rank, uint64_t max_bytes, const PerfRunConfig& cfg, Gpu* g) {
             nccl.all_reduce(recv, recv, 1, ncclFloat32, ncclSum, comm, stream));
     CUDA_OK(rank, cudaStreamSynchronize(stream));
   };
-  const bool sendrecv = coll == PerfColl::kSendRecv;
   const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
   auto op = [&](size_t n) {
-    if (!sendrecv) {
+    if (coll == PerfColl::kAllReduce) {
       NCCL_OK(
           rank, nccl,
           nccl.all_reduce(send, recv, n, ncclFloat32, ncclSum, comm, stream));
       return;
     }
     NCCL_OK(rank, nccl, nccl.group_start());
-    NCCL_OK(rank, nccl, nccl.send(send, n, ncclFloat32, next, comm, stream));
-    NCCL_OK(rank, nccl, nccl.recv(recv, n, ncclFloat32, prev, comm, stream));
+    if (coll == PerfColl::kSendRecv) {
+      NCCL_OK(rank, nccl, nccl.send(send, n, ncclFloat32, next, comm, stream));
+      NCCL_OK(rank, nccl, nccl.recv(recv, n, ncclFloat32, prev, comm, stream));
+    } else {
+      all_to_all_calls(rank, nccl, send, recv, n, nranks, comm, stream);
+    }
     NCCL_OK(rank, nccl, nccl.group_end());
+  };
+  auto check = [&](size_t n) {
+    if (coll == PerfColl::kSendRecv) {
+      return perf_check_recv(host.data(), n, prev);
+    }
+    if (coll == PerfColl::kAllToAll) {
+      return perf_check_all_to_all(host.data(), n, rank, nranks);
+    }
+    return perf_check(host.data(), n, nranks);
   };
   std::vector<PerfRow> rows;
   for (uint64_t bytes : sizes) {
@@ -218,8 +244,7 @@ void setup_gpu(int rank, uint64_t max_bytes, const PerfRunConfig& cfg, Gpu* g) {
     row.time_us = ms * 1e3 / iters;
     row.host_us =
         std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
-    row.errors = sendrecv ? perf_check_recv(host.data(), n, prev)
-                          : perf_check(host.data(), n, nranks);
+    row.errors = check(n);
     if (cfg.lat_calls > 0 && bytes <= cfg.lat_max_bytes) {
       // Isolated calls: the pipeline is empty when each one is issued, so
       // this is what one call costs end to end (the host's issue in C is a
@@ -274,7 +299,7 @@ void setup_gpu(int rank, uint64_t max_bytes, const PerfRunConfig& cfg, Gpu* g) {
       *std::max_element(cfg.sizes.begin(), cfg.sizes.end());
   std::vector<Gpu> g(static_cast<size_t>(nranks));
   for (int r = 0; r < nranks; ++r) setup_gpu(r, max_bytes, cfg, &g[r]);
-  const bool sendrecv = cfg.coll == PerfColl::kSendRecv;
+  const PerfColl coll = cfg.coll;
   auto op = [&](size_t n, bool in_place_one) {
     NCCL_OK(rank, nccl, nccl.group_start());
     for (int r = 0; r < nranks; ++r) {
@@ -283,10 +308,13 @@ void setup_gpu(int rank, uint64_t max_bytes, const PerfRunConfig& cfg, Gpu* g) {
         NCCL_OK(rank, nccl,
                 nccl.all_reduce(x.recv, x.recv, 1, ncclFloat32, ncclSum,
                                 comms[r], x.stream));
-      } else if (!sendrecv) {
+      } else if (coll == PerfColl::kAllReduce) {
         NCCL_OK(rank, nccl,
                 nccl.all_reduce(x.send, x.recv, n, ncclFloat32, ncclSum,
                                 comms[r], x.stream));
+      } else if (coll == PerfColl::kAllToAll) {
+        all_to_all_calls(r, nccl, x.send, x.recv, n, nranks, comms[r],
+                         x.stream);
       } else {
         NCCL_OK(rank, nccl,
                 nccl.send(x.send, n, ncclFloat32, (r + 1) % nranks, comms[r],
@@ -332,9 +360,12 @@ void setup_gpu(int rank, uint64_t max_bytes, const PerfRunConfig& cfg, Gpu* g) {
       row.time_us = std::max(row.time_us, ms * 1e3 / iters);
       CUDA_OK(r,
               cudaMemcpy(x.host.data(), x.recv, bytes, cudaMemcpyDeviceToHost));
-      row.errors += sendrecv ? perf_check_recv(x.host.data(), n,
-                                               (r + nranks - 1) % nranks)
-                             : perf_check(x.host.data(), n, nranks);
+      row.errors +=
+          coll == PerfColl::kSendRecv
+              ? perf_check_recv(x.host.data(), n, (r + nranks - 1) % nranks)
+          : coll == PerfColl::kAllToAll
+              ? perf_check_all_to_all(x.host.data(), n, r, nranks)
+              : perf_check(x.host.data(), n, nranks);
     }
     row.host_us =
         std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;

@@ -128,6 +128,16 @@ uint64_t perf_check_recv(const float* out, size_t n, int from) {
   return count_wrong(out, n, [&](size_t i) { return perf_input(from, i); });
 }
 
+uint64_t perf_check_all_to_all(const float* out, size_t n, int rank,
+                               int nranks) {
+  const size_t m = n / static_cast<size_t>(nranks);
+  return count_wrong(out, m * static_cast<size_t>(nranks), [&](size_t i) {
+    const size_t from = i / m, k = i % m;
+    return perf_input(static_cast<int>(from),
+                      static_cast<size_t>(rank) * m + k);
+  });
+}
+
 namespace {
 
 // The row of `bytes` in one run, or nullptr (run failed or size missing).
@@ -202,12 +212,14 @@ double median(std::vector<double> v) {
 Result<PerfColl> parse_coll(const std::string& name) {
   if (name == "all_reduce") return PerfColl::kAllReduce;
   if (name == "sendrecv") return PerfColl::kSendRecv;
+  if (name == "all_to_all") return PerfColl::kAllToAll;
   return InvalidArgument("unknown operation '" + name +
-                         "' (all_reduce or sendrecv)");
+                         "' (all_reduce, sendrecv or all_to_all)");
 }
 
 double bus_factor(PerfColl coll, uint32_t nranks) {
   if (coll == PerfColl::kSendRecv || nranks == 0) return 1.0;
+  if (coll == PerfColl::kAllToAll) return (nranks - 1.0) / nranks;
   return 2.0 * (nranks - 1) / nranks;
 }
 

@@ -69,21 +69,32 @@ inline float perf_expected(int nranks, size_t i) {
                             static_cast<size_t>(nranks * (nranks - 1) / 2));
 }
 
-// The operation timed: all_reduce (sum), or sendrecv (a ring: each rank
+// The operation timed: all_reduce (sum), sendrecv (a ring: each rank
 // sends its buffer to the next rank and receives the previous rank's, in
-// one group), the pattern of pipeline-parallel stages.
-enum class PerfColl { kAllReduce, kSendRecv };
+// one group), the pattern of pipeline-parallel stages, or all_to_all (the
+// buffer in nranks blocks: block j goes to rank j, whose block j comes
+// back; sends and receives to every rank in one group, as
+// torch.distributed.all_to_all_single does over NCCL).
+enum class PerfColl { kAllReduce, kSendRecv, kAllToAll };
 
-// "all_reduce" or "sendrecv"; anything else is InvalidArgument.
+// "all_reduce", "sendrecv" or "all_to_all"; anything else is
+// InvalidArgument.
 Result<PerfColl> parse_coll(const std::string& name);
 
 // busbw / algbw as nccl-tests defines it: 2(n-1)/n for all_reduce (each
-// rank sends and receives that share of the buffer), 1 for sendrecv.
+// rank sends and receives that share of the buffer), 1 for sendrecv,
+// (n-1)/n for all_to_all (a rank's own block does not cross the network).
 double bus_factor(PerfColl coll, uint32_t nranks);
 
 // Output elements of an n-element sendrecv result that are not rank
 // `from`'s input (perf_input).
 uint64_t perf_check_recv(const float* out, size_t n, int from);
+
+// Elements of rank `rank`'s n-element all_to_all result (nranks blocks of
+// n / nranks; the rest is not written) that are not what it should hold:
+// block j is block `rank` of rank j's input.
+uint64_t perf_check_all_to_all(const float* out, size_t n, int rank,
+                               int nranks);
 
 // Output elements of an n-element all_reduce result that are not
 // perf_expected (NaN counts as wrong).

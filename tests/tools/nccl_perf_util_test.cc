@@ -270,6 +270,28 @@ TEST(NcclPerfUtil, JsonHasEveryRound) {
             std::string::npos);
 }
 
+TEST(NcclPerfUtil, AllToAllTakesBlockRankOfEveryRanksInput) {
+  EXPECT_EQ(*parse_coll("all_to_all"), PerfColl::kAllToAll);
+  EXPECT_DOUBLE_EQ(bus_factor(PerfColl::kAllToAll, 2), 0.5);
+  EXPECT_DOUBLE_EQ(bus_factor(PerfColl::kAllToAll, 4), 0.75);
+  // Rank 1 of 3, 302 elements: blocks of 100 (2 left unwritten); block j
+  // holds rank j's elements [100, 200).
+  const size_t n = 302, m = 100;
+  std::vector<float> out(n, NAN);
+  for (size_t j = 0; j < 3; ++j) {
+    for (size_t k = 0; k < m; ++k) {
+      out[j * m + k] = perf_input(static_cast<int>(j), m + k);
+    }
+  }
+  EXPECT_EQ(perf_check_all_to_all(out.data(), n, 1, 3), 0u);
+  // Read as rank 0's or 2's result, the blocks are other blocks of the
+  // inputs: block j of rank r's result should be perf_input(j, r * m + k).
+  EXPECT_EQ(perf_check_all_to_all(out.data(), n, 0, 3), 3 * m);
+  std::swap(out[5], out[m + 5]);  // two blocks' elements crossed
+  out[2 * m + 9] = NAN;
+  EXPECT_EQ(perf_check_all_to_all(out.data(), n, 1, 3), 3u);
+}
+
 TEST(NcclPerfUtil, SendRecvIsCheckedAgainstThePreviousRankAndHasBusFactorOne) {
   ASSERT_TRUE(parse_coll("all_reduce").ok());
   EXPECT_EQ(*parse_coll("sendrecv"), PerfColl::kSendRecv);

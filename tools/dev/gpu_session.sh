@@ -12,7 +12,8 @@
 #                                 Socket / Socket 4x4, and the host-memory
 #                                 floor (SHM), in $ROUNDS interleaved rounds,
 #                                 then the loop's floor (P2P)
-#                                 (COLL=sendrecv: the sendrecv ring instead)
+#                                 (COLL=sendrecv: the sendrecv ring instead;
+#                                 COLL=all_to_all: grouped sends to all)
 #   tools/dev/gpu_session.sh faults   NCCL correctness over UCCL with injected
 #                                 drop, corruption, reordering and duplicates
 #                                 (one fault each, $FAULTS), then nccl_perf
@@ -33,7 +34,8 @@
 #                                 reorder" adds a testbed that lets the
 #                                 veth reorder a flow (netns.sh --reorder);
 #                                 TIMEOUT_S bounds each net (default 240);
-#                                 BURST_KB sets the tbf bucket (netns.sh)
+#                                 BURST_KB sets the tbf bucket (netns.sh);
+#                                 COLL=all_to_all times that instead
 #   tools/dev/gpu_session.sh procs    nccl_perf one process per GPU against
 #                                 one process driving every GPU, UCCL and
 #                                 Socket 4x4, $ROUNDS interleaved rounds

@@ -50,7 +50,7 @@ struct Command {
   uint64_t addr;
   uint64_t len;
   uint32_t lkey;
-  int32_t tag;
+  int32_t tag;  // kSend: the message's tag; kWrite: 1 = notify, else 0
   const transport::MemoryRegion* mr;
   ConnSetup* setup;  // kCreateConn / kConnectConn
   Query* query;      // kQuery

@@ -242,6 +242,13 @@ std::string Endpoint::peer_ip(ConnId c) const {
   return s.substr(0, s.rfind(':'));
 }
 
+Result<uint64_t> Endpoint::writes_landed(ConnId c) const {
+  uint32_t e, i;
+  ConnRecord* r = impl_->lookup(c, &e, &i);
+  if (r == nullptr) return InvalidArgument("unknown or closed connection");
+  return r->writes_landed.load(std::memory_order_acquire);
+}
+
 Status Endpoint::close(ConnId c) {
   uint32_t e, i;
   ConnRecord* r = impl_->lookup(c, &e, &i);

@@ -129,7 +129,7 @@ Status Endpoint::flush_async(ConnId c, int n, void* const* data,
 
 Status Endpoint::write_async(ConnId c, const void* src, size_t len,
                              MrHandle* mh, const RemoteRegion& dst,
-                             uint64_t dst_offset, Request* req) {
+                             uint64_t dst_offset, Request* req, bool notify) {
   uint32_t e, i;
   ConnRecord* r = impl_->lookup(c, &e, &i);
   if (r == nullptr)
@@ -159,6 +159,7 @@ Status Endpoint::write_async(ConnId c, const void* src, size_t len,
   cmd.lkey = len ? mh->mrs[e]->lkey() : 0;
   cmd.remote_addr = dst.addr + dst_offset;
   cmd.remote_key = dst.rkeys[r->peer_engine];
+  cmd.tag = notify ? 1 : 0;
   r->tx_outstanding.fetch_add(1, std::memory_order_relaxed);
   Status st = impl_->submit(impl_->engines[e].get(), cmd);
   if (!st.ok()) {

@@ -504,6 +504,7 @@ void UcclRDMAEngine::handle(const Command& cmd) {
       m.raddr = cmd.remote_addr;
       m.rkey = cmd.remote_key;
       m.onesided = true;
+      m.notify = cmd.tag != 0;
       m.post_ns = clock_->now_ns();
       break;
     }

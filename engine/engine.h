@@ -110,6 +110,10 @@ struct ConnRecord {
   std::atomic<int> tx_outstanding{0};
   std::atomic<int> rx_outstanding{0};
   std::atomic<bool> failed{false};
+  // The peer's notifying writes (write_async(notify)) whose every byte has
+  // landed here: the engine adds one as it accounts a write's last chunk
+  // in sequence order (release), the application reads it (acquire).
+  std::atomic<uint64_t> writes_landed{0};
   uint32_t peer_engine = 0;
   std::string peer_ip;
 };

@@ -30,6 +30,8 @@ void UcclRDMAEngine::create_conn(ConnSetup* s) {
   auto c = std::make_unique<Conn>();
   c->index = idx;
   c->rec = &records_[idx];
+  // Before any chunk of the connection can arrive: nothing has landed yet.
+  c->rec->writes_landed.store(0, std::memory_order_relaxed);
   Status st = create_qps(c.get(), s);
   if (st.ok()) st = init_sender(c.get());
   if (st.ok()) st = setup_eager(c.get());

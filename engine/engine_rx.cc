@@ -132,7 +132,13 @@ void UcclRDMAEngine::on_chunk(const WorkCompletion& wc, uint64_t now) {
 }
 
 void UcclRDMAEngine::account_chunk(Conn* c, const RxChunkInfo& info) {
-  if (info.onesided) return;
+  if (info.onesided) {
+    // Accounted in sequence order: the write's earlier chunks (lower
+    // CSNs) are all in place, so every byte of it has landed.
+    if (info.last)
+      c->rec->writes_landed.fetch_add(1, std::memory_order_release);
+    return;
+  }
   if (info.eager) return on_eager(c, info);
   RxFlow& rx = c->rx;
   RxSlot& s = rx.slots[info.slot];

@@ -299,7 +299,9 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path, bool retx,
   imm.csn = csn;
   imm.slot = m.slot;
   imm.buf = m.buf;
-  imm.last = ch.last;
+  // One-sided chunks complete no message: `last` marks the end of a write
+  // the peer counts (Imm).
+  imm.last = ch.last && (!m.onesided || m.notify);
   imm.trunc = m.trunc;
   imm.onesided = m.onesided;
   imm.eager = m.eager;

@@ -13,7 +13,8 @@ namespace uccl::engine {
 // bits 21..11  csn     chunk sequence number mod 2048 (11 bits)
 // bits 10..6   slot    receiver request slot (5 bits: 32 per flow)
 // bits  5..3   buf     buffer within a grouped receive (3 bits: 8)
-// bit   2      last    last chunk of a message
+// bit   2      last    last chunk of a message; one-sided: last chunk of a
+//                      write the receiver counts (write_async's notify)
 // bit   1      trunc   message did not fit: the receive fails (0 bytes)
 // bit   0      oneside one-sided WRITE chunk: acknowledge, no message
 // bits 1..0 both set (no message is both truncated and one-sided): an eager

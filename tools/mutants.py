@@ -178,6 +178,10 @@ MUTANTS = [
      "    if (pacer_) probe_credit(c, now);",
      "    if (false) probe_credit(c, now);",
      "engine_tests", "CcEnforcementTest.ALostGrant*"),
+    ("notify-every-chunk", "engine/engine_rx.cc",
+     "    if (info.last)\n      c->rec->writes_landed",
+     "    if (true)\n      c->rec->writes_landed",
+     "engine_tests", "WriteNotifyTest.*"),
 ]
 
 

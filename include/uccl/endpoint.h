@@ -148,9 +148,16 @@ class Endpoint {
                      MrHandle* const* mhs, Request* req);
 
   // --- one-sided, on a region the peer advertised ---
+  // notify: the peer's writes_landed(c) counts this write once every byte
+  // of it is in place there (its request here completes later, when the
+  // peer's acknowledgement comes back).
   Status write_async(ConnId c, const void* src, size_t len, MrHandle* mh,
                      const RemoteRegion& dst, uint64_t dst_offset,
-                     Request* req);
+                     Request* req, bool notify = false);
+  // How many of the peer's notifying writes on `c` have landed here, every
+  // byte of each (a count that only grows; the data is visible to this
+  // thread once read).
+  Result<uint64_t> writes_landed(ConnId c) const;
   Status read_async(ConnId c, void* dst, size_t len, MrHandle* mh,
                     const RemoteRegion& src, uint64_t src_offset, Request* req);
 

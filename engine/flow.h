@@ -76,7 +76,7 @@ struct TxMsg {
   uint8_t slot, buf;
   bool onesided;
   bool notify;  // one-sided: its last chunk says so (the peer counts it)
-  bool trunc;  // send to a too-small buffer: one empty chunk
+  bool trunc;   // send to a too-small buffer: one empty chunk
   bool done;
   uint64_t rsize;         // size of the receive buffer it was matched to
   uint64_t next_off;      // bytes cut into chunks so far

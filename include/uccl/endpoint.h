@@ -152,8 +152,8 @@ class Endpoint {
   // of it is in place there (its request here completes later, when the
   // peer's acknowledgement comes back).
   Status write_async(ConnId c, const void* src, size_t len, MrHandle* mh,
-                     const RemoteRegion& dst, uint64_t dst_offset,
-                     Request* req, bool notify = false);
+                     const RemoteRegion& dst, uint64_t dst_offset, Request* req,
+                     bool notify = false);
   // How many of the peer's notifying writes on `c` have landed here, every
   // byte of each (a count that only grows; the data is visible to this
   // thread once read).

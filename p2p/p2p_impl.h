@@ -38,6 +38,7 @@ struct SlotFifo {
 
 struct P2pConn {
   std::vector<ConnId> conns;  // part j of every transfer goes on conns[j]
+  uint64_t notified_parts_sent = 0;  // parts of notifying writes posted
   std::unique_ptr<StripedConn> striped;
   size_t stripe_bytes = 0;
   bool closed = false;
@@ -132,6 +133,7 @@ struct Xfer {
   // last segment is made (sender) or arrived (receiver), and the segments
   // out, oldest first.
   bool device = false;
+  bool notify = false;  // a write whose parts the peer counts as they land
   bool segmented = false;
   bool seg_last = false;
   bool seg_recv_out = false;  // receiver: a segment's receive is posted
@@ -234,7 +236,8 @@ struct Endpoint::Impl {
   Result<XferHandle> post_one_sided(XferKind kind, ConnHandle c, MrId mr,
                                     void* local, size_t len,
                                     const RegionDesc& remote,
-                                    uint64_t remote_offset);
+                                    uint64_t remote_offset,
+                                    bool notify = false);
   // Posts slot s's parts (a write or read new_xfer made); an error when
   // none could be posted (the slot is still taken).
   Status post_parts_one_sided(uint32_t s, P2pConn* pc, const RegionDesc& remote,

@@ -30,7 +30,7 @@ Result<uint32_t> Endpoint::Impl::take_slot() {
   x.nreqs = 0;
   x.parent = x.first_child = x.next_child = kNoSlot;
   x.moved = 0;
-  x.device = x.segmented = false;
+  x.device = x.segmented = x.notify = false;
   if (++x.gen == 0) x.gen = 1;
   return s;
 }
@@ -185,11 +185,12 @@ Status Endpoint::Impl::post_parts_one_sided(uint32_t s, P2pConn* pc,
     stripe_part(x.len, j, k, stripe, &off, &n);
     if (n == 0) continue;
     Request* r = &x.reqs[x.nreqs];
-    Status st = x.kind == XferKind::kWrite
-                    ? ep->write_async(pc->conns[j], x.data + off, n, x.mh,
-                                      remote.region, remote_offset + off, r)
-                    : ep->read_async(pc->conns[j], x.data + off, n, x.mh,
-                                     remote.region, remote_offset + off, r);
+    Status st =
+        x.kind == XferKind::kWrite
+            ? ep->write_async(pc->conns[j], x.data + off, n, x.mh,
+                              remote.region, remote_offset + off, r, x.notify)
+            : ep->read_async(pc->conns[j], x.data + off, n, x.mh, remote.region,
+                             remote_offset + off, r);
     if (!st.ok()) {
       if (x.nreqs == 0) return st;
       x.error = st;  // the parts posted finish first, then this is reported
@@ -197,6 +198,7 @@ Status Endpoint::Impl::post_parts_one_sided(uint32_t s, P2pConn* pc,
     }
     ++x.nreqs;
     x.owned = true;
+    if (x.notify) ++pc->notified_parts_sent;
   }
   return Status::OK();
 }
@@ -215,15 +217,22 @@ Status Endpoint::Impl::post_one_sided_slot(uint32_t s, P2pConn* pc,
   return Status::OK();
 }
 
-Result<XferHandle> Endpoint::Impl::post_one_sided(XferKind kind, ConnHandle c,
-                                                  MrId mr, void* local,
-                                                  size_t len,
-                                                  const RegionDesc& remote,
-                                                  uint64_t remote_offset) {
+Result<XferHandle> Endpoint::Impl::post_one_sided(
+    XferKind kind, ConnHandle c, MrId mr, void* local, size_t len,
+    const RegionDesc& remote, uint64_t remote_offset, bool notify) {
   UCCL_RETURN_IF_ERROR(check_remote(remote, remote_offset, len));
   std::lock_guard<std::mutex> lock(mu);
   P2pConn* pc = nullptr;
+  if (notify && len > 0) {
+    UCCL_ASSIGN_OR_RETURN(MrHandle * mh, region_of(mr, local, len));
+    if (mh == nullptr) {
+      return NotSupported(
+          "a notifying write goes from memory the NIC reaches (device memory "
+          "here moves in segments through staging buffers)");
+    }
+  }
   UCCL_ASSIGN_OR_RETURN(uint32_t s, new_xfer(kind, c, mr, local, len, &pc));
+  slots[s].notify = notify;
   Status st = post_one_sided_slot(s, pc, remote, remote_offset);
   if (!st.ok()) {
     free_slot(s);
@@ -244,9 +253,26 @@ Result<XferHandle> Endpoint::recv_async(ConnHandle c, MrId mr, void* data,
 
 Result<XferHandle> Endpoint::write_async(ConnHandle c, MrId mr, const void* src,
                                          size_t len, const RegionDesc& dst,
-                                         uint64_t dst_offset) {
+                                         uint64_t dst_offset, bool notify) {
   return impl_->post_one_sided(XferKind::kWrite, c, mr, const_cast<void*>(src),
-                               len, dst, dst_offset);
+                               len, dst, dst_offset, notify);
+}
+
+Result<uint64_t> Endpoint::notified_parts_sent(ConnHandle c) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  UCCL_ASSIGN_OR_RETURN(P2pConn * pc, impl_->conn_of(c));
+  return pc->notified_parts_sent;
+}
+
+Result<uint64_t> Endpoint::notified_parts_landed(ConnHandle c) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  UCCL_ASSIGN_OR_RETURN(P2pConn * pc, impl_->conn_of(c));
+  uint64_t n = 0;
+  for (ConnId id : pc->conns) {
+    UCCL_ASSIGN_OR_RETURN(uint64_t k, impl_->ep->writes_landed(id));
+    n += k;
+  }
+  return n;
 }
 
 Result<XferHandle> Endpoint::read_async(ConnHandle c, MrId mr, void* dst,

@@ -136,9 +136,11 @@ class Endpoint {
   // Takes the peer's next message (at most `capacity` bytes).
   Result<XferHandle> recv_async(ConnHandle c, MrId mr, void* data,
                                 size_t capacity);
+  // notify (host memory only): the peer counts the write's parts as they
+  // land (notified_parts_landed), every byte of each part in place.
   Result<XferHandle> write_async(ConnHandle c, MrId mr, const void* src,
                                  size_t len, const RegionDesc& dst,
-                                 uint64_t dst_offset);
+                                 uint64_t dst_offset, bool notify = false);
   Result<XferHandle> read_async(ConnHandle c, MrId mr, void* dst, size_t len,
                                 const RegionDesc& src, uint64_t src_offset);
   // Vectored: one handle for many slices, done when all are (bytes: their
@@ -162,6 +164,14 @@ class Endpoint {
   Status wait(XferHandle h, int timeout_ms, size_t* bytes = nullptr);
 
   // --- notifications ---
+  // Notifying writes without a message: a write is cut into parts (one per
+  // engine connection it goes on), and both sides count parts. The writer's
+  // sent count covers every notifying write posted on `c` so far; once the
+  // peer's landed count reaches a sent count it was told, every write
+  // behind it is in place there, with no acknowledgement's round trip.
+  Result<uint64_t> notified_parts_sent(ConnHandle c);
+  Result<uint64_t> notified_parts_landed(ConnHandle c);
+
   // Queues `data` (at most kMaxNotifBytes) to the peer; ResourceExhausted
   // while kNotifSlots are still in flight (the peer takes them with
   // get_notifs()).

@@ -220,6 +220,16 @@ void one_sided(bool local_dev, bool remote_dev, uint64_t seed) {
   auto get = [&](uint8_t* dst, const uint8_t* src, bool d, size_t n) {
     d ? dev->peek(dst, src, n) : (void)std::memcpy(dst, src, n);
   };
+  // A notifying write needs memory the NIC reaches: staged memory is
+  // refused up front, nothing posted.
+  auto nw = p->client->write_async(p->c_conn, *lmr, local, 100, *adv, 0, true);
+  if (local_dev) {
+    EXPECT_EQ(nw.status().code(), StatusCode::kNotSupported) << nw.status();
+    EXPECT_EQ(*p->client->notified_parts_sent(p->c_conn), 0u);
+  } else {
+    ASSERT_TRUE(nw.ok()) << nw.status();
+    ASSERT_TRUE(p->client->wait(*nw, 30000).ok());
+  }
   // Write 100 bytes in, then the rest of the region.
   fill_pattern(check.data(), kLen - 100, seed);
   put(local, local_dev, check.data(), kLen - 100);

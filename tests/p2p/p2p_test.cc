@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -175,6 +176,43 @@ TEST(P2p, WriteAndReadAnAdvertisedRegion) {
   ASSERT_TRUE(p->client->wait(*r, 30000, &n).ok());
   EXPECT_EQ(n, kLen - 100);
   EXPECT_EQ(find_pattern_mismatch(local.ptr(), kLen - 100, 7), -1);
+}
+
+// A notifying write is counted in parts at both ends: once the target's
+// landed count reaches the writer's sent count, the data is in place,
+// without a message after the write.
+TEST(P2p, NotifyingWritesAreCountedInPartsAtBothEnds) {
+  Config cfg = test_config(4);
+  auto p = Pair::make(cfg);
+  ASSERT_TRUE(p);
+  constexpr size_t kLen = 2 << 20;  // cut over the 4 engine connections
+  Mem region(p->server.get(), kLen), local(p->client.get(), kLen);
+  auto adv = p->server->advertise(region.id, 0, kLen);
+  ASSERT_TRUE(adv.ok()) << adv.status();
+  fill_pattern(local.ptr(), kLen, 9);
+  EXPECT_EQ(*p->client->notified_parts_sent(p->c_conn), 0u);
+  auto plain =
+      p->client->write_async(p->c_conn, local.id, local.ptr(), 4096, *adv, 0);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(*p->client->notified_parts_sent(p->c_conn), 0u);
+  auto w = p->client->write_async(p->c_conn, local.id, local.ptr(), kLen, *adv,
+                                  0, true);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const uint64_t sent = *p->client->notified_parts_sent(p->c_conn);
+  EXPECT_EQ(sent, 4u);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  uint64_t landed = 0;
+  while (landed < sent && std::chrono::steady_clock::now() < deadline) {
+    landed = *p->server->notified_parts_landed(p->s_conn);
+  }
+  ASSERT_EQ(landed, sent);
+  EXPECT_EQ(find_pattern_mismatch(region.ptr(), kLen, 9), -1);
+  ASSERT_TRUE(p->client->wait(*plain, 30000).ok());
+  ASSERT_TRUE(p->client->wait(*w, 30000).ok());
+  EXPECT_EQ(*p->server->notified_parts_landed(p->s_conn), sent);
+  EXPECT_EQ(p->server->notified_parts_landed(ConnHandle{12345}).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(P2p, MisuseGetsItsOwnError) {

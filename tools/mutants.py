@@ -182,6 +182,10 @@ MUTANTS = [
      "    if (info.last)\n      c->rec->writes_landed",
      "    if (true)\n      c->rec->writes_landed",
      "engine_tests", "WriteNotifyTest.*"),
+    ("channel-signal-ignores-writes", "channels/proxy_rx.cc",
+     "  if (c.parts_landed >= parts) return true;",
+     "  if (true) return true;",
+     "channels_tests", "ChannelWrites.*Signal*"),
 ]
 
 

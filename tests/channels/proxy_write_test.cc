@@ -1,6 +1,6 @@
 // Puts between host memories as one-sided writes (no copy at either end):
-// which puts take the path, signals and flushes held until every earlier
-// write is acknowledged (under loss, round after round), and descriptors.
+// which puts take the path, signals and flushes acted on once every earlier
+// write has landed (under loss, round after round), and descriptors.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -57,13 +57,15 @@ TEST(ChannelWrites, OffMeansEveryPutGoesAsMessages) {
 // The writer's transmissions lose 5% of their packets, so writes finish
 // late (retransmitted) while a signal message could overtake them. Each
 // round the reader checks every byte as soon as the signal arrives, then
-// answers so the writer may overwrite its source. A signal that went out
-// before the writes were acknowledged shows as a stale block.
-TEST(ChannelWrites, SignalsWaitForEveryEarlierWriteUnderLoss) {
+// answers so the writer may overwrite its source. A signal acted on before
+// the writes landed shows as a stale block. The round's signal is a
+// signal of its own, or (small_put) a put too small for a write, sent as a
+// message with its signal, behind the writes.
+void signals_wait_for_writes_under_loss(bool small_put) {
   ProxyConfig cfg = test_proxy_config();
   cfg.write_min_bytes = 16 << 10;
   constexpr int kBlocks = 4, kRounds = 12;
-  constexpr size_t kBlock = 96 << 10;
+  constexpr size_t kBlock = 96 << 10, kSmall = 4096;
   // Loss on the writer's endpoint only; it outlives the proxies (declared
   // first, destroyed last).
   p2p::Config lossy_cfg = p2p::test_config(2);
@@ -78,8 +80,8 @@ TEST(ChannelWrites, SignalsWaitForEveryEarlierWriteUnderLoss) {
   ASSERT_TRUE(conns.ok()) << conns.status();
   p->a = std::move(*ChannelProxy::create(lossy->get(), cfg));
   p->b = std::move(*ChannelProxy::create(p->p2p->server.get(), cfg));
-  p->mem_a.assign(kBlocks * kBlock, 0);
-  p->mem_b.assign(kBlocks * kBlock, 0);
+  p->mem_a.assign(kBlocks * kBlock + kSmall, 0);
+  p->mem_b.assign(kBlocks * kBlock + kSmall, 0);
   ASSERT_TRUE(p->a->register_memory(p->mem_a.data(), p->mem_a.size()).ok());
   ASSERT_TRUE(p->b->register_memory(p->mem_b.data(), p->mem_b.size()).ok());
   ASSERT_TRUE(p->a->add_channel(conns->first, p->b->descriptor()).ok());
@@ -91,7 +93,9 @@ TEST(ChannelWrites, SignalsWaitForEveryEarlierWriteUnderLoss) {
   std::thread reader([&] {
     for (int i = 1; i <= kRounds; ++i) {
       ASSERT_EQ(channel_wait(p->hb, 0, i), kChannelOk) << "round " << i;
-      ASSERT_EQ(find_pattern_mismatch(p->mem_b.data(), p->mem_b.size(), i), -1)
+      // (The small put's bytes too, where it went.)
+      const size_t checked = small_put ? p->mem_b.size() : kBlocks * kBlock;
+      ASSERT_EQ(find_pattern_mismatch(p->mem_b.data(), checked, i), -1)
           << "round " << i << ": the signal overtook a write";
       ASSERT_EQ(channel_signal(p->hb, 1), kChannelOk);
     }
@@ -102,12 +106,24 @@ TEST(ChannelWrites, SignalsWaitForEveryEarlierWriteUnderLoss) {
       ASSERT_EQ(channel_put(p->ha, 0, k * kBlock, 0, k * kBlock, kBlock),
                 kChannelOk);
     }
-    ASSERT_EQ(channel_signal(p->ha, 0), kChannelOk);
+    const size_t tail = kBlocks * kBlock;
+    ASSERT_EQ(small_put
+                  ? channel_put_with_signal(p->ha, 0, tail, 0, tail, kSmall, 0)
+                  : channel_signal(p->ha, 0),
+              kChannelOk);
     ASSERT_EQ(channel_wait(p->ha, 1, i), kChannelOk) << "round " << i;
   }
   reader.join();
   EXPECT_EQ(p->a->stats().writes, uint64_t{kBlocks} * kRounds);
   EXPECT_TRUE(p->a->channel_status(0).ok()) << p->a->channel_status(0);
+}
+
+TEST(ChannelWrites, SignalsWaitForEveryEarlierWriteUnderLoss) {
+  signals_wait_for_writes_under_loss(false);
+}
+
+TEST(ChannelWrites, APutsSignalWaitsForEveryEarlierWriteUnderLoss) {
+  signals_wait_for_writes_under_loss(true);
 }
 
 // A flush returns once every earlier write is in the peer's memory.

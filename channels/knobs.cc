@@ -20,13 +20,12 @@ UCCL_KNOB(int64_t, knob_channel_buffers, "UCCL_CHANNEL_BUFFERS", 8,
           "GPU channels: page-locked send and receive buffers per channel, "
           "each.",
           1, 64);
-UCCL_KNOB(
-    int64_t, knob_channel_write_min_kb, "UCCL_CHANNEL_WRITE_MIN_KB", 128,
-    "GPU channels: a put of at least this many KiB from host memory "
-    "into the peer's host memory goes as a one-sided write, copied "
-    "at neither end (the peer raises its signal once the write has landed); "
-    "0: every put goes as messages.",
-    0, 1 << 20);
+UCCL_KNOB(int64_t, knob_channel_write_min_kb, "UCCL_CHANNEL_WRITE_MIN_KB", 128,
+          "GPU channels: a put of at least this many KiB from host memory "
+          "into the peer's host memory goes as a one-sided write, copied "
+          "at neither end (its signal follows the write's acknowledgement); "
+          "0: every put goes as messages.",
+          0, 1 << 20);
 UCCL_KNOB(int64_t, knob_channel_proxy_core, "UCCL_CHANNEL_PROXY_CORE", -1,
           "GPU channels: core the proxy thread is pinned to; -1: unpinned.", -1,
           4095);

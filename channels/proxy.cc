@@ -342,8 +342,7 @@ bool ChannelProxy::enqueue(Channel& c, const Op& op) {
 bool ChannelProxy::post_write(Channel& c, Op& op) {
   if (c.writes.full()) return false;
   auto h = ep_->write_async(c.conn, op.src_mr, op.src, op.bytes,
-                            c.peer_regions[op.dst_mem], op.dst_off,
-                            /*notify=*/true);
+                            c.peer_regions[op.dst_mem], op.dst_off);
   if (h.status().code() == StatusCode::kResourceExhausted) {
     return false;  // the endpoint's transfers are all in use: later
   }
@@ -354,7 +353,7 @@ bool ChannelProxy::post_write(Channel& c, Op& op) {
   c.writes.push(*h);
   stats_.writes.fetch_add(1, std::memory_order_relaxed);
   if (op.flags & kSignalAfter) {
-    op.kind = MsgKind::kSignal;  // next, acted on once the write has landed
+    op.kind = MsgKind::kSignal;  // once the write is acknowledged
     op.write = false;
   } else {
     c.ops.pop();
@@ -380,8 +379,7 @@ bool ChannelProxy::reap_writes(Channel& c) {
 
 // Ops in order: writes posted; messages into free send buffers (the
 // header, and for a put the next piece's copy started). A signal or flush
-// goes at once, carrying how many parts of notifying writes were posted
-// before it: the peer acts on it once that many have landed there.
+// waits for every earlier write: the peer acts on it when it arrives.
 bool ChannelProxy::stage(Channel& c) {
   bool any = reap_writes(c);
   while (!c.ops.empty() && !c.failed) {
@@ -391,27 +389,24 @@ bool ChannelProxy::stage(Channel& c) {
       any = true;
       continue;
     }
+    if ((op.kind == MsgKind::kSignal || op.kind == MsgKind::kFlush) &&
+        !c.writes.empty()) {
+      break;
+    }
     if (c.free_bufs.empty() || c.pieces.full()) break;
     const int b = c.free_bufs.back();
     uint8_t* p = c.tx + static_cast<size_t>(b) * c.buf_bytes;
     MsgHdr h{kMsgMagic, op.kind, 0, 0, op.dst_mem, op.sem, 0, op.bytes};
     size_t n = 0;
     bool signal_next = false;
-    if (op.kind == MsgKind::kSignal || op.kind == MsgKind::kFlush) {
-      auto parts = ep_->notified_parts_sent(c.conn);
-      if (!parts.ok()) {
-        fail(c, parts.status().with_context("counting writes"));
-        return true;
-      }
-      h.flags = kAfterParts;
-      h.dst_off = *parts;
-    } else if (op.kind == MsgKind::kPut) {
+    if (op.kind == MsgKind::kPut) {
       n = static_cast<size_t>(
           std::min<uint64_t>(cfg_.piece_bytes, op.bytes - op.done));
       h.dst_off = op.dst_off + op.done;
       h.bytes_or_ticket = n;
-      // A write still unacknowledged may not have landed: the signal then
-      // follows as a message of its own that waits for it at the peer.
+      // The peer applies messages in order but not the writes before them:
+      // behind an unacknowledged write the signal goes as a message of its
+      // own, which waits for the writes like any signal.
       signal_next = op.done + n == op.bytes && (op.flags & kSignalAfter) &&
                     !c.writes.empty();
       if (op.done + n == op.bytes && !signal_next) h.flags = op.flags;
@@ -433,7 +428,7 @@ bool ChannelProxy::stage(Channel& c) {
     c.pieces.push(pc);
     op.done += n;
     if (signal_next) {
-      op.kind = MsgKind::kSignal;  // stays first: staged next
+      op.kind = MsgKind::kSignal;  // stays first: staged once writes are in
     } else if (op.kind != MsgKind::kPut || op.done == op.bytes) {
       c.ops.pop();
     }

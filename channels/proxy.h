@@ -39,10 +39,9 @@ struct ProxyConfig {
   size_t piece_bytes = size_t{1} << 20;  // largest message payload
   int buffers = 8;  // send and receive buffers per channel, each
   // A put of at least this many bytes from host memory into the peer's
-  // host memory goes as a one-sided write, no copy at either end (the
-  // peer acts on its signal, and on any later signal or flush, once the
-  // write has landed there: no wait for its acknowledgement); 0: every
-  // put goes as messages.
+  // host memory goes as a one-sided write, no copy at either end (its
+  // signal, and any later signal or flush, once the write is
+  // acknowledged); 0: every put goes as messages.
   size_t write_min_bytes = size_t{128} << 10;
   uint64_t timeout_ns = 5000000000ull;  // FIFO full, wait, flush
   int core = -1;  // pin the proxy thread here; -1: unpinned
@@ -132,7 +131,6 @@ class ChannelProxy {
   Status post_recv(Channel& c, int buf);
   Status check_msg(const Channel& c, const MsgHdr& h, size_t got) const;
   bool apply(Channel& c, int buf);
-  bool parts_landed(Channel& c, uint64_t parts);
   void fail(Channel& c, const Status& st);
 
   ProxyConfig cfg_;

@@ -76,12 +76,9 @@ struct ChannelProxy::Channel {
   // Send side: ops in FIFO order, the pieces staged from them in order.
   Ring<Op> ops;
   Ring<Piece> pieces;
-  // One-sided writes in flight, oldest first (reaped for their errors; a
-  // put-with-signal message behind one sends its signal apart, wire.h's
-  // kAfterParts).
+  // One-sided writes in flight, oldest first: a signal or flush goes out
+  // only once none is left.
   Ring<p2p::XferHandle> writes;
-  // Parts of the peer's notifying writes known to have landed here.
-  uint64_t parts_landed = 0;
   std::vector<int> free_bufs;
   uint8_t* tx = nullptr;
   p2p::MrId tx_mr = 0;

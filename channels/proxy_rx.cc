@@ -18,19 +18,6 @@ Status ChannelProxy::post_recv(Channel& c, int buf) {
   return Status::OK();
 }
 
-// Whether `parts` parts of the peer's notifying writes have landed here
-// (the count is kept, so a wait asks the endpoint only while it is short).
-bool ChannelProxy::parts_landed(Channel& c, uint64_t parts) {
-  if (c.parts_landed >= parts) return true;
-  auto n = ep_->notified_parts_landed(c.conn);
-  if (!n.ok()) {
-    fail(c, n.status().with_context("counting the peer's writes"));
-    return false;
-  }
-  c.parts_landed = *n;
-  return c.parts_landed >= parts;
-}
-
 // A message as it landed: `got` bytes in a receive buffer.
 Status ChannelProxy::check_msg(const Channel& c, const MsgHdr& h,
                                size_t got) const {
@@ -53,16 +40,11 @@ Status ChannelProxy::check_msg(const Channel& c, const MsgHdr& h,
       }
       return Status::OK();
     case MsgKind::kSignal:
-      if (payload != 0 || (h.flags & ~kAfterParts) ||
-          h.sem >= cfg_.num_semaphores) {
+      if (payload != 0 || h.flags != 0 || h.sem >= cfg_.num_semaphores) {
         return OutOfRange("bad signal");
       }
       return Status::OK();
     case MsgKind::kFlush:
-      if (payload != 0 || (h.flags & ~kAfterParts)) {
-        return InvalidArgument("bad flush");
-      }
-      return Status::OK();
     case MsgKind::kFlushAck:
       if (payload != 0 || h.flags != 0) return InvalidArgument("bad flush");
       return Status::OK();
@@ -79,10 +61,6 @@ bool ChannelProxy::apply(Channel& c, int buf) {
   const uint8_t* p = c.rx + static_cast<size_t>(buf) * c.buf_bytes;
   MsgHdr h;
   std::memcpy(&h, p, sizeof(h));
-  if ((h.flags & kAfterParts) && h.kind != MsgKind::kPut &&
-      !parts_landed(c, h.dst_off)) {
-    return false;  // the peer's earlier writes are still on their way
-  }
   if (r.copying) {
     auto done = dev_->copy_done(r.copy);
     if (!done.ok()) {

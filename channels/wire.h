@@ -16,12 +16,7 @@ enum class MsgKind : uint8_t {
   kFlushAck = 4,  // the sender's flush `ticket` is complete
 };
 
-constexpr uint8_t kSignalAfter = 1;  // flags: a put's last piece signals
-// flags of kSignal and kFlush: act only once the peer's notifying writes
-// have landed here in dst_off parts (p2p notified_parts_landed), the
-// count the sender's notified_parts_sent had when it sent this. Every
-// earlier one-sided write is then in place with no acknowledgement's trip.
-constexpr uint8_t kAfterParts = 2;
+constexpr uint8_t kSignalAfter = 1;         // flags: a put's last piece signals
 constexpr uint32_t kMsgMagic = 0x43484e31;  // "CHN1"
 
 struct MsgHdr {
@@ -31,7 +26,7 @@ struct MsgHdr {
   uint16_t reserved;  // 0 (a channel is its connection)
   uint32_t dst_mem;
   uint32_t sem;
-  uint64_t dst_off;          // kAfterParts: the parts count instead
+  uint64_t dst_off;
   uint64_t bytes_or_ticket;  // a put's payload bytes, a flush's ticket
 };
 static_assert(sizeof(MsgHdr) == 32, "the header is 32 bytes on the wire");

@@ -166,8 +166,9 @@ MUTANTS = [
      "  if (size > max_bytes_ && !what.empty()) {",
      "plugin_alloc_tests", "PluginAllocTest.NcclSteps*"),
     ("channel-signal-overtakes-writes", "channels/proxy.cc",
-     "      h.flags = kAfterParts;",
-     "      h.flags = 0;",
+     "    if ((op.kind == MsgKind::kSignal || op.kind == MsgKind::kFlush) &&\n"
+     "        !c.writes.empty()) {",
+     "    if (false) {",
      "channels_tests", "ChannelWrites.*"),
     ("channel-put-signal-overtakes-writes", "channels/proxy.cc",
      "(op.flags & kSignalAfter) &&\n                    !c.writes.empty();",
@@ -185,10 +186,6 @@ MUTANTS = [
      "    if (info.last)\n      c->rec->writes_landed",
      "    if (true)\n      c->rec->writes_landed",
      "engine_tests", "WriteNotifyTest.*"),
-    ("channel-signal-ignores-writes", "channels/proxy_rx.cc",
-     "  if (c.parts_landed >= parts) return true;",
-     "  if (true) return true;",
-     "channels_tests", "ChannelWrites.*Signal*"),
 ]
 
 

@@ -1,6 +1,6 @@
 // Puts between host memories as one-sided writes (no copy at either end):
-// which puts take the path, signals and flushes acted on once every earlier
-// write has landed (under loss, round after round), and descriptors.
+// which puts take the path, signals and flushes held until every earlier
+// write is acknowledged (under loss, round after round), and descriptors.
 #include <gtest/gtest.h>
 
 #include <chrono>

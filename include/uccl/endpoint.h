@@ -150,7 +150,10 @@ class Endpoint {
   // --- one-sided, on a region the peer advertised ---
   // notify: the peer's writes_landed(c) counts this write once every byte
   // of it is in place there (its request here completes later, when the
-  // peer's acknowledgement comes back).
+  // peer's acknowledgement comes back). Until then a retransmission may
+  // land again (UC mode: an ACK lost, a probe), with the source's bytes of
+  // that moment: the peer may read the region at once, but rewrite it only
+  // once told the request completed.
   Status write_async(ConnId c, const void* src, size_t len, MrHandle* mh,
                      const RemoteRegion& dst, uint64_t dst_offset, Request* req,
                      bool notify = false);

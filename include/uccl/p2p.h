@@ -168,7 +168,9 @@ class Endpoint {
   // engine connection it goes on), and both sides count parts. The writer's
   // sent count covers every notifying write posted on `c` so far; once the
   // peer's landed count reaches a sent count it was told, every write
-  // behind it is in place there, with no acknowledgement's round trip.
+  // behind it is in place there, with no acknowledgement's round trip. In
+  // place to read: until the writer's transfer completes, a retransmission
+  // may land again, so the peer rewrites the region only after that.
   Result<uint64_t> notified_parts_sent(ConnHandle c);
   Result<uint64_t> notified_parts_landed(ConnHandle c);
 

@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "tests/subprocess.h"
+#include "tests/tools/testbed_util.h"
 
 namespace uccl::testing {
 namespace {
 
-const std::string kScript =
-    std::string(UCCL_SOURCE_DIR) + "/tools/testbed/netns.sh";
+const std::string kScript = testbed_script();
 const std::string kSocketBench = UCCL_SOCKET_BENCH_BIN;
 
 // The integer after "key": in `json`, or -1.
@@ -24,52 +24,15 @@ long long json_int(const std::string& json, const std::string& key) {
   return std::atoll(json.c_str() + k + key.size() + 3);
 }
 
-// A testbed brought up with `flags` and removed when this goes out of scope.
-// `skip` says why none could be made here.
-struct Testbed {
-  std::string name, skip, up_out;
-  int up_rc = -1;
-  Testbed(const std::string& tag, const std::vector<std::string>& flags)
-      : name(tag + std::to_string(getpid() % 100000)) {
-    if (geteuid() != 0) {
-      skip = "needs root for ip netns";
-      return;
-    }
-    std::vector<std::string> up = {kScript, "up", "--name=" + name};
-    up.insert(up.end(), flags.begin(), flags.end());
-    Subprocess p(up);
-    up_rc = p.wait(30000);
-    up_out = p.output();
-    if (up_rc != 0 &&
-        up_out.find("Operation not permitted") != std::string::npos) {
-      skip = "no network namespaces here: " + up_out;
-    } else if (up_rc == 3) {
-      skip = "no iproute2 here: " + up_out;
-    }
-  }
-  ~Testbed() {
-    if (up_rc == 0) Subprocess({kScript, "down", "--name=" + name}).wait(30000);
-  }
-  // `argv` run inside side a or b; its exit code and output.
-  int exec(const std::string& side, const std::vector<std::string>& argv,
-           std::string* out, int timeout_ms = 30000) const {
-    std::vector<std::string> c = {kScript, "exec", "--name=" + name, side};
-    c.insert(c.end(), argv.begin(), argv.end());
-    Subprocess p(c);
-    const int rc = p.wait(timeout_ms);
-    *out = p.output();
-    return rc;
-  }
-  // The RPS mask of side's veth receive queue 0 ("0" when RPS is off).
-  std::string rps_cpus(const std::string& side) const {
-    std::string out;
-    exec(side,
-         {"/bin/cat",
-          "/sys/class/net/" + name + "-v" + side + "/queues/rx-0/rps_cpus"},
-         &out);
-    return out;
-  }
-};
+// The RPS mask of side's veth receive queue 0 ("0" when RPS is off).
+std::string rps_cpus(const Testbed& tb, const std::string& side) {
+  std::string out;
+  tb.exec(side,
+          {"/bin/cat",
+           "/sys/class/net/" + tb.name + "-v" + side + "/queues/rx-0/rps_cpus"},
+          &out);
+  return out;
+}
 
 bool all_zero_mask(const std::string& mask) {
   return mask.find_first_not_of("0,\n") == std::string::npos;
@@ -84,14 +47,11 @@ TEST(Testbed, KeepsEachFlowInOrderThroughTheBottleneck) {
   if (!tb.skip.empty()) GTEST_SKIP() << tb.skip;
   ASSERT_EQ(tb.up_rc, 0) << tb.up_out;
   EXPECT_NE(tb.up_out.find("flow order kept"), std::string::npos) << tb.up_out;
-  EXPECT_FALSE(all_zero_mask(tb.rps_cpus("a"))) << tb.rps_cpus("a");
-  EXPECT_FALSE(all_zero_mask(tb.rps_cpus("b"))) << tb.rps_cpus("b");
+  EXPECT_FALSE(all_zero_mask(rps_cpus(tb, "a"))) << rps_cpus(tb, "a");
+  EXPECT_FALSE(all_zero_mask(rps_cpus(tb, "b"))) << rps_cpus(tb, "b");
 
-  std::vector<std::string> c = {
-      kScript,        "exec",     "--name=" + tb.name, "b",
-      kSocketBench,   "--server", "--proto=udp",       "--streams=4",
-      "--port=19990", "--json"};
-  Subprocess server(c);
+  Subprocess server(tb.in("b", {kSocketBench, "--server", "--proto=udp",
+                                "--streams=4", "--port=19990", "--json"}));
   ASSERT_TRUE(server.wait_for_output("streams on ports", 20000))
       << server.output();
   std::string client_out;
@@ -165,8 +125,8 @@ TEST(Testbed, ReorderLeavesTheKernelsDefault) {
   EXPECT_NE(tb.up_out.find("flow order not kept (--reorder)"),
             std::string::npos)
       << tb.up_out;
-  EXPECT_TRUE(all_zero_mask(tb.rps_cpus("a"))) << tb.rps_cpus("a");
-  EXPECT_TRUE(all_zero_mask(tb.rps_cpus("b"))) << tb.rps_cpus("b");
+  EXPECT_TRUE(all_zero_mask(rps_cpus(tb, "a"))) << rps_cpus(tb, "a");
+  EXPECT_TRUE(all_zero_mask(rps_cpus(tb, "b"))) << rps_cpus(tb, "b");
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tests/subprocess.h"
+#include "tests/tools/testbed_util.h"
 
 namespace uccl::testing {
 namespace {
@@ -221,61 +222,35 @@ TestbedRun run_across_testbed(const std::string& tag,
                               const std::vector<std::string>& up_flags,
                               const std::string& cc) {
   TestbedRun r;
-  if (geteuid() != 0) {
-    r.skip = "needs root for ip netns";
-    return r;
-  }
-  const std::string script =
-      std::string(UCCL_SOURCE_DIR) + "/tools/testbed/netns.sh";
-  const std::string name = tag + std::to_string(getpid() % 100000);
-  std::vector<std::string> up = {script, "up", "--name=" + name};
-  up.insert(up.end(), up_flags.begin(), up_flags.end());
-  Subprocess upp(up);
-  r.up_rc = upp.wait(30000);
-  r.up_out = upp.output();
-  if (r.up_rc != 0 &&
-      r.up_out.find("Operation not permitted") != std::string::npos) {
-    r.skip = "no network namespaces here: " + r.up_out;
-  } else if (r.up_rc == 3) {
-    r.skip = "no iproute2 or iptables here: " + r.up_out;
-  }
-  if (r.up_rc != 0) return r;
-  struct Down {
-    std::string script, name;
-    ~Down() { Subprocess({script, "down", "--name=" + name}).wait(30000); }
-  } down{script, name};
+  const Testbed tb(tag, up_flags);
+  r.skip = tb.skip;
+  r.up_rc = tb.up_rc;
+  r.up_out = tb.up_out;
+  if (!r.skip.empty() || r.up_rc != 0) return r;
   const std::vector<std::string> common = {
       "--engines=1",     "--paths=2", "--perftype=basic", "--iterations=3",
       "--msize=1000000", "--nflow=2", "--cc=" + cc,       "--link_gbps=1",
       "--chunk_kb=16",   "--json"};
-  std::vector<std::string> s = {
-      script, "exec",     "--name=" + name, "b",
-      kBin,   "--server", "--oobport=0",    "--device=udp:10.199.0.2"};
+  std::vector<std::string> s = {kBin, "--server", "--oobport=0",
+                                "--device=udp:10.199.0.2"};
   s.insert(s.end(), common.begin(), common.end());
-  Subprocess server(s);
+  Subprocess server(tb.in("b", s));
   if (!server.wait_for_output("listening on port ", 20000)) {
     r.server_out = server.output();
     return r;
   }
   const std::string& so = server.output();
   const int port = std::atoi(so.c_str() + so.find("listening on port ") + 18);
-  std::vector<std::string> c = {script,
-                                "exec",
-                                "--name=" + name,
-                                "a",
-                                kBin,
-                                "--serverip=10.199.0.2",
+  std::vector<std::string> c = {kBin, "--serverip=10.199.0.2",
                                 "--device=udp:10.199.0.1",
                                 "--oobport=" + std::to_string(port)};
   c.insert(c.end(), common.begin(), common.end());
-  Subprocess client(c);
+  Subprocess client(tb.in("a", c));
   r.client_rc = client.wait(120000);
   r.client_out = client.output();
   r.server_rc = server.wait(15000);
   r.server_out = server.output();
-  Subprocess drops({script, "drops", "--name=" + name, "b"});
-  drops.wait(30000);
-  r.drops_b = drops.output();
+  r.drops_b = tb.drops("b");
   return r;
 }
 

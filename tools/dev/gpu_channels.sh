@@ -53,23 +53,54 @@ if [ "$NGPU" -ge 2 ] && [ -z "${EP_ONLY:-}" ]; then
   done
 fi
 PY=${PY:-/opt/torch/.venv/bin/python3}
-# Rank r's proxy on core C0 + CS * r (keep them off the engines' cores:
-# each rank's endpoint takes its engines' cores from the top down).
+# Rank r's proxy on core C0 + CS * r, and its endpoint's engines on cores of
+# their own (UCCL_ENGINE_CORES): from the top down, skipping every proxy's
+# core and cores 0-3 (the ranks' launching threads, MPS). Left to claim
+# cores themselves, 4 ranks of 4 engines on 16 cores took every core and
+# the proxies shared theirs with spinning engines (dispatch+combine 5-10x
+# slower). Engines per rank: --num_cpus in the flags, else as many as the
+# free cores give each rank, at most 4.
 C0=${EP_CORE0:-4} CS=${EP_CORE_STEP:-2}
+NCORES=$(nproc)
+free_cores() {  # $1: world
+  local c k
+  for ((c = NCORES - 1; c >= 4; c--)); do
+    for ((k = 0; k < $1; k++)); do [ "$c" = $((C0 + CS * k)) ] && continue 2; done
+    echo "$c"
+  done
+}
+engines_per_rank() {  # $1: world, $2: flags
+  local n
+  n=$(sed -n 's/.*--num_cpus[= ]\([0-9]*\).*/\1/p' <<<"$2")
+  [ -n "$n" ] && { echo "$n"; return; }
+  n=$(($(free_cores "$1" | wc -l) / $1))
+  ((n > 4)) && n=4
+  ((n < 1)) && n=1
+  echo "$n"
+}
+rank_cores() {  # $1: rank, $2: world, $3: engines per rank
+  free_cores "$2" | sed -n "$(($1 * $3 + 1)),$((($1 + 1) * $3))p" | paste -sd,
+}
 # One dispatch/combine run of every token count: ranks 1.. in the
 # background, rank 0 here; $1: extra channel_bench flags.
 ep_run() {
-  local port=$((29600 + world * 16)) pids=() tokens r i
+  local port=$((29600 + world * 16)) pids=() tokens r i n
+  n=$(engines_per_rank "$world" "$1")
+  local ncpus="--num_cpus $n"
+  grep -q -- --num_cpus <<<"$1" && ncpus=""
+  echo "== $world ranks: $n engines each, rank 0's on cores $(rank_cores 0 "$world" "$n")"
   for tokens in ${TOKENS:-8 32 128}; do
     pids=()
     for r in $(seq 1 $((world - 1))); do
-      timeout 300 "$B" --mode ep --world "$world" --rank "$r" \
+      UCCL_ENGINE_CORES=$(rank_cores "$r" "$world" "$n") \
+        timeout 300 "$B" --mode ep --world "$world" --rank "$r" \
         --gpu "$(gpu_of "$r")" --core $((C0 + CS * r)) --base_port "$port" \
-        --iterations "$ITERS" --tokens "$tokens" $1 >"/tmp/ep_$r.txt" 2>&1 &
+        --iterations "$ITERS" --tokens "$tokens" $ncpus $1 >"/tmp/ep_$r.txt" 2>&1 &
       pids+=($!)
     done
-    run "$B" --mode ep --world "$world" --rank 0 --gpu 0 --core "$C0" \
-      --base_port "$port" --iterations "$ITERS" --tokens "$tokens" $1
+    UCCL_ENGINE_CORES=$(rank_cores 0 "$world" "$n") \
+      run "$B" --mode ep --world "$world" --rank 0 --gpu 0 --core "$C0" \
+      --base_port "$port" --iterations "$ITERS" --tokens "$tokens" $ncpus $1
     for i in "${!pids[@]}"; do
       r=$((i + 1))
       wait "${pids[$i]}" || { echo "FAILED: ep rank $r"; fail=1; }

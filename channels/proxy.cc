@@ -7,10 +7,12 @@
 #include <cstring>
 
 #include "channels/proxy_internal.h"
+#include "engine/engine_cores.h"
 #include "util/clock.h"
 #include "util/cpu.h"
 #include "util/gpu.h"
 #include "util/knobs.h"
+#include "util/logging.h"
 
 namespace uccl::channels {
 
@@ -120,14 +122,38 @@ Status ChannelProxy::start() {
     }
   }
   started_ = true;
+  claim_core();
   thread_ = std::thread([this] { run(); });
   return Status::OK();
+}
+
+// The proxy's core (ProxyConfig::core) against the engines': one that an
+// engine of this process or of another UCCL process took is shared with a
+// thread that spins, which slowed the ep demo 5-10x; said once, and the
+// core is counted as used so endpoints this process makes later avoid it.
+void ChannelProxy::claim_core() {
+  if (cfg_.core < 0) return;
+  const std::vector<int> taken = engine::cores_claimed_on_host();
+  core_shared_ =
+      std::find(taken.begin(), taken.end(), cfg_.core) != taken.end();
+  if (core_shared_) {
+    LOG(WARNING) << "channel proxy: core " << cfg_.core
+                 << " is an engine's too (this process's or another UCCL "
+                    "process's): the proxy shares it with a spinning "
+                    "thread. Pin the proxy elsewhere "
+                    "(UCCL_CHANNEL_PROXY_CORE) or place the engines "
+                    "(UCCL_ENGINE_CORES).";
+  }
+  engine::use_cores({cfg_.core});
+  core_claimed_ = true;
 }
 
 Status ChannelProxy::stop() {
   if (!thread_.joinable()) return Status::OK();
   stop_.store(true, std::memory_order_release);
   thread_.join();
+  if (core_claimed_) engine::release_cores({cfg_.core});
+  core_claimed_ = false;
   // Receives still posted into our buffers end with their connections.
   for (auto& c : channels_) (void)ep_->close(c->conn);
   return Status::OK();

@@ -91,6 +91,10 @@ class ChannelProxy {
   Status stop();
   // OK, or what failed the channel (a bad trigger or message, the peer).
   Status channel_status(uint32_t channel) const;
+  // Whether start() found the proxy's core (ProxyConfig::core) taken by an
+  // engine, of this process or (UCCL_CORE_LOCK_DIR) another UCCL process:
+  // they share it, and a warning said so.
+  bool core_shared() const { return core_shared_; }
   // The FIFO's own failure (a producer found it full past the timeout).
   uint32_t fifo_error() const { return fifo_->error(); }
 
@@ -132,6 +136,7 @@ class ChannelProxy {
   Status check_msg(const Channel& c, const MsgHdr& h, size_t got) const;
   bool apply(Channel& c, int buf);
   void fail(Channel& c, const Status& st);
+  void claim_core();
 
   ProxyConfig cfg_;
   p2p::Endpoint* ep_ = nullptr;
@@ -142,8 +147,10 @@ class ChannelProxy {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   bool started_ = false;
-  bool have_held_ = false;  // a trigger whose channel's queue was full
-  bool fifo_empty_ = true;  // the last pop found nothing
+  bool core_shared_ = false;   // start(): an engine took the proxy's core
+  bool core_claimed_ = false;  // counted as used until stop()
+  bool have_held_ = false;     // a trigger whose channel's queue was full
+  bool fifo_empty_ = true;     // the last pop found nothing
   device::Trigger held_{};
   uint64_t held_ticket_ = 0;
   struct {

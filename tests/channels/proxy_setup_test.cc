@@ -3,15 +3,65 @@
 // really swapped); a peer announcing a bad size or sending nothing fails it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "engine/engine_cores.h"
 #include "tests/channels/proxy_fixture.h"
 #include "util/clock.h"
+#include "util/cpu.h"
+#include "util/knobs.h"
 #include "util/pattern.h"
+
+namespace uccl {
+UCCL_DECLARE_KNOB(std::string, knob_core_lock_dir);
+}  // namespace uccl
 
 namespace uccl::channels {
 namespace {
+
+bool has(const std::vector<int>& v, int x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// A proxy pinned to a core an engine of this process has says so (and
+// logs a warning); one on a core no engine has does not, and counts it as
+// used while it runs, so endpoints made meanwhile keep their engines off
+// it.
+TEST(ChannelSetup, AProxyOnAnEnginesCoreSaysSo) {
+  if (allowed_cpus().size() < 2 || !has(allowed_cpus(), 0) ||
+      !has(allowed_cpus(), 1)) {
+    GTEST_SKIP() << "needs cores 0 and 1";
+  }
+  // This process's engines only: other tests' engines may hold cores.
+  Knob<std::string>& dir = knob_core_lock_dir();
+  const std::string old_dir = dir.get();
+  dir.set_for_testing("");
+  {
+    p2p::Config pc = p2p::test_config(1);
+    pc.engine.engine_cores = {0};  // both endpoints' engines
+    auto pair = p2p::Pair::make(pc);
+    ASSERT_NE(pair, nullptr);
+    ProxyConfig on = test_proxy_config(), off = test_proxy_config();
+    on.core = 0;
+    off.core = 1;
+    auto a = ChannelProxy::create(pair->client.get(), on);
+    auto b = ChannelProxy::create(pair->server.get(), off);
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    ASSERT_FALSE(has(engine::cores_claimed_on_host(), 1));
+    ASSERT_TRUE((*a)->start().ok());
+    ASSERT_TRUE((*b)->start().ok());
+    EXPECT_TRUE((*a)->core_shared());
+    EXPECT_FALSE((*b)->core_shared());
+    EXPECT_TRUE(has(engine::cores_claimed_on_host(), 1));
+    ASSERT_TRUE((*b)->stop().ok());
+    EXPECT_FALSE(has(engine::cores_claimed_on_host(), 1));
+    ASSERT_TRUE((*a)->stop().ok());
+  }
+  dir.set_for_testing(old_dir);
+}
 
 struct Sides {
   std::unique_ptr<p2p::Pair> p2p;

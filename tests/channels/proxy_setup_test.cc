@@ -36,9 +36,11 @@ TEST(ChannelSetup, AProxyOnAnEnginesCoreSaysSo) {
     GTEST_SKIP() << "needs cores 0 and 1";
   }
   // This process's engines only: other tests' engines may hold cores.
-  Knob<std::string>& dir = knob_core_lock_dir();
-  const std::string old_dir = dir.get();
-  dir.set_for_testing("");
+  struct NoLockDir {
+    std::string old = knob_core_lock_dir().get();
+    NoLockDir() { knob_core_lock_dir().set_for_testing(""); }
+    ~NoLockDir() { knob_core_lock_dir().set_for_testing(old); }
+  } no_lock_dir;
   {
     p2p::Config pc = p2p::test_config(1);
     pc.engine.engine_cores = {0};  // both endpoints' engines
@@ -60,7 +62,6 @@ TEST(ChannelSetup, AProxyOnAnEnginesCoreSaysSo) {
     EXPECT_FALSE(has(engine::cores_claimed_on_host(), 1));
     ASSERT_TRUE((*a)->stop().ok());
   }
-  dir.set_for_testing(old_dir);
 }
 
 struct Sides {

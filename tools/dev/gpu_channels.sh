@@ -78,7 +78,8 @@ engines_per_rank() {  # $1: world, $2: flags
   ((n < 1)) && n=1
   echo "$n"
 }
-rank_cores() {  # $1: rank, $2: world, $3: engines per rank
+rank_cores() {  # $1: rank, $2: world, $3: engines per rank ("": too few)
+  (($(free_cores "$2" | wc -l) >= $2 * $3)) || return 0
   free_cores "$2" | sed -n "$(($1 * $3 + 1)),$((($1 + 1) * $3))p" | paste -sd,
 }
 # One dispatch/combine run of every token count: ranks 1.. in the
@@ -88,7 +89,10 @@ ep_run() {
   n=$(engines_per_rank "$world" "$1")
   local ncpus="--num_cpus $n"
   grep -q -- --num_cpus <<<"$1" && ncpus=""
-  echo "== $world ranks: $n engines each, rank 0's on cores $(rank_cores 0 "$world" "$n")"
+  local c0
+  c0=$(rank_cores 0 "$world" "$n")
+  echo "== $world ranks: $n engines each, rank 0's on cores" \
+    "${c0:-(none given: too few cores free of the proxies; they claim their own)}"
   for tokens in ${TOKENS:-8 32 128}; do
     pids=()
     for r in $(seq 1 $((world - 1))); do

@@ -212,15 +212,6 @@ void all_to_all_calls(int rank, const Nccl& nccl, const float* send,
     }
     NCCL_OK(rank, nccl, nccl.group_end());
   };
-  auto check = [&](size_t n) {
-    if (coll == PerfColl::kSendRecv) {
-      return perf_check_recv(host.data(), n, prev);
-    }
-    if (coll == PerfColl::kAllToAll) {
-      return perf_check_all_to_all(host.data(), n, rank, nranks);
-    }
-    return perf_check(host.data(), n, nranks);
-  };
   std::vector<PerfRow> rows;
   for (uint64_t bytes : sizes) {
     const size_t n = bytes / sizeof(float);
@@ -244,7 +235,7 @@ void all_to_all_calls(int rank, const Nccl& nccl, const float* send,
     row.time_us = ms * 1e3 / iters;
     row.host_us =
         std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
-    row.errors = check(n);
+    row.errors = perf_check_result(coll, host.data(), n, rank, nranks);
     if (cfg.lat_calls > 0 && bytes <= cfg.lat_max_bytes) {
       // Isolated calls: the pipeline is empty when each one is issued, so
       // this is what one call costs end to end (the host's issue in C is a
@@ -360,12 +351,7 @@ void all_to_all_calls(int rank, const Nccl& nccl, const float* send,
       row.time_us = std::max(row.time_us, ms * 1e3 / iters);
       CUDA_OK(r,
               cudaMemcpy(x.host.data(), x.recv, bytes, cudaMemcpyDeviceToHost));
-      row.errors +=
-          coll == PerfColl::kSendRecv
-              ? perf_check_recv(x.host.data(), n, (r + nranks - 1) % nranks)
-          : coll == PerfColl::kAllToAll
-              ? perf_check_all_to_all(x.host.data(), n, r, nranks)
-              : perf_check(x.host.data(), n, nranks);
+      row.errors += perf_check_result(coll, x.host.data(), n, r, nranks);
     }
     row.host_us =
         std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;

@@ -128,6 +128,18 @@ uint64_t perf_check_recv(const float* out, size_t n, int from) {
   return count_wrong(out, n, [&](size_t i) { return perf_input(from, i); });
 }
 
+uint64_t perf_check_result(PerfColl coll, const float* out, size_t n, int rank,
+                           int nranks) {
+  switch (coll) {
+    case PerfColl::kSendRecv:
+      return perf_check_recv(out, n, (rank + nranks - 1) % nranks);
+    case PerfColl::kAllToAll:
+      return perf_check_all_to_all(out, n, rank, nranks);
+    default:
+      return perf_check(out, n, nranks);
+  }
+}
+
 uint64_t perf_check_all_to_all(const float* out, size_t n, int rank,
                                int nranks) {
   const size_t m = n / static_cast<size_t>(nranks);

@@ -96,6 +96,11 @@ uint64_t perf_check_recv(const float* out, size_t n, int from);
 uint64_t perf_check_all_to_all(const float* out, size_t n, int rank,
                                int nranks);
 
+// Rank `rank`'s n-element result of `coll` checked by the one of the three
+// above that fits it (sendrecv: against the previous rank's input).
+uint64_t perf_check_result(PerfColl coll, const float* out, size_t n, int rank,
+                           int nranks);
+
 // Output elements of an n-element all_reduce result that are not
 // perf_expected (NaN counts as wrong).
 uint64_t perf_check(const float* out, size_t n, int nranks);

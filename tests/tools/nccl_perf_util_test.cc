@@ -284,6 +284,8 @@ TEST(NcclPerfUtil, AllToAllTakesBlockRankOfEveryRanksInput) {
     }
   }
   EXPECT_EQ(perf_check_all_to_all(out.data(), n, 1, 3), 0u);
+  EXPECT_EQ(perf_check_result(PerfColl::kAllToAll, out.data(), n, 1, 3), 0u);
+  EXPECT_GT(perf_check_result(PerfColl::kAllReduce, out.data(), n, 1, 3), 0u);
   // Read as rank 0's or 2's result, the blocks are other blocks of the
   // inputs: block j of rank r's result should be perf_input(j, r * m + k).
   EXPECT_EQ(perf_check_all_to_all(out.data(), n, 0, 3), 3 * m);

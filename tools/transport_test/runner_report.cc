@@ -172,8 +172,9 @@ void Runner::print_nic_summary() {
   retx_totals(&fast, &rto, &tlp);
   for (const Flow& f : fl_) {
     auto st = ep_->conn_stats(f.conn);
-    if (st.ok()) chunks += st->tx_chunks;
-    if (st.ok()) probes += st->credit_probes;
+    if (!st.ok()) continue;
+    chunks += st->tx_chunks;
+    probes += st->credit_probes;
   }
   // cc=credit: a sender that waited for credit with nothing in flight
   // asked for the receiver's grants again (a lost ACK, or a slow grant).

@@ -118,6 +118,7 @@ Status UcclRDMAEngine::open_ud_qp() {
   ud.max_inline_data = 256;
   ud.qkey = kUdQkey;
   ud.low_priority = cfg_.drive_nic;  // ACKs after the loop's data
+  ud.priority_rx = true;  // ... but not behind a backlog at the receiver
   UCCL_ASSIGN_OR_RETURN(ud_, dev_->create_qp(ud));
   UCCL_RETURN_IF_ERROR(ud_->activate());
   ud_bufs_.assign(static_cast<size_t>(kUdBufs) * kUdBufBytes, 0);

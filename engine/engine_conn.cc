@@ -86,6 +86,7 @@ Status UcclRDMAEngine::create_qps(Conn* c, ConnSetup* s) {
   cq.rc.ack_delay_ns = cfg_.ctrl_ack_delay_ns;
   cq.own_flow_entropy = false;
   cq.low_priority = cfg_.drive_nic;  // descriptors after the loop's data
+  cq.priority_rx = true;  // ... but not behind a backlog at the receiver
   // Descriptors and ACK requests must outlive any overload of the path
   // (the engine's own liveness check finds dead peers): about 3 s of
   // retries. A lost descriptor that nothing follows on the QP (no

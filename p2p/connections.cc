@@ -26,6 +26,13 @@ void nap() { std::this_thread::sleep_for(std::chrono::microseconds(100)); }
 
 Result<uint16_t> Endpoint::listen(uint16_t port) {
   UCCL_ASSIGN_OR_RETURN(uint16_t p, impl_->ep->listen(port));
+  // Where accepted engine connections go (kDataConnTag): a peer's part j
+  // on engine j mod n, whatever its own engine count.
+  const int n = impl_->cfg.num_cpus;
+  for (int j = 0; j < kMaxStripes; ++j) {
+    UCCL_RETURN_IF_ERROR(impl_->ep->place_accepts(kDataConnTag + j, j % n));
+  }
+  UCCL_RETURN_IF_ERROR(impl_->ep->place_accepts(kNotifConnTag, 0));
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->port = p;
   return p;
@@ -72,8 +79,9 @@ Result<ConnHandle> Endpoint::connect(const std::string& ip, uint16_t port,
     }
   };
   for (int j = 0; j < k; ++j) {
-    auto s = impl_->ep->connect_start(ip, port, /*tag=*/0,
-                                      /*engine=*/j < k - 1 ? j : 0);
+    const bool data = j < k - 1;
+    auto s = impl_->ep->connect_start(
+        ip, port, data ? kDataConnTag + j : kNotifConnTag, data ? j : 0);
     if (!s.ok()) {
       close_all();
       return s.status();
@@ -292,6 +300,17 @@ Result<ConnHandle> Endpoint::Impl::add_conn(std::vector<ConnId> engine_conns,
     return st;
   }
   return id;
+}
+
+Result<std::vector<int>> Endpoint::engines_of(ConnHandle c) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  UCCL_ASSIGN_OR_RETURN(P2pConn * pc, impl_->conn_of(c));
+  std::vector<int> engines;
+  for (ConnId e : pc->conns) {
+    UCCL_ASSIGN_OR_RETURN(int engine, impl_->ep->engine_of(e));
+    engines.push_back(engine);
+  }
+  return engines;
 }
 
 Result<P2pConn*> Endpoint::Impl::conn_of(ConnHandle c) {

@@ -58,6 +58,14 @@ struct P2pConn {
   bool notif_rx_dead = false;
 };
 constexpr int kNotifTag = 0x4e4f5446;  // "NOTF"; the group uses tag 0
+// Handshake tags of a group's engine connections: data connection j
+// (kDataConnTag + j) and the notification connection. The acceptor places
+// data connection j on its engine j mod n and notifications on engine 0,
+// as the connector does, so that both ends spread the parts over their
+// engines (left to the fewest-connections rule, an acceptor of several
+// peers could put two data connections of one peer on one engine).
+constexpr uint64_t kDataConnTag = 0x5032504400000000ull;  // "P2PD"
+constexpr uint64_t kNotifConnTag = 0x503250404e4f5446ull;
 
 // What a peer reaches of advertised device memory on a NIC that cannot
 // reach it: page-locked host memory standing in for [off, off + len) of the

@@ -94,10 +94,16 @@ def main():
                     help="every rank on GPU 0 (NCCL_HOSTID per rank; run "
                     "under CUDA MPS), as channel_bench's ranks under "
                     "gpu_channels.sh SHARE_GPU=1")
+    ap.add_argument("--log_dir", default="",
+                    help="keep each rank's NCCL log (with the plugin's "
+                    "engine stats under UCCL_STATS_INTERVAL_S) in this "
+                    "directory instead of a temporary one")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        logs = a.log_dir or tmp
+        os.makedirs(logs, exist_ok=True)
         env = nccl_launch.net_env(a.net, a.plugin, 0, 0,
-                                os.path.join(tmp, "nccl.%h.%p"))
+                                os.path.join(logs, "nccl.%h.%p"))
         out = os.path.join(tmp, "out.txt")
         nccl_launch.spawn(worker, a.world, (nccl_launch.free_port(), out, a), env)
         text = open(out).read()

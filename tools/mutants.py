@@ -186,6 +186,18 @@ MUTANTS = [
      "    if (info.last)\n      c->rec->writes_landed",
      "    if (true)\n      c->rec->writes_landed",
      "engine_tests", "WriteNotifyTest.*"),
+    ("priority-rx-after-data", "transport/udp/soft_device_rx.cc",
+     "  if (prio_fd_ >= 0) {\n    for (int done = 0; done < kRxBudget;) {",
+     "  if (false) {\n    for (int done = 0; done < kRxBudget;) {",
+     "transport_tests", "PriorityRx.*"),
+    ("priority-rx-wait-data-only", "transport/udp/soft_nic.h",
+     "return wait_fd_ >= 0 ? wait_fd_ : fd_;",
+     "return fd_;",
+     "transport_tests", "PriorityRx.*"),
+    ("p2p-accepts-unplaced", "p2p/connections.cc",
+     "ip, port, data ? kDataConnTag + j : kNotifConnTag, data ? j : 0);",
+     "ip, port, 0, data ? j : 0);",
+     "p2p_tests", "P2p.EveryPeersParts*"),
 ]
 
 

@@ -224,6 +224,11 @@ struct QpConfig {
   // normal QPs (control traffic that must not delay data). Backends without
   // service levels ignore it.
   bool low_priority = false;
+  // Its packets arrive on a receive queue of their own, served before the
+  // data queue (control traffic a backlog of data must not delay:
+  // descriptors, ACKs). Backends whose NIC drains its queues at line rate
+  // ignore it.
+  bool priority_rx = false;
   RcAttrs rc;
 };
 

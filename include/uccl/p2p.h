@@ -193,6 +193,9 @@ class Endpoint {
   StagingStats staging_stats() const;
 
   int num_engines() const;
+  // The engine each part of the connection's transfers runs on at this end
+  // (part j on element j).
+  Result<std::vector<int>> engines_of(ConnHandle c);
   // Engine connections dropped at accept: a malformed or contradicting
   // hello, none in hello_timeout_ms, or a group that never completed.
   uint64_t rejected_connections() const;

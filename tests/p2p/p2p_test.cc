@@ -460,6 +460,36 @@ TEST(P2p, AnEmptyBufferNeedsNoAddress) {
             StatusCode::kOutOfRange);
 }
 
+// An acceptor of several peers puts each peer's part j on its engine
+// j mod n, as the connector does: left to the fewest-connections rule, the
+// notification connections (on engine 0) pushed later peers' first parts
+// onto engine 1, and two parts of one peer could share an engine.
+TEST(P2p, EveryPeersPartsSpreadOverTheAcceptorsEngines) {
+  auto server = Endpoint::create(test_config(2));
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto port = (*server)->listen(0);
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::vector<std::unique_ptr<Endpoint>> clients;
+  for (int cpus : {2, 3, 2, 1, 2}) {
+    SCOPED_TRACE("client with " + std::to_string(cpus) + " engines");
+    auto c = Endpoint::create(test_config(cpus));
+    ASSERT_TRUE(c.ok()) << c.status();
+    Result<ConnHandle> acc = Unavailable("");
+    std::thread t([&] { acc = (*server)->accept(20000); });
+    auto conn = (*c)->connect("127.0.0.1", *port, 20000);
+    t.join();
+    ASSERT_TRUE(conn.ok() && acc.ok()) << conn.status() << acc.status();
+    std::vector<int> want;
+    for (int j = 0; j < cpus; ++j) want.push_back(j);
+    EXPECT_EQ(*(*c)->engines_of(*conn), want);
+    for (int& e : want) e %= 2;
+    EXPECT_EQ(*(*server)->engines_of(*acc), want);
+    clients.push_back(std::move(*c));
+  }
+  EXPECT_EQ((*server)->engines_of(12345).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(P2p, BadConfigIsRefused) {
   Config c = test_config();
   c.num_cpus = 0;

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/sock_diag.h>
 #include <netinet/udp.h>
+#include <sys/epoll.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -77,6 +78,11 @@ UCCL_KNOB(int64_t, knob_softnic_rc_window, "UCCL_SOFTNIC_RC_WINDOW", 64,
 // jitter on busy hosts from firing it early; at or above the configured
 // timeout, RTTs change nothing. Retries double it, each wait at most 64x
 // the configured timeout, so a dead peer still takes about as long to find.
+UCCL_KNOB(bool, knob_softnic_priority_rx, "UCCL_SOFTNIC_PRIORITY_RX", true,
+          "Software NIC: QPs that ask for it (the engine's descriptors, "
+          "messages and ACKs) receive on a socket of their own, read before "
+          "the data socket, so a backlog of data datagrams does not delay "
+          "them (false: one receive socket for all).");
 UCCL_KNOB(int64_t, knob_softnic_rc_min_timeout_us,
           "UCCL_SOFTNIC_RC_MIN_TIMEOUT_US", 200,
           "Software NIC RC: the least retransmission timeout the measured "
@@ -121,9 +127,12 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
   UCCL_RETURN_IF_ERROR(d->open_socket(nif));
   d->enable_rx_meta(opts);
   d->tx_ttl_ = params.ttl;
-  if (d->tx_ttl_ > 0 && setsockopt(d->fd_, IPPROTO_IP, IP_TTL, &d->tx_ttl_,
-                                   sizeof(d->tx_ttl_)) != 0) {
-    return ErrnoStatus("software NIC ttl", errno);
+  for (int fd : {d->fd_, d->prio_fd_}) {
+    if (d->tx_ttl_ > 0 && fd >= 0 &&
+        setsockopt(fd, IPPROTO_IP, IP_TTL, &d->tx_ttl_, sizeof(d->tx_ttl_)) !=
+            0) {
+      return ErrnoStatus("software NIC ttl", errno);
+    }
   }
   d->choose_mtu(nif, name, opts, params);
   d->fill_info(nif, name);
@@ -135,33 +144,54 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
   return d;
 }
 
-// The receive socket on the interface's address (its buffer sized by
-// UCCL_SOFTNIC_SOCKBUF_KB), and the knobs the datapath uses, read once.
+// A UDP socket bound to `ipv4_be` on a port the kernel picks, its buffers
+// sized by UCCL_SOFTNIC_SOCKBUF_KB; its address in `*local`.
+Status SoftDevice::open_bound_socket(uint32_t ipv4_be, int* fd,
+                                     sockaddr_in* local) {
+  *fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (*fd < 0) return ErrnoStatus("software NIC socket", errno);
+  set_sockbuf(*fd, sockbuf_bytes_);
+  sockaddr_in addr;
+  std::memset(&addr, 0, sizeof(addr));
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = ipv4_be;
+  addr.sin_port = 0;
+  if (bind(*fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return ErrnoStatus("bind software NIC to " + ipv4_to_string(ipv4_be),
+                       errno);
+  }
+  socklen_t len = sizeof(*local);
+  getsockname(*fd, reinterpret_cast<sockaddr*>(local), &len);
+  return Status::OK();
+}
+
+// The data socket on the interface's address, the priority socket beside
+// it (UCCL_SOFTNIC_PRIORITY_RX) and, with both, an epoll set of the two for
+// an idle owner to wait on; the knobs the datapath uses, read once.
 Status SoftDevice::open_socket(const NetIf& nif) {
-  fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) return ErrnoStatus("software NIC socket", errno);
   sockbuf_bytes_ = static_cast<int>(knob_softnic_sockbuf_kb().get() * 1024);
   tx_budget_ = static_cast<uint32_t>(knob_softnic_tx_budget().get());
   rc_window_pkts_ = static_cast<uint32_t>(knob_softnic_rc_window().get());
   rc_min_timeout_ns_ =
       static_cast<uint64_t>(knob_softnic_rc_min_timeout_us().get()) * 1000;
-  set_sockbuf(fd_, sockbuf_bytes_);
+  UCCL_RETURN_IF_ERROR(open_bound_socket(nif.ipv4_be, &fd_, &local_));
   int rcvbuf = 0;
   socklen_t rl = sizeof(rcvbuf);
   if (getsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &rl) == 0) {
     info_.rx_buffer_bytes = static_cast<uint64_t>(rcvbuf);
   }
-  sockaddr_in addr;
-  std::memset(&addr, 0, sizeof(addr));
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = nif.ipv4_be;
-  addr.sin_port = 0;
-  if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return ErrnoStatus("bind software NIC to " + ipv4_to_string(nif.ipv4_be),
-                       errno);
+  if (!knob_softnic_priority_rx().get()) return Status::OK();
+  UCCL_RETURN_IF_ERROR(open_bound_socket(nif.ipv4_be, &prio_fd_, &prio_local_));
+  wait_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (wait_fd_ < 0) return ErrnoStatus("software NIC epoll", errno);
+  for (int fd : {fd_, prio_fd_}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (epoll_ctl(wait_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      return ErrnoStatus("software NIC epoll_ctl", errno);
+    }
   }
-  socklen_t len = sizeof(local_);
-  getsockname(fd_, reinterpret_cast<sockaddr*>(&local_), &len);
   return Status::OK();
 }
 
@@ -170,10 +200,14 @@ Status SoftDevice::open_socket(const NetIf& nif) {
 // test's) has no known relation to the kernel's CLOCK_REALTIME stamps.
 void SoftDevice::enable_rx_meta(const DeviceOptions& opts) {
   const int on = 1;
+  auto both = [&](int level, int name) {
+    return setsockopt(fd_, level, name, &on, sizeof(on)) == 0 &&
+           (prio_fd_ < 0 ||
+            setsockopt(prio_fd_, level, name, &on, sizeof(on)) == 0);
+  };
   rx_ts_ = opts.rx_timestamps && clock_ == SystemClock::get() &&
-           setsockopt(fd_, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof(on)) == 0;
-  const bool ttl = opts.hop_limits && setsockopt(fd_, IPPROTO_IP, IP_RECVTTL,
-                                                 &on, sizeof(on)) == 0;
+           both(SOL_SOCKET, SO_TIMESTAMPNS);
+  const bool ttl = opts.hop_limits && both(IPPROTO_IP, IP_RECVTTL);
   rx_meta_on_ = rx_ts_ || ttl;
 }
 
@@ -273,6 +307,8 @@ void SoftDevice::alloc_buffers(const DeviceOptions& opts,
 
 SoftDevice::~SoftDevice() {
   if (fd_ >= 0) close(fd_);
+  if (prio_fd_ >= 0) close(prio_fd_);
+  if (wait_fd_ >= 0) close(wait_fd_);
   if (splice_r_ >= 0) close(splice_r_);
   if (splice_w_ >= 0) close(splice_w_);
 }
@@ -281,6 +317,12 @@ PortAddress SoftDevice::port_address() const {
   PortAddress a;
   ipv4_to_gid(local_.sin_addr.s_addr, a.gid);
   a.udp_port = udp_port();
+  return a;
+}
+
+PortAddress SoftDevice::priority_address() const {
+  PortAddress a = port_address();
+  if (prio_fd_ >= 0) a.udp_port = ntohs(prio_local_.sin_port);
   return a;
 }
 
@@ -341,7 +383,9 @@ Result<std::unique_ptr<AddressHandle>> SoftDevice::create_ah(
 
 Result<std::unique_ptr<QueuePair>> SoftDevice::create_qp(const QpConfig& cfg) {
   UCCL_RETURN_IF_ERROR(check_qp_config(cfg, this));
-  int tx_fd = fd_;
+  // A priority QP that shares a socket sends from the priority socket, so
+  // that the address it gives its peers is also its datagrams' source.
+  int tx_fd = cfg.priority_rx && prio_fd_ >= 0 ? prio_fd_ : fd_;
   if (cfg.own_flow_entropy && cfg.type != QpType::kUD) {
     tx_fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (tx_fd < 0) return ErrnoStatus("QP source-port socket", errno);
@@ -378,15 +422,18 @@ Result<std::unique_ptr<QueuePair>> SoftDevice::create_qp(const QpConfig& cfg) {
 }
 
 uint64_t SoftDevice::kernel_drops() const {
-  // SK_MEMINFO_DROPS: datagrams the kernel dropped for this socket (receive
-  // buffer full), the count SO_RXQ_OVFL would report.
-  uint32_t mem[SK_MEMINFO_VARS] = {};
-  socklen_t len = sizeof(mem);
-  if (fd_ < 0 || getsockopt(fd_, SOL_SOCKET, SO_MEMINFO, mem, &len) != 0 ||
-      len < sizeof(uint32_t) * (SK_MEMINFO_DROPS + 1)) {
-    return 0;
+  // SK_MEMINFO_DROPS: datagrams the kernel dropped for a socket (receive
+  // buffer full), the count SO_RXQ_OVFL would report; both sockets'.
+  uint64_t drops = 0;
+  for (int fd : {fd_, prio_fd_}) {
+    uint32_t mem[SK_MEMINFO_VARS] = {};
+    socklen_t len = sizeof(mem);
+    if (fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_MEMINFO, mem, &len) == 0 &&
+        len >= sizeof(uint32_t) * (SK_MEMINFO_DROPS + 1)) {
+      drops += mem[SK_MEMINFO_DROPS];
+    }
   }
-  return mem[SK_MEMINFO_DROPS];
+  return drops;
 }
 
 const SoftCounters& SoftDevice::counters() const {

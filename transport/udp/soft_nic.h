@@ -379,7 +379,8 @@ class SoftDevice final : public Device {
       ProtectionDomain* pd, const PortAddress& dest) override;
   uint32_t progress() override;
   uint32_t flush() override;
-  int wait_fd() const override { return fd_; }  // the data socket
+  // Both receive sockets (an epoll set), or the data socket alone.
+  int wait_fd() const override { return wait_fd_ >= 0 ? wait_fd_ : fd_; }
   void set_trace(TraceFn fn, void* ctx) override {
     trace_fn_ = fn;
     trace_ctx_ = ctx;
@@ -391,6 +392,9 @@ class SoftDevice final : public Device {
   // device, like everything else here.
   const SoftCounters& counters() const;
   uint16_t udp_port() const { return ntohs(local_.sin_port); }
+  // Where a QP with QpConfig::priority_rx is reached: the priority
+  // socket's port (the data socket's with UCCL_SOFTNIC_PRIORITY_RX off).
+  PortAddress priority_address() const;
   uint32_t mtu() const { return mtu_; }
   // Test hook: sets the splice pipe's capacity (F_SETPIPE_SZ), so that a
   // payload larger than it is taken in part and must be copied after all.
@@ -458,10 +462,10 @@ class SoftDevice final : public Device {
   // The counter a datagram of `len` bytes with header `h` is dropped under
   // before any QP sees it (bad CRC, version, lengths), or nullptr.
   uint64_t* header_problem(const WireHeader& h, uint32_t len);
-  // One round: a recvmmsg batch, each datagram handled (and direct placement
-  // turned on by a large WRITE fragment). Datagrams taken, or -1 once the
-  // socket is empty.
-  int receive_batch(uint64_t now_ns);
+  // One round: a recvmmsg batch from socket `fd`, each datagram handled
+  // (and, on the data socket, direct placement turned on by a large WRITE
+  // fragment). Datagrams taken, or -1 once the socket is empty.
+  int receive_batch(uint64_t now_ns, int fd);
   // One round of direct placement: peeks at each datagram's header and lets
   // the kernel copy a large WRITE fragment's payload straight into its
   // destination. Returns like receive_batch().
@@ -490,14 +494,18 @@ class SoftDevice final : public Device {
     cur_rx_ = parse_rx_meta(m, rx_ts_, rx_ts_offset_ns_);
   }
   uint64_t kernel_drops() const;
+  Status open_bound_socket(uint32_t ipv4_be, int* fd, sockaddr_in* local);
   // Payload bytes per packet towards `ipv4_be`; `*local` (if given): the
   // route is loopback, i.e. the peer is on this host.
   Result<uint32_t> path_mtu_to(uint32_t ipv4_be, bool* local = nullptr) const;
 
   DeviceInfo info_;
   Clock* clock_ = nullptr;
-  int fd_ = -1;
+  int fd_ = -1;  // the data socket (and the shared QPs' transmit socket)
   sockaddr_in local_{};
+  // The priority socket (receive only; -1: off) and the epoll set of both.
+  int prio_fd_ = -1, wait_fd_ = -1;
+  sockaddr_in prio_local_{};
   uint32_t mtu_ = 0;
   uint32_t mtu_cap_ = 0;  // knob/option cap on path MTUs
   uint32_t next_qpn_ = 0;

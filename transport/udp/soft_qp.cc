@@ -21,7 +21,7 @@ SoftQp::SoftQp(SoftDevice* dev, const QpConfig& cfg, uint32_t qpn, int tx_fd)
       recv_cq_(static_cast<SoftCq*>(cfg.recv_cq)),
       srq_(static_cast<SoftSrq*>(cfg.srq)),
       tx_fd_(tx_fd),
-      own_fd_(tx_fd != dev->fd_),
+      own_fd_(tx_fd != dev->fd_ && tx_fd != dev->prio_fd_),
       rq_(cfg.srq ? 1 : std::max(cfg.max_recv_wr, 1u), cfg.max_recv_sge) {
   type_ = cfg.type;
   qpn_ = qpn;
@@ -56,7 +56,7 @@ SoftQp::~SoftQp() {
 
 QpInfo SoftQp::local_info() const {
   QpInfo i;
-  i.addr = dev_->port_address();
+  i.addr = cfg_.priority_rx ? dev_->priority_address() : dev_->port_address();
   i.qpn = qpn_;
   i.psn = next_psn_;
   // The largest fragment we accept (a configured cap), not our interface's

@@ -26,9 +26,13 @@ struct Pair {
   std::unique_ptr<MemoryRegion> amr, bmr;
   std::unique_ptr<QueuePair> data_a, data_b, ctrl_a, ctrl_b;
 
+  // `priority`: the devices open their priority sockets and the control
+  // QPs ask for them.
   bool open(bool priority) {
-    auto da = open_device("udp:lo", Side::no_faults());
-    auto db = open_device("udp:lo", Side::no_faults());
+    DeviceOptions o = Side::no_faults();
+    o.backend_params = priority ? "priority_rx=1" : "priority_rx=0";
+    auto da = open_device("udp:lo", o);
+    auto db = open_device("udp:lo", o);
     if (!da.ok() || !db.ok()) return false;
     a = std::move(*da);
     b = std::move(*db);
@@ -149,9 +153,9 @@ TEST(PriorityRx, AControlDatagramIsTakenAheadOfADataBacklog) {
   EXPECT_TRUE(send_done_in_first_progress(true));
 }
 
-// The same with the control QPs on the data socket: the SEND waits behind
-// the backlog (one progress() call takes 128 datagrams), which is what
-// priority_rx is for.
+// The same with one receive socket (priority_rx=0, the default): the SEND
+// waits behind the backlog (one progress() call takes 128 datagrams),
+// which is what the priority socket is for.
 TEST(PriorityRx, WithoutItTheSendWaitsBehindTheBacklog) {
   EXPECT_FALSE(send_done_in_first_progress(false));
 }

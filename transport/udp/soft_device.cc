@@ -78,11 +78,13 @@ UCCL_KNOB(int64_t, knob_softnic_rc_window, "UCCL_SOFTNIC_RC_WINDOW", 64,
 // jitter on busy hosts from firing it early; at or above the configured
 // timeout, RTTs change nothing. Retries double it, each wait at most 64x
 // the configured timeout, so a dead peer still takes about as long to find.
-UCCL_KNOB(bool, knob_softnic_priority_rx, "UCCL_SOFTNIC_PRIORITY_RX", true,
+UCCL_KNOB(bool, knob_softnic_priority_rx, "UCCL_SOFTNIC_PRIORITY_RX", false,
           "Software NIC: QPs that ask for it (the engine's descriptors, "
           "messages and ACKs) receive on a socket of their own, read before "
           "the data socket, so a backlog of data datagrams does not delay "
-          "them (false: one receive socket for all).");
+          "them; costs a receive call per progress round (256 B ping-pong "
+          "0.3-2.7 us slower), so off unless bulk traffic both ways waits "
+          "on control.");
 UCCL_KNOB(int64_t, knob_softnic_rc_min_timeout_us,
           "UCCL_SOFTNIC_RC_MIN_TIMEOUT_US", 200,
           "Software NIC RC: the least retransmission timeout the measured "
@@ -124,7 +126,9 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
     faults = *f;
   }
   d->faults_ = std::make_unique<FaultInjector>(faults);
-  UCCL_RETURN_IF_ERROR(d->open_socket(nif));
+  UCCL_RETURN_IF_ERROR(d->open_socket(
+      nif, params.priority_rx >= 0 ? params.priority_rx == 1
+                                   : knob_softnic_priority_rx().get()));
   d->enable_rx_meta(opts);
   d->tx_ttl_ = params.ttl;
   for (int fd : {d->fd_, d->prio_fd_}) {
@@ -166,9 +170,9 @@ Status SoftDevice::open_bound_socket(uint32_t ipv4_be, int* fd,
 }
 
 // The data socket on the interface's address, the priority socket beside
-// it (UCCL_SOFTNIC_PRIORITY_RX) and, with both, an epoll set of the two for
-// an idle owner to wait on; the knobs the datapath uses, read once.
-Status SoftDevice::open_socket(const NetIf& nif) {
+// it (`priority_rx`) and, with both, an epoll set of the two for an idle
+// owner to wait on; the knobs the datapath uses, read once.
+Status SoftDevice::open_socket(const NetIf& nif, bool priority_rx) {
   sockbuf_bytes_ = static_cast<int>(knob_softnic_sockbuf_kb().get() * 1024);
   tx_budget_ = static_cast<uint32_t>(knob_softnic_tx_budget().get());
   rc_window_pkts_ = static_cast<uint32_t>(knob_softnic_rc_window().get());
@@ -180,7 +184,7 @@ Status SoftDevice::open_socket(const NetIf& nif) {
   if (getsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &rl) == 0) {
     info_.rx_buffer_bytes = static_cast<uint64_t>(rcvbuf);
   }
-  if (!knob_softnic_priority_rx().get()) return Status::OK();
+  if (!priority_rx) return Status::OK();
   UCCL_RETURN_IF_ERROR(open_bound_socket(nif.ipv4_be, &prio_fd_, &prio_local_));
   wait_fd_ = epoll_create1(EPOLL_CLOEXEC);
   if (wait_fd_ < 0) return ErrnoStatus("software NIC epoll", errno);

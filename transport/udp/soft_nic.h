@@ -52,6 +52,9 @@ struct SoftNicParams {
   // 1 = splice large unsummed payloads marked SendWr::payload_stable (the
   // kernel takes the pages, no copy; wire.h, "Spliced payloads"); 0 = copy.
   int splice = -1;
+  // 1 = QPs with QpConfig::priority_rx receive on a socket of their own,
+  // read first; 0 = one receive socket (UCCL_SOFTNIC_PRIORITY_RX).
+  int priority_rx = -1;
   // IP TTL of every datagram this device sends, 1..255 (-1: the system's,
   // net.ipv4.ip_default_ttl). Peers see hops as the start's distance to
   // what arrives (transport::hops_from_hop_limit).
@@ -405,7 +408,7 @@ class SoftDevice final : public Device {
 
  private:
   // open()'s steps.
-  Status open_socket(const NetIf& nif);
+  Status open_socket(const NetIf& nif, bool priority_rx);
   void choose_mtu(const NetIf& nif, const std::string& name,
                   const DeviceOptions& opts, const SoftNicParams& params);
   void fill_info(const NetIf& nif, const std::string& name);

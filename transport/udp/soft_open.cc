@@ -61,13 +61,16 @@ Result<SoftNicParams> SoftNicParams::parse(const std::string& text) {
       p.local_crc = b;
     } else if (key == "splice" && parse_knob_value(val, &b)) {
       p.splice = b;
+    } else if (key == "priority_rx" && parse_knob_value(val, &b)) {
+      p.priority_rx = b;
     } else if (key == "ttl" && parse_knob_value(val, &v) && v >= 1 &&
                v <= 255) {
       p.ttl = static_cast<int>(v);
     } else {
       return InvalidArgument("software NIC option '" + item +
                              "': expected direct_rx_bytes=<bytes>, "
-                             "local_crc=0|1, splice=0|1 or ttl=1..255");
+                             "local_crc=0|1, splice=0|1, priority_rx=0|1 "
+                             "or ttl=1..255");
     }
   }
   return p;

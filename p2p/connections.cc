@@ -4,6 +4,7 @@
 // handing the connection out.
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -26,13 +27,15 @@ void nap() { std::this_thread::sleep_for(std::chrono::microseconds(100)); }
 
 Result<uint16_t> Endpoint::listen(uint16_t port) {
   UCCL_ASSIGN_OR_RETURN(uint16_t p, impl_->ep->listen(port));
-  // Where accepted engine connections go (kDataConnTag): a peer's part j
-  // on engine j mod n, whatever its own engine count.
+  // Where accepted engine connections go (p2p_impl.h, kDataConnTag).
   const int n = impl_->cfg.num_cpus;
-  for (int j = 0; j < kMaxStripes; ++j) {
-    UCCL_RETURN_IF_ERROR(impl_->ep->place_accepts(kDataConnTag + j, j % n));
+  for (int r = 0; r < kTagRotations; ++r) {
+    for (int j = 0; j < kMaxStripes; ++j) {
+      UCCL_RETURN_IF_ERROR(impl_->ep->place_accepts(
+          kDataConnTag + r * kMaxStripes + j, (r + j) % n));
+    }
+    UCCL_RETURN_IF_ERROR(impl_->ep->place_accepts(kNotifConnTag + r, r % n));
   }
-  UCCL_RETURN_IF_ERROR(impl_->ep->place_accepts(kNotifConnTag, 0));
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->port = p;
   return p;
@@ -78,10 +81,14 @@ Result<ConnHandle> Endpoint::connect(const std::string& ip, uint16_t port,
       if (c != 0) (void)impl_->ep->close(c);
     }
   };
+  // The acceptor's engines for this group start at rotation r (p2p_impl.h).
+  static std::atomic<uint32_t> next_rotation{std::random_device{}()};
+  const uint32_t r = next_rotation.fetch_add(1) % kTagRotations;
   for (int j = 0; j < k; ++j) {
     const bool data = j < k - 1;
     auto s = impl_->ep->connect_start(
-        ip, port, data ? kDataConnTag + j : kNotifConnTag, data ? j : 0);
+        ip, port, data ? kDataConnTag + r * kMaxStripes + j : kNotifConnTag + r,
+        data ? j : 0);
     if (!s.ok()) {
       close_all();
       return s.status();

@@ -58,14 +58,18 @@ struct P2pConn {
   bool notif_rx_dead = false;
 };
 constexpr int kNotifTag = 0x4e4f5446;  // "NOTF"; the group uses tag 0
-// Handshake tags of a group's engine connections: data connection j
-// (kDataConnTag + j) and the notification connection. The acceptor places
-// data connection j on its engine j mod n and notifications on engine 0,
-// as the connector does, so that both ends spread the parts over their
-// engines (left to the fewest-connections rule, an acceptor of several
-// peers could put two data connections of one peer on one engine).
+// Handshake tags of a group's engine connections: data connection j of a
+// group with rotation r (kDataConnTag + r * kMaxStripes + j) and its
+// notification connection (kNotifConnTag + r). The acceptor places data
+// connection j on its engine (r + j) mod n and notifications on r mod n:
+// one peer's parts on distinct engines (up to n of them), and peers with
+// fewer engines than the acceptor's, rotated by r (which the connector
+// takes from a process-wide counter), over all of them. Left to the
+// fewest-connections rule, an acceptor of several peers connecting at once
+// could put two parts of one peer on one engine.
 constexpr uint64_t kDataConnTag = 0x5032504400000000ull;  // "P2PD"
-constexpr uint64_t kNotifConnTag = 0x503250404e4f5446ull;
+constexpr uint64_t kNotifConnTag = 0x503250404e4f5400ull;
+constexpr int kTagRotations = 16;
 
 // What a peer reaches of advertised device memory on a NIC that cannot
 // reach it: page-locked host memory standing in for [off, off + len) of the

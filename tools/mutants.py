@@ -195,9 +195,9 @@ MUTANTS = [
      "return fd_;",
      "transport_tests", "PriorityRx.*"),
     ("p2p-accepts-unplaced", "p2p/connections.cc",
-     "ip, port, data ? kDataConnTag + j : kNotifConnTag, data ? j : 0);",
-     "ip, port, 0, data ? j : 0);",
-     "p2p_tests", "P2p.EveryPeersParts*"),
+     "data ? kDataConnTag + r * kMaxStripes + j : kNotifConnTag + r,",
+     "data ? 0 * r : 0,",
+     "p2p_tests", "P2p.*Engines*"),
 ]
 
 

@@ -1,9 +1,9 @@
 // Raw kernel-socket throughput (TCP streams, UDP blast): the baseline every
 // transport_test benchmark prints next to its own figure, from the same run.
 //
-//   socket_bench --proto=tcp --streams=4 --duration_s=5          (loopback
-//   pair) socket_bench --server --proto=tcp --port=19998               (two
-//   hosts) socket_bench --serverip=10.199.0.2 --proto=tcp --port=19998
+//   socket_bench --proto=tcp --streams=4 --duration_s=5      # loopback pair
+//   socket_bench --server --proto=tcp --port=19998           # receiver host
+//   socket_bench --serverip=10.199.0.2 --proto=tcp --port=19998  # sender
 //
 // The receiver counts bytes (UDP: what arrived, losses excluded) and prints
 // the rate; --json adds one machine-readable line. UDP datagrams carry a

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -460,34 +461,76 @@ TEST(P2p, AnEmptyBufferNeedsNoAddress) {
             StatusCode::kOutOfRange);
 }
 
-// An acceptor of several peers puts each peer's part j on its engine
-// j mod n, as the connector does: left to the fewest-connections rule, the
-// notification connections (on engine 0) pushed later peers' first parts
-// onto engine 1, and two parts of one peer could share an engine.
-TEST(P2p, EveryPeersPartsSpreadOverTheAcceptorsEngines) {
+// Connects `cpus`-engine clients one after another to `server` (listening
+// on `port`); returns each accepted connection's engines at the server,
+// after checking the client's own (part j on engine j).
+std::vector<std::vector<int>> accepted_engines(Endpoint* server, uint16_t port,
+                                               const std::vector<int>& cpus) {
+  std::vector<std::vector<int>> out;
+  std::vector<std::unique_ptr<Endpoint>> clients;
+  for (int k : cpus) {
+    SCOPED_TRACE("client with " + std::to_string(k) + " engines");
+    auto c = Endpoint::create(test_config(k));
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (!c.ok()) return out;
+    Result<ConnHandle> acc = Unavailable("");
+    std::thread t([&] { acc = server->accept(20000); });
+    auto conn = (*c)->connect("127.0.0.1", port, 20000);
+    t.join();
+    EXPECT_TRUE(conn.ok() && acc.ok()) << conn.status() << acc.status();
+    if (!conn.ok() || !acc.ok()) return out;
+    std::vector<int> want;
+    for (int j = 0; j < k; ++j) want.push_back(j);
+    EXPECT_EQ(*(*c)->engines_of(*conn), want);
+    out.push_back(*server->engines_of(*acc));
+    clients.push_back(std::move(*c));
+  }
+  return out;
+}
+
+// An acceptor puts a peer's parts on consecutive engines of its own (from
+// the rotation the connector names), so on distinct ones where it has as
+// many; left to the fewest-connections rule, peers connecting at once
+// could get two parts on one engine.
+TEST(P2p, EachPeersPartsGoOnConsecutiveEnginesOfTheAcceptor) {
   auto server = Endpoint::create(test_config(2));
   ASSERT_TRUE(server.ok()) << server.status();
   auto port = (*server)->listen(0);
   ASSERT_TRUE(port.ok()) << port.status();
-  std::vector<std::unique_ptr<Endpoint>> clients;
-  for (int cpus : {2, 3, 2, 1, 2}) {
-    SCOPED_TRACE("client with " + std::to_string(cpus) + " engines");
-    auto c = Endpoint::create(test_config(cpus));
-    ASSERT_TRUE(c.ok()) << c.status();
-    Result<ConnHandle> acc = Unavailable("");
-    std::thread t([&] { acc = (*server)->accept(20000); });
-    auto conn = (*c)->connect("127.0.0.1", *port, 20000);
-    t.join();
-    ASSERT_TRUE(conn.ok() && acc.ok()) << conn.status() << acc.status();
-    std::vector<int> want;
-    for (int j = 0; j < cpus; ++j) want.push_back(j);
-    EXPECT_EQ(*(*c)->engines_of(*conn), want);
-    for (int& e : want) e %= 2;
-    EXPECT_EQ(*(*server)->engines_of(*acc), want);
-    clients.push_back(std::move(*c));
+  const std::vector<int> cpus = {2, 3, 2, 1, 2};
+  auto got = accepted_engines(server->get(), *port, cpus);
+  ASSERT_EQ(got.size(), cpus.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].size(), static_cast<size_t>(cpus[i]));
+    for (int j = 0; j < cpus[i]; ++j) {
+      EXPECT_EQ(got[i][j], (got[i][0] + j) % 2) << "client " << i;
+    }
   }
   EXPECT_EQ((*server)->engines_of(12345).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// Peers with fewer engines than the acceptor start at successive engines
+// of it (a process's connections take successive rotations), so together
+// they reach all of the acceptor's engines.
+TEST(P2p, PeersWithFewerEnginesReachAllOfTheAcceptors) {
+  auto server = Endpoint::create(test_config(4));
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto port = (*server)->listen(0);
+  ASSERT_TRUE(port.ok()) << port.status();
+  auto got = accepted_engines(server->get(), *port, {2, 2, 2, 2});
+  ASSERT_EQ(got.size(), 4u);
+  std::vector<int> firsts;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].size(), 2u);
+    EXPECT_EQ(got[i][1], (got[i][0] + 1) % 4) << "client " << i;
+    if (i > 0) {
+      EXPECT_EQ(got[i][0], (got[i - 1][0] + 1) % 4) << "client " << i;
+    }
+    firsts.push_back(got[i][0]);
+  }
+  std::sort(firsts.begin(), firsts.end());
+  EXPECT_EQ(firsts, (std::vector<int>{0, 1, 2, 3}));
 }
 
 TEST(P2p, BadConfigIsRefused) {

@@ -12,7 +12,7 @@ from uccl import p2p
 SIZES = [0, 1, 4096, 1 << 20, 3 << 20]
 
 
-def _server(q_port, q_desc, sizes):
+def _server(q_port, q_desc, sizes, q_done):
     ep = p2p.Endpoint(num_cpus=2, device="udp:lo", stripe_bytes=256 << 10)
     q_port.put(ep.listen())
     conn = ep.accept(timeout_ms=20000)
@@ -37,17 +37,19 @@ def _server(q_port, q_desc, sizes):
     assert notifs == [(conn, b"landed")]
     ep.send_notif(conn, notifs[0][1] + b" back")
     ep.recv(conn, mr, buf)  # the client's last word: it is done
+    q_done.get(timeout=30)  # and its send completed (_vec_server says why)
 
 
 @pytest.fixture()
 def pair():
     ctx = mp.get_context("spawn")
-    q_port, q_desc = ctx.Queue(), ctx.Queue()
-    proc = ctx.Process(target=_server, args=(q_port, q_desc, SIZES))
+    q_port, q_desc, q_done = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=_server, args=(q_port, q_desc, SIZES, q_done))
     proc.start()
     ep = p2p.Endpoint(num_cpus=2, device="udp:lo", stripe_bytes=256 << 10)
     conn = ep.connect("127.0.0.1", q_port.get(timeout=30), timeout_ms=20000)
     yield ep, conn, q_desc
+    q_done.put(True)
     proc.join(timeout=30)
     assert proc.exitcode == 0
 
@@ -129,7 +131,7 @@ def test_misuse_raises_errors_with_codes():
         ep.dereg(mr)
 
 
-def _vec_server(q_port, q_desc, lens):
+def _vec_server(q_port, q_desc, lens, q_done):
     ep = p2p.Endpoint(num_cpus=2, device="udp:lo", stripe_bytes=256 << 10)
     q_port.put(ep.listen())
     conn = ep.accept(timeout_ms=20000)
@@ -143,13 +145,18 @@ def _vec_server(q_port, q_desc, lens):
     rmr = ep.reg(region)
     q_desc.put(ep.advertise(rmr, 0, region.nbytes))
     ep.recv(conn, mrs[0], bufs[0])  # the client is done reading
+    # Up until the client's last send has completed: the receive completes
+    # before this side's engine acknowledges it, and a process that exits
+    # in between fails that send at the client (the peer went away).
+    q_done.get(timeout=30)
 
 
 def test_vectored_send_write_read():
     lens = [0, 1, 4096, 700000, 33]
     ctx = mp.get_context("spawn")
-    q_port, q_desc = ctx.Queue(), ctx.Queue()
-    proc = ctx.Process(target=_vec_server, args=(q_port, q_desc, lens))
+    q_port, q_desc, q_done = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=_vec_server,
+                       args=(q_port, q_desc, lens, q_done))
     proc.start()
     try:
         ep = p2p.Endpoint(num_cpus=2, device="udp:lo",
@@ -193,6 +200,7 @@ def test_vectored_send_write_read():
         assert e.value.code == "INVALID_ARGUMENT"
         ep.send(conn, omr[1], out[1])
     finally:
+        q_done.put(True)
         proc.join(timeout=30)
     assert proc.exitcode == 0
 

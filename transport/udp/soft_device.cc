@@ -70,6 +70,13 @@ UCCL_KNOB(int64_t, knob_softnic_rc_window, "UCCL_SOFTNIC_RC_WINDOW", 64,
           "Software NIC RC: most unacknowledged packets per QP (go-back-N "
           "window).",
           1, 1 << 20);
+UCCL_KNOB(bool, knob_softnic_priority_rx, "UCCL_SOFTNIC_PRIORITY_RX", false,
+          "Software NIC: QPs that ask for it (the engine's descriptors, "
+          "messages and ACKs) receive on a socket of their own, read before "
+          "the data socket, so a backlog of data datagrams does not delay "
+          "them; costs a receive call per progress round (256 B ping-pong "
+          "0.3-2.7 us slower), so off unless bulk traffic both ways waits "
+          "on control.");
 // The timeout an RC QP starts from follows its measured RTT (srtt + 4
 // rttvar, RFC 6298) when that is shorter than the configured one, so a lost
 // packet that nothing follows (a lone receive descriptor, the tail of a
@@ -78,13 +85,6 @@ UCCL_KNOB(int64_t, knob_softnic_rc_window, "UCCL_SOFTNIC_RC_WINDOW", 64,
 // jitter on busy hosts from firing it early; at or above the configured
 // timeout, RTTs change nothing. Retries double it, each wait at most 64x
 // the configured timeout, so a dead peer still takes about as long to find.
-UCCL_KNOB(bool, knob_softnic_priority_rx, "UCCL_SOFTNIC_PRIORITY_RX", false,
-          "Software NIC: QPs that ask for it (the engine's descriptors, "
-          "messages and ACKs) receive on a socket of their own, read before "
-          "the data socket, so a backlog of data datagrams does not delay "
-          "them; costs a receive call per progress round (256 B ping-pong "
-          "0.3-2.7 us slower), so off unless bulk traffic both ways waits "
-          "on control.");
 UCCL_KNOB(int64_t, knob_softnic_rc_min_timeout_us,
           "UCCL_SOFTNIC_RC_MIN_TIMEOUT_US", 200,
           "Software NIC RC: the least retransmission timeout the measured "

@@ -57,7 +57,8 @@ struct P2pConn {
   int notif_rx_head = 0, notif_tx_next = 0;
   bool notif_rx_dead = false;
 };
-constexpr int kNotifTag = 0x4e4f5446;  // "NOTF"; the group uses tag 0
+// Message tag of notifications ("NOTF"); the group's data messages use 0.
+constexpr int kNotifTag = 0x4e4f5446;
 // Handshake tags of a group's engine connections: data connection j of a
 // group with rotation r (kDataConnTag + r * kMaxStripes + j) and its
 // notification connection (kNotifConnTag + r). The acceptor places data

@@ -99,44 +99,23 @@ void SoftDevice::send_datagram(WireHeader* hdr, const iovec* payload, int niov,
     }
   }
   for (int copy = 0; copy < (d.duplicate ? 2 : 1); ++copy) {
-    if (tx_count_ == kTxBatch || (tx_count_ > 0 && fd != tx_fd_)) flush_tx();
-    int k = tx_count_++;
-    tx_fd_ = fd;
-    tx_hdrs_[k] = *hdr;
-    tx_iov_[k][0].iov_base = &tx_hdrs_[k];
-    tx_iov_[k][0].iov_len = sizeof(WireHeader);
-    for (int i = 0; i < niov; ++i) tx_iov_[k][i + 1] = payload[i];
-    msghdr& m = tx_msgs_[k].msg_hdr;
-    std::memset(&m, 0, sizeof(m));
-    m.msg_iov = tx_iov_[k];
-    m.msg_iovlen = static_cast<size_t>(niov + 1);
-    if (dest != nullptr) {
-      tx_dest_[k] = *dest;
-      m.msg_name = &tx_dest_[k];
-      m.msg_namelen = sizeof(sockaddr_in);
-    }
+    if (tx_batch_.needs_flush_for(fd)) flush_tx();
+    tx_batch_.add(fd, *hdr, payload, niov, dest);
   }
 }
 
 void SoftDevice::flush_tx() {
-  int sent = 0;
-  if (trace_fn_ && tx_count_ > 0) {
-    trace_fn_(trace_ctx_, "nic_tx", static_cast<uint32_t>(tx_count_), now_ns());
+  if (tx_batch_.empty()) return;
+  if (trace_fn_) {
+    trace_fn_(trace_ctx_, "nic_tx", static_cast<uint32_t>(tx_batch_.size()),
+              now_ns());
   }
-  while (sent < tx_count_) {
-    int n = sendmmsg(tx_fd_, tx_msgs_ + sent, tx_count_ - sent, MSG_DONTWAIT);
-    if (n > 0) {
-      sent += n;
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    // EAGAIN/ENOBUFS (socket full) or an ICMP error on a connected socket
-    // (peer gone): the datagram is lost, as on a congested or broken link.
-    counters_.tx_errors += 1;
-    VLOG(kVlogPacket) << "sendmmsg: " << strerror(errno);
-    ++sent;
-  }
-  tx_count_ = 0;
+  TxBatchCounters c;
+  tx_batch_.flush(&c);
+  counters_.tx_errors += c.errors;
+  counters_.tx_gso_sends += c.gso_sends;
+  counters_.tx_gso_segments += c.gso_segments;
+  counters_.tx_gso_refused += c.gso_refused;
 }
 
 void SoftDevice::splice_datagram(const WireHeader* hdr, const iovec* payload,

@@ -15,6 +15,7 @@
 #include "transport/soft/soft_pd.h"
 #include "transport/udp/netif.h"
 #include "transport/udp/rx_meta.h"
+#include "transport/udp/tx_batch.h"
 #include "transport/udp/wire.h"
 
 namespace uccl::transport::udp {
@@ -55,6 +56,9 @@ struct SoftNicParams {
   // 1 = QPs with QpConfig::priority_rx receive on a socket of their own,
   // read first; 0 = one receive socket (UCCL_SOFTNIC_PRIORITY_RX).
   int priority_rx = -1;
+  // 1 = runs of equal-sized datagrams to one peer go as one UDP GSO
+  // message (tx_batch.h); 0 = one message per datagram (UCCL_SOFTNIC_GSO).
+  int gso = -1;
   // IP TTL of every datagram this device sends, 1..255 (-1: the system's,
   // net.ipv4.ip_default_ttl). Peers see hops as the start's distance to
   // what arrives (transport::hops_from_hop_limit).
@@ -77,6 +81,9 @@ struct SoftCounters {
   // copied after all because the pages could not be taken.
   uint64_t tx_spliced = 0;
   uint64_t tx_splice_fallbacks = 0;
+  // UDP GSO (tx_batch.h): messages that carried several datagrams, those
+  // datagrams, and messages the kernel refused (after one, GSO is off).
+  uint64_t tx_gso_sends = 0, tx_gso_segments = 0, tx_gso_refused = 0;
   uint64_t drop_malformed = 0;  // short, bad magic/opcode/lengths
   uint64_t drop_bad_version = 0;
   uint64_t drop_bad_crc = 0;     // header or payload CRC32C mismatch
@@ -553,15 +560,7 @@ class SoftDevice final : public Device {
   uint32_t direct_misses_ = 0;
   uint64_t direct_large_ns_ = 0;  // when the last large datagram was seen
 
-  // Transmit batch (sendmmsg).
-  static constexpr int kTxBatch = 32;
-  static constexpr int kMaxIov = kMaxSge + 1;
-  WireHeader tx_hdrs_[kTxBatch];
-  mmsghdr tx_msgs_[kTxBatch];
-  iovec tx_iov_[kTxBatch][kMaxIov];
-  sockaddr_in tx_dest_[kTxBatch];
-  int tx_count_ = 0;
-  int tx_fd_ = -1;
+  TxBatch tx_batch_;  // the next sendmmsg (UDP GSO where the kernel has it)
   // Private copies of a datagram: a received one handled again (duplicate,
   // released after a hold), and one transmitted with faults. Separate, as
   // handling a received datagram may transmit.

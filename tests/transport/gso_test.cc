@@ -160,16 +160,19 @@ TEST(TxBatchTest, AKernelThatRefusesGsoLosesNothingAndGsoStaysOff) {
   EXPECT_EQ(c.errors, 0u);
 }
 
-// Two devices on lo with a 1 KiB MTU: a 300 KiB WRITE leaves in GSO runs
-// and arrives as its datagrams, byte-exact, on RC and UC.
+// Two devices on lo with a 1 KiB MTU: a 300 KiB WRITE leaves in GSO runs,
+// which the receiver takes whole (GRO) or the kernel cuts, and arrives
+// byte-exact, on RC and UC.
 class SoftNicGsoTest : public ::testing::TestWithParam<QpType> {};
 
 TEST_P(SoftNicGsoTest, SmallMtuWritesLeaveInRunsAndArriveWhole) {
-  for (bool gso : {true, false}) {
-    SCOPED_TRACE(gso ? "gso=1" : "gso=0");
+  for (const char* params : {"gso=1,gro=1", "gso=1,gro=0", "gso=0,gro=1"}) {
+    SCOPED_TRACE(params);
+    const bool gso = std::strstr(params, "gso=1") != nullptr;
+    const bool gro = std::strstr(params, "gro=1") != nullptr;
     DeviceOptions o = Side::no_faults();
     o.mtu_bytes = 1024;
-    o.backend_params = gso ? "gso=1" : "gso=0";
+    o.backend_params = params;
     constexpr uint32_t kLen = 300 * 1024 + 100;  // a shorter last datagram
     auto a = Side::make(GetParam(), kLen + 4096, o);
     auto b = Side::make(GetParam(), kLen + 4096, o);
@@ -181,7 +184,8 @@ TEST_P(SoftNicGsoTest, SmallMtuWritesLeaveInRunsAndArriveWhole) {
     const auto& cb = cnt(b.get());
     EXPECT_EQ(ca.tx_errors, 0u);
     EXPECT_EQ(ca.tx_gso_refused, 0u);
-    // Each datagram arrives on its own (the receiver counts datagrams).
+    EXPECT_EQ(cb.drop_malformed, 0u);
+    // The receiver counts every datagram, coalesced or not.
     EXPECT_GE(cb.rx_packets, (kLen + 1023) / 1024);
     if (gso) {
       EXPECT_GT(ca.tx_gso_sends, 0u);
@@ -192,7 +196,47 @@ TEST_P(SoftNicGsoTest, SmallMtuWritesLeaveInRunsAndArriveWhole) {
       EXPECT_EQ(ca.tx_gso_sends, 0u);
       EXPECT_EQ(ca.tx_gso_segments, 0u);
     }
+    if (gso && gro) {
+      EXPECT_GT(cb.rx_gro_packets, 0u);
+    } else {
+      EXPECT_EQ(cb.rx_gro_packets, 0u);
+    }
   }
+}
+
+// A coalesced buffer is split and each datagram in it judged alone: three
+// junk datagrams sent as one GSO run are three malformed drops.
+TEST(SoftNicGroTest, EachDatagramOfACoalescedBufferIsJudgedAlone) {
+  DeviceOptions o = Side::no_faults();
+  o.backend_params = "gro=1";
+  auto b = Side::make(QpType::kUC, 4096, o);
+  ASSERT_TRUE(b);
+  const udp::SoftCounters before = cnt(b.get());
+  UdpSocket from;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port =
+      htons(static_cast<udp::SoftDevice*>(b->dev.get())->udp_port());
+  TxBatch batch;
+  std::vector<Datagram> dg;
+  for (uint32_t i = 0; i < 3; ++i) dg.emplace_back(i, 500);
+  for (const Datagram& d : dg) {
+    iovec iov{const_cast<uint8_t*>(d.payload.data()), d.payload.size()};
+    batch.add(from.fd, d.hdr, &iov, 1, &to);
+  }
+  TxBatchCounters c;
+  batch.flush(&c);
+  ASSERT_EQ(c.gso_sends, 1u);
+  ASSERT_TRUE(drive(
+      {b.get()},
+      [&] { return cnt(b.get()).drop_malformed >= before.drop_malformed + 3; },
+      3000))
+      << b->dev->counters_text();
+  const udp::SoftCounters& after = cnt(b.get());
+  EXPECT_EQ(after.drop_malformed, before.drop_malformed + 3);
+  EXPECT_EQ(after.rx_packets, before.rx_packets + 3);
+  EXPECT_EQ(after.rx_gro_packets, before.rx_gro_packets + 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Qp, SoftNicGsoTest,

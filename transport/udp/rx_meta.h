@@ -1,8 +1,9 @@
 // What the kernel tells the software NIC about each received datagram in
-// control messages: its arrival time (SO_TIMESTAMPNS) and IP TTL.
+// control messages: its arrival time, IP TTL and, if coalesced, segment size.
 #pragma once
 
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -14,11 +15,15 @@ namespace uccl::transport::udp {
 struct RxMeta {
   uint64_t arrival_ns = 0;  // on the device's clock; 0 = unknown
   int ttl = -1;             // -1 = unknown
+  // UDP GRO (UDP_GRO on the socket): the buffer holds datagrams of this
+  // size end to end, the last possibly shorter; 0 = one datagram.
+  uint32_t gro_segment = 0;
 };
 
-// Control-message room per datagram for both.
-constexpr size_t kRxCmsgBytes =
-    CMSG_SPACE(sizeof(timespec)) + CMSG_SPACE(sizeof(int));
+// Control-message room per datagram for all three.
+constexpr size_t kRxCmsgBytes = CMSG_SPACE(sizeof(timespec)) +
+                                CMSG_SPACE(sizeof(int)) +
+                                CMSG_SPACE(sizeof(int));
 
 // Reads m's control messages. The kernel stamps CLOCK_REALTIME;
 // `realtime_to_clock_ns` is the device clock minus CLOCK_REALTIME, taken
@@ -38,6 +43,11 @@ inline RxMeta parse_rx_meta(const msghdr& m, bool convert,
     } else if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TTL &&
                c->cmsg_len >= CMSG_LEN(sizeof(int))) {
       std::memcpy(&r.ttl, CMSG_DATA(c), sizeof(int));
+    } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+               c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+      int seg = 0;
+      std::memcpy(&seg, CMSG_DATA(c), sizeof(int));
+      if (seg > 0) r.gro_segment = static_cast<uint32_t>(seg);
     }
   }
   return r;

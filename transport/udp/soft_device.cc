@@ -84,6 +84,11 @@ UCCL_KNOB(bool, knob_softnic_gso, "UCCL_SOFTNIC_GSO", true,
           "device or not at all); where the kernel refuses it, single "
           "datagrams. Matters where the MTU is small (Ethernet, veth), not on "
           "loopback's 64 KiB datagrams.");
+UCCL_KNOB(bool, knob_softnic_gro, "UCCL_SOFTNIC_GRO", true,
+          "Software NIC: the data socket takes UDP GRO buffers (datagrams of "
+          "one flow the kernel coalesced, e.g. a peer's GSO run through lo "
+          "or a veth, or a NIC's GRO) and splits them, so the kernel neither "
+          "cuts them into skbs nor queues each alone.");
 // The timeout an RC QP starts from follows its measured RTT (srtt + 4
 // rttvar, RFC 6298) when that is shorter than the configured one, so a lost
 // packet that nothing follows (a lone receive descriptor, the tail of a
@@ -137,6 +142,11 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
       nif, params.priority_rx >= 0 ? params.priority_rx == 1
                                    : knob_softnic_priority_rx().get()));
   d->enable_rx_meta(opts);
+  if (params.gro >= 0 ? params.gro == 1 : knob_softnic_gro().get()) {
+    const int on = 1;
+    d->rx_gro_ = setsockopt(d->fd_, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0;
+    d->rx_meta_on_ = d->rx_meta_on_ || d->rx_gro_;
+  }
   d->tx_ttl_ = params.ttl;
   d->tx_batch_.set_gso(params.gso >= 0 ? params.gso == 1
                                        : knob_softnic_gso().get());
@@ -297,6 +307,10 @@ void SoftDevice::alloc_buffers(const DeviceOptions& opts,
     rx_msgs_[i].msg_hdr.msg_iovlen = 1;
     rx_msgs_[i].msg_hdr.msg_name = &rx_from_[i];
     rx_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+    if (rx_meta_on_) {
+      rx_msgs_[i].msg_hdr.msg_control = rx_cbuf_[i];
+      rx_msgs_[i].msg_hdr.msg_controllen = kRxCmsgBytes;
+    }
   }
   direct_rx_bytes_ = static_cast<uint32_t>(
       params.direct_rx_bytes >= 0
@@ -473,6 +487,7 @@ std::string SoftDevice::counters_text() const {
   UCCL_COUNTER(rx_packets);
   UCCL_COUNTER(rx_bytes);
   UCCL_COUNTER(rx_direct);
+  UCCL_COUNTER(rx_gro_packets);
   UCCL_COUNTER(tx_unsummed);
   UCCL_COUNTER(tx_spliced);
   UCCL_COUNTER(tx_splice_fallbacks);

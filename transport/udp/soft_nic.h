@@ -15,6 +15,7 @@
 #include "transport/soft/soft_pd.h"
 #include "transport/udp/netif.h"
 #include "transport/udp/rx_meta.h"
+#include "transport/udp/soft_counters.h"
 #include "transport/udp/tx_batch.h"
 #include "transport/udp/wire.h"
 
@@ -59,64 +60,14 @@ struct SoftNicParams {
   // 1 = runs of equal-sized datagrams to one peer go as one UDP GSO
   // message (tx_batch.h); 0 = one message per datagram (UCCL_SOFTNIC_GSO).
   int gso = -1;
+  // 1 = the data socket takes datagrams the kernel coalesced (UDP_GRO),
+  // split here; 0 = one datagram per receive (UCCL_SOFTNIC_GRO).
+  int gro = -1;
   // IP TTL of every datagram this device sends, 1..255 (-1: the system's,
   // net.ipv4.ip_default_ttl). Peers see hops as the start's distance to
   // what arrives (transport::hops_from_hop_limit).
   int ttl = -1;
   static Result<SoftNicParams> parse(const std::string& text);
-};
-
-// Everything the software NIC counts. Receive-side drops are by reason.
-struct SoftCounters {
-  uint64_t tx_packets = 0, tx_bytes = 0;  // datagrams to the kernel, payload
-  uint64_t rx_packets = 0, rx_bytes = 0;  // datagrams from the kernel
-  // Of rx_packets: WRITE fragments the kernel copied straight into their
-  // destination (UCCL_SOFTNIC_DIRECT_RX_BYTES), skipping the staging copy.
-  uint64_t rx_direct = 0;
-  // Of tx_packets: sent without a payload CRC to a peer on this host that
-  // takes that (UCCL_SOFTNIC_LOCAL_CRC; wire.h, "Unsummed payloads").
-  uint64_t tx_unsummed = 0;
-  // Of tx_unsummed: payloads the kernel took by reference (vmsplice and
-  // splice, no copy; wire.h, "Spliced payloads"), and those that had to be
-  // copied after all because the pages could not be taken.
-  uint64_t tx_spliced = 0;
-  uint64_t tx_splice_fallbacks = 0;
-  // UDP GSO (tx_batch.h): messages that carried several datagrams, those
-  // datagrams, and messages the kernel refused (after one, GSO is off).
-  uint64_t tx_gso_sends = 0, tx_gso_segments = 0, tx_gso_refused = 0;
-  uint64_t drop_malformed = 0;  // short, bad magic/opcode/lengths
-  uint64_t drop_bad_version = 0;
-  uint64_t drop_bad_crc = 0;     // header or payload CRC32C mismatch
-  uint64_t drop_unknown_qp = 0;  // no such QPN, or not from its peer
-  // UC/RC: not from the address and port the QP is connected to.
-  uint64_t drop_wrong_source = 0;
-  // RC: an ACK or NAK about nothing outstanding (stale, or forged).
-  uint64_t drop_stale_ack = 0;
-  uint64_t drop_wrong_state = 0;  // QP not ready to receive
-  uint64_t drop_bad_rkey = 0;
-  uint64_t drop_out_of_bounds = 0;
-  uint64_t drop_no_access = 0;        // region lacks the needed right
-  uint64_t drop_no_recv = 0;          // UC/UD: no receive posted
-  uint64_t drop_recv_too_small = 0;   // message longer than the receive
-  uint64_t drop_out_of_sequence = 0;  // PSN gap (UC aborts the message)
-  uint64_t drop_duplicate = 0;        // PSN already seen (RC)
-  uint64_t drop_qkey = 0;             // UD qkey mismatch
-  uint64_t drop_cq_full = 0;          // no room for the completion
-  uint64_t tx_errors = 0;             // sendmsg failed (counted as loss)
-  uint64_t rc_retransmits = 0;        // packets sent again (go-back-N)
-  uint64_t rc_timeouts = 0;
-  // RC QPs whose timer progress() ran, summed over calls: only those with
-  // sends outstanding, so idle QPs add nothing.
-  uint64_t rc_timer_checks = 0;
-  uint64_t acks_sent = 0, naks_sent = 0, rnr_naks_sent = 0;
-  uint64_t acks_received = 0;
-  // ACKs held for a reply (RcAttrs::ack_delay_ns) that a request carried
-  // back (kFlagAck), and those received so: no datagram of their own.
-  uint64_t acks_carried = 0, acks_carried_received = 0;
-  uint64_t fault_hold_overflow = 0;  // delay/reorder skipped: pool full
-  // Dropped by the kernel (socket full): read from the socket (SO_MEMINFO)
-  // when the counters are read, so the datagram path pays nothing for it.
-  uint64_t drop_kernel_rcvbuf = 0;
 };
 
 class SoftDevice;
@@ -476,6 +427,13 @@ class SoftDevice final : public Device {
   // (and, on the data socket, direct placement turned on by a large WRITE
   // fragment). Datagrams taken, or -1 once the socket is empty.
   int receive_batch(uint64_t now_ns, int fd);
+  // Takes a received buffer: one datagram, or (UDP GRO, cur_rx_) several
+  // end to end, each counted, fault-injected and handled on its own.
+  void take_datagrams(uint8_t* buf, uint32_t len, const sockaddr_in& from,
+                      uint64_t now_ns, int fd);
+  // `alone`: not one of several coalesced (direct placement may follow).
+  void take_datagram(uint8_t* buf, uint32_t len, const sockaddr_in& from,
+                     uint64_t now_ns, int fd, bool alone);
   // One round of direct placement: peeks at each datagram's header and lets
   // the kernel copy a large WRITE fragment's payload straight into its
   // destination. Returns like receive_batch().
@@ -498,7 +456,8 @@ class SoftDevice final : public Device {
     return a != 0 && a < now ? a : now;
   }
   int rx_ttl() const { return cur_rx_.ttl; }
-  // Receive-call setup for control messages, and reading them per datagram.
+  // Control messages: set up for the next receive call (`count`: slots
+  // the last one used), and read per datagram.
   void prepare_rx_meta(int count);
   void take_rx_meta(const msghdr& m) {
     cur_rx_ = parse_rx_meta(m, rx_ts_, rx_ts_offset_ns_);
@@ -551,10 +510,11 @@ class SoftDevice final : public Device {
   // Control messages (DeviceOptions::rx_timestamps, hop_limits): one
   // buffer per batch slot; the device clock minus CLOCK_REALTIME, taken
   // per receive call; the datagram being handled's.
-  bool rx_meta_on_ = false, rx_ts_ = false;
+  bool rx_meta_on_ = false, rx_ts_ = false, rx_gro_ = false;
   int64_t rx_ts_offset_ns_ = 0;
   int tx_ttl_ = -1;  // SoftNicParams::ttl
   alignas(cmsghdr) char rx_cbuf_[kRxBatch][kRxCmsgBytes];
+  int rx_cmsg_used_ = 0;  // slots whose msg_controllen the kernel set
   RxMeta cur_rx_;
   bool direct_mode_ = false;
   uint32_t direct_misses_ = 0;

@@ -65,6 +65,8 @@ Result<SoftNicParams> SoftNicParams::parse(const std::string& text) {
       p.priority_rx = b;
     } else if (key == "gso" && parse_knob_value(val, &b)) {
       p.gso = b;
+    } else if (key == "gro" && parse_knob_value(val, &b)) {
+      p.gro = b;
     } else if (key == "ttl" && parse_knob_value(val, &v) && v >= 1 &&
                v <= 255) {
       p.ttl = static_cast<int>(v);
@@ -72,7 +74,7 @@ Result<SoftNicParams> SoftNicParams::parse(const std::string& text) {
       return InvalidArgument(
           "software NIC option '" + item +
           "': expected direct_rx_bytes=<bytes>, "
-          "local_crc=0|1, splice=0|1, priority_rx=0|1, gso=0|1 "
+          "local_crc=0|1, splice=0|1, priority_rx=0|1, gso=0|1, gro=0|1 "
           "or ttl=1..255");
     }
   }

@@ -75,6 +75,13 @@ namespace uccl::transport::udp {
 // (MAX_SKB_FRAGS 17), so with splicing on the payload MTU is at most 15
 // pages (61440 B with 4 KiB pages: 16 pages at any alignment), and a
 // fragment over 16 pages is copied.
+//
+// Segmentation offload (UCCL_SOFTNIC_GSO, UCCL_SOFTNIC_GRO): a sender may
+// hand the kernel a run of datagrams as one UDP GSO message and a receiver
+// may take several as one GRO buffer (transport/udp/tx_batch.h). Neither
+// changes the wire: each datagram is the one above, with its own UDP
+// header, header CRC and length; a receiver splits a GRO buffer at the
+// segment size the kernel reports and judges each datagram alone.
 
 constexpr uint32_t kWireMagic = 0x55434C31;  // "UCL1"
 constexpr uint8_t kWireVersion = 1;

@@ -216,8 +216,7 @@ TEST(SoftNicGroTest, EachDatagramOfACoalescedBufferIsJudgedAlone) {
   sockaddr_in to{};
   to.sin_family = AF_INET;
   to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  to.sin_port =
-      htons(static_cast<udp::SoftDevice*>(b->dev.get())->udp_port());
+  to.sin_port = htons(static_cast<udp::SoftDevice*>(b->dev.get())->udp_port());
   TxBatch batch;
   std::vector<Datagram> dg;
   for (uint32_t i = 0; i < 3; ++i) dg.emplace_back(i, 500);

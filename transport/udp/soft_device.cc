@@ -143,9 +143,11 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
                                    : knob_softnic_priority_rx().get()));
   d->enable_rx_meta(opts);
   if (params.gro >= 0 ? params.gro == 1 : knob_softnic_gro().get()) {
+    // GRO's segment size comes in a control message (RxMeta).
     const int on = 1;
-    d->rx_gro_ = setsockopt(d->fd_, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0;
-    d->rx_meta_on_ = d->rx_meta_on_ || d->rx_gro_;
+    if (setsockopt(d->fd_, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0) {
+      d->rx_meta_on_ = true;
+    }
   }
   d->tx_ttl_ = params.ttl;
   d->tx_batch_.set_gso(params.gso >= 0 ? params.gso == 1

@@ -507,10 +507,10 @@ class SoftDevice final : public Device {
   // UCCL_SOFTNIC_RC_* knobs, read once at open).
   uint32_t rc_window_pkts_ = 64;
   uint64_t rc_min_timeout_ns_ = 200000;
-  // Control messages (DeviceOptions::rx_timestamps, hop_limits): one
+  // Control messages (DeviceOptions::rx_timestamps, hop_limits, UDP GRO): one
   // buffer per batch slot; the device clock minus CLOCK_REALTIME, taken
   // per receive call; the datagram being handled's.
-  bool rx_meta_on_ = false, rx_ts_ = false, rx_gro_ = false;
+  bool rx_meta_on_ = false, rx_ts_ = false;
   int64_t rx_ts_offset_ns_ = 0;
   int tx_ttl_ = -1;  // SoftNicParams::ttl
   alignas(cmsghdr) char rx_cbuf_[kRxBatch][kRxCmsgBytes];

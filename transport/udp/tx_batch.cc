@@ -76,30 +76,31 @@ void TxBatch::build_run(int k, int first, int end) {
 }
 
 void TxBatch::flush(TxBatchCounters* c) {
-  if (count_ == 0) return;
-  if (!gso_) {
-    send_single(0, count_, c);
-    count_ = 0;
-    return;
-  }
+  // A refused GSO run turns GSO off, and what is left goes again as
+  // single datagrams.
+  for (int first = 0; first < count_;) first = send_runs(build_runs(first), c);
+  count_ = 0;
+}
+
+int TxBatch::build_runs(int from) {
   int runs = 0;
-  for (int i = 0; i < count_;) {
+  for (int i = from; i < count_;) {
     const uint32_t seg = len_[i];
     uint32_t total = seg;
     int end = i + 1;
-    while (end < count_ && end - i < kMaxGsoSegments && same_dest(i, end) &&
-           len_[end] <= seg && total + len_[end] <= kMaxGsoBytes) {
+    while (gso_ && end < count_ && end - i < kMaxGsoSegments &&
+           same_dest(i, end) && len_[end] <= seg &&
+           total + len_[end] <= kMaxGsoBytes) {
       total += len_[end];
       if (len_[end++] < seg) break;  // only the last may be shorter
     }
     build_run(runs++, i, end);
     i = end;
   }
-  send_runs(runs, c);
-  count_ = 0;
+  return runs;
 }
 
-void TxBatch::send_runs(int n, TxBatchCounters* c) {
+int TxBatch::send_runs(int n, TxBatchCounters* c) {
   int sent = 0;
   while (sent < n) {
     const int got = sendmmsg(fd_, out_ + sent, n - sent, MSG_DONTWAIT);
@@ -123,8 +124,7 @@ void TxBatch::send_runs(int n, TxBatchCounters* c) {
       gso_ = false;
       LOG(WARNING) << "software NIC: the kernel refused UDP GSO ("
                    << strerror(err) << "); sending single datagrams";
-      send_single(first_[sent], count_, c);
-      return;
+      return first_[sent];
     }
     // EAGAIN/ENOBUFS (socket full) or an ICMP error on a connected socket
     // (peer gone): the run's datagrams are lost, as on a congested or
@@ -133,21 +133,7 @@ void TxBatch::send_runs(int n, TxBatchCounters* c) {
     VLOG(kVlogPacket) << "sendmmsg: " << strerror(err);
     ++sent;
   }
-}
-
-void TxBatch::send_single(int first, int end, TxBatchCounters* c) {
-  int sent = first;
-  while (sent < end) {
-    const int got = sendmmsg(fd_, msgs_ + sent, end - sent, MSG_DONTWAIT);
-    if (got > 0) {
-      sent += got;
-      continue;
-    }
-    if (got < 0 && errno == EINTR) continue;
-    c->errors += 1;
-    VLOG(kVlogPacket) << "sendmmsg: " << strerror(errno);
-    ++sent;
-  }
+  return count_;
 }
 
 }  // namespace uccl::transport::udp

@@ -60,10 +60,13 @@ class TxBatch {
   bool same_dest(int a, int b) const;
   // Datagrams [first, end) of a run, as one message at out_[k].
   void build_run(int k, int first, int end);
+  // Datagrams [from, count_) as runs at out_ (single datagrams with GSO
+  // off); how many runs.
+  int build_runs(int from);
   // Sends out_[0..n) (run k: datagrams first_[k].. of count run_[k]).
-  void send_runs(int n, TxBatchCounters* c);
-  // Sends datagrams [first, end) one message each (no GSO).
-  void send_single(int first, int end, TxBatchCounters* c);
+  // Returns count_, or the first datagram of a run the kernel refused GSO
+  // for (GSO is off from then on).
+  int send_runs(int n, TxBatchCounters* c);
 
   bool gso_ = true;
   int count_ = 0;

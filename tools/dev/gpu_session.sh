@@ -24,7 +24,8 @@
 #                                 all_reduce with and without it, same rounds
 #   tools/dev/gpu_session.sh shaped   nccl_perf with each rank in its own
 #                                 network namespace over a veth pair shaped
-#                                 to $RATES Gb/s (tbf, $QUEUE_KB KiB queue)
+#                                 to $RATES Gb/s (tbf, $QUEUE_KB KiB queue;
+#                                 "none": no bottleneck)
 #                                 with random loss $LOSSES (iptables): UCCL
 #                                 with each CC and NCCL's Socket (its
 #                                 defaults: Socket 4x4 hangs at setup
@@ -219,9 +220,14 @@ case "$PART" in
           echo "== ${rate} Gb/s, ${QUEUE_KB:-1024} KiB queue, loss $loss, flow order: $order"
           oflag=""
           [ "$order" = reorder ] && oflag=--reorder
-          $TB up --name=nt --rate="${rate}gbit" --queue_kb="${QUEUE_KB:-1024}" \
-            --mtu=9000 --loss="$loss" --burst_kb="${BURST_KB:-auto}" $oflag || exit 1
-          NCCL_SOCKET_IFNAME=nt-v UCCL_LINK_GBPS=$rate timeout 500 "$C/bin/nccl_perf" \
+          # RATES=none: the same namespaces and veth with no bottleneck (the
+          # host's own ceiling for the figures at a rate).
+          rflag="--rate=${rate}gbit --queue_kb=${QUEUE_KB:-1024} --burst_kb=${BURST_KB:-auto}"
+          link=$rate
+          [ "$rate" = none ] && rflag="" && link=0
+          # shellcheck disable=SC2086
+          $TB up --name=nt $rflag --mtu=9000 --loss="$loss" $oflag || exit 1
+          NCCL_SOCKET_IFNAME=nt-v UCCL_LINK_GBPS=$link timeout 500 "$C/bin/nccl_perf" \
             --nccl_lib="$NCCL_LIB" --plugin="$C/libnccl-net-uccl.so" --netns=nt-a,nt-b $SHARE_FLAG \
             --rounds="${ROUNDS:-1}" --sizes="${SIZES:-1M,16M,64M}" --coll="${COLL:-all_reduce}" \
             --lat_calls=0 --per_round=false --timeout_s="${TIMEOUT_S:-240}" \

@@ -235,7 +235,8 @@ case "$PART" in
             --json="$OUT/shaped_${rate}_${loss}_${order}_${COLL:-all_reduce}.json" 2>&1 |
             tee "$OUT/shaped_${rate}_${loss}_${order}_${COLL:-all_reduce}.log" |
             grep -E "^\||FAIL|round"
-          echo "dropped by the link: a $($TB drops --name=nt a), b $($TB drops --name=nt b)"
+          echo "dropped by the link: a $($TB drops --name=nt a), b $($TB drops --name=nt b);" \
+            "by the bottleneck's queue: a $($TB qdrops --name=nt a), b $($TB qdrops --name=nt b)"
           $TB down --name=nt >/dev/null
         done
       done

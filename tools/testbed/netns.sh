@@ -9,6 +9,8 @@
 #   tools/testbed/netns.sh ip a|b                  print that side's address
 #   tools/testbed/netns.sh qdisc a|b               tc -s qdisc of that side
 #   tools/testbed/netns.sh drops a|b               arrivals --loss dropped there
+#   tools/testbed/netns.sh qdrops a|b              packets the bottleneck's
+#                                                  queue dropped leaving there
 #   tools/testbed/netns.sh down [--name=uccl]      remove everything
 #
 # Side a is 10.199.0.1, side b 10.199.0.2 (/24). The bottleneck applies to
@@ -296,8 +298,23 @@ case "$cmd" in
     ip netns exec "$n" "$ipt" -L INPUT -v -n -x 2>/dev/null |
       awk -v d="$d" '$3 == "DROP" && $6 == d { s += $1 } END { print s + 0 }'
     ;;
+  qdrops)
+    need_root
+    case "$side" in
+      a) n=$ns_a d=$if_a ;;
+      b) n=$ns_b d=$if_b ;;
+      *) echo "netns.sh qdrops: give a or b" >&2; exit 2 ;;
+    esac
+    # tc -s prints "Sent B bytes P pkt (dropped D, overlimits O ...)" per
+    # qdisc; the tbf (handle 10:) is the bottleneck's queue.
+    ip netns exec "$n" tc -s qdisc show dev "$d" 2>/dev/null |
+      awk '/qdisc tbf/ { t = 1; next } /^qdisc/ { t = 0 }
+           t && /dropped/ { gsub(",", ""); for (i = 1; i < NF; ++i)
+             if ($i == "(dropped") s += $(i + 1) }
+           END { print s + 0 }'
+    ;;
   *)
-    sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'
     [ -z "$cmd" ] || [ "$cmd" = "help" ] || [ "$cmd" = "--help" ] || exit 2
     ;;
 esac

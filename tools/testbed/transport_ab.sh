@@ -7,14 +7,14 @@
 # at once (each direction's figure; NCCL's collectives load both), RAW=0:
 # no raw sockets.
 # Usage: [RATE=100gbit] [QUEUE_KB=1024] [MTU=9000] [ROUNDS=2] [ENGINES=4]
-#   [NFLOW=ENGINES] [PERFTYPE=tpt|bi] [RAW=1|0]
+#   [BURST_KB=auto] [NFLOW=ENGINES] [PERFTYPE=tpt|bi] [RAW=1|0]
 #   [SETTINGS="name=ENV=V:ENV=V ..."] tools/testbed/transport_ab.sh [build-dir]
 set -u
 B=${1:-build}/bin
 [ -f gpu_netroot/env.sh ] && source gpu_netroot/env.sh
 TB=tools/testbed/netns.sh
 N=${ENGINES:-4}
-rate=(--rate="${RATE:-100gbit}" --queue_kb="${QUEUE_KB:-1024}")
+rate=(--rate="${RATE:-100gbit}" --queue_kb="${QUEUE_KB:-1024}" --burst_kb="${BURST_KB:-auto}")
 [ "${RATE:-}" = none ] && rate=()
 $TB up --name=st "${rate[@]}" --mtu="${MTU:-9000}" || exit 1
 trap '$TB down --name=st >/dev/null' EXIT

@@ -22,6 +22,8 @@ class SoftNicTestAccess {
                               const sockaddr_in& from, uint64_t now_ns) {
     static_cast<SoftDevice*>(dev)->handle_datagram(buf, len, from, now_ns);
   }
+  // The device's data socket.
+  static int rx_fd(Device* dev) { return static_cast<SoftDevice*>(dev)->fd_; }
   // The PSN a UC/RC QP expects next from its peer.
   static uint32_t expected_psn(QueuePair* qp) {
     return static_cast<SoftQp*>(qp)->epsn_;

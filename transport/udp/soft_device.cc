@@ -66,6 +66,13 @@ UCCL_KNOB(int64_t, knob_softnic_tx_budget, "UCCL_SOFTNIC_TX_BUDGET", 32,
           "Software NIC: most datagrams one QP sends per progress call.", 1,
           4096);
 
+UCCL_KNOB(int64_t, knob_softnic_rx_budget, "UCCL_SOFTNIC_RX_BUDGET", 128,
+          "Software NIC: most datagrams one progress call takes from the "
+          "sockets (a GRO buffer counts as the datagrams in it, the last "
+          "batch may pass it by a buffer's worth); the engine handles "
+          "completions, sends and ACKs between calls.",
+          1, 1 << 20);
+
 UCCL_KNOB(int64_t, knob_softnic_rc_window, "UCCL_SOFTNIC_RC_WINDOW", 64,
           "Software NIC RC: most unacknowledged packets per QP (go-back-N "
           "window).",
@@ -147,6 +154,7 @@ Result<std::unique_ptr<SoftDevice>> SoftDevice::open(
     const int on = 1;
     if (setsockopt(d->fd_, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0) {
       d->rx_meta_on_ = true;
+      d->rx_segs_hint_ = kGroMaxSegments;
     }
   }
   d->tx_ttl_ = params.ttl;
@@ -196,6 +204,7 @@ Status SoftDevice::open_bound_socket(uint32_t ipv4_be, int* fd,
 Status SoftDevice::open_socket(const NetIf& nif, bool priority_rx) {
   sockbuf_bytes_ = static_cast<int>(knob_softnic_sockbuf_kb().get() * 1024);
   tx_budget_ = static_cast<uint32_t>(knob_softnic_tx_budget().get());
+  rx_budget_ = static_cast<int>(knob_softnic_rx_budget().get());
   rc_window_pkts_ = static_cast<uint32_t>(knob_softnic_rc_window().get());
   rc_min_timeout_ns_ =
       static_cast<uint64_t>(knob_softnic_rc_min_timeout_us().get()) * 1000;

@@ -112,25 +112,33 @@ void SoftDevice::transmit_pending(uint64_t now) {
 }
 
 void SoftDevice::progress_rx(uint64_t now) {
-  // Rounds of up to kRxBatch datagrams each, up to the budget per call (the
-  // owner reacts to completions only between calls). The priority socket
-  // first: its control datagrams do not wait behind the data socket's
-  // backlog, which at a few GB/s of 64 KiB datagrams is hundreds of us.
+  // Rounds of up to kRxBatch buffers each, up to the budget of datagrams
+  // per call (the owner reacts to completions only between calls). The
+  // priority socket first: its control datagrams do not wait behind the
+  // data socket's backlog, which at a few GB/s of 64 KiB datagrams is
+  // hundreds of us.
   if (prio_fd_ >= 0) {
-    for (int done = 0; done < kRxBudget;) {
-      const int n = receive_batch(now, prio_fd_);
+    for (int done = 0; done < rx_budget_;) {
+      const int n = receive_batch(now, prio_fd_, kRxBatch);
       if (n < 0) break;
       done += n;
     }
   }
-  for (int done = 0; done < kRxBudget;) {
-    const int n = direct_mode_ ? receive_direct(now) : receive_batch(now, fd_);
+  for (int done = 0; done < rx_budget_;) {
+    const int n = direct_mode_
+                      ? receive_direct(now)
+                      : receive_batch(now, fd_, rx_bufs_for(rx_budget_ - done));
     if (n < 0) return;  // the data socket is empty
     done += n;
   }
 }
 
-int SoftDevice::receive_batch(uint64_t now, int fd) {
+int SoftDevice::rx_bufs_for(int left) const {
+  const int g = rx_segs_hint_;
+  return std::clamp((left + g - 1) / g, 1, kRxBatch);
+}
+
+int SoftDevice::receive_batch(uint64_t now, int fd, int bufs) {
   // Control messages only for what was asked (timestamps, TTLs) and for
   // UDP GRO, whose message the kernel writes only with a coalesced buffer.
   // The kernel's drop count is read from the socket when the counters are
@@ -140,12 +148,15 @@ int SoftDevice::receive_batch(uint64_t now, int fd) {
   // sockaddr_in on this IPv4 socket, so msg_namelen stays as set up).
   if (rx_meta_on_) prepare_rx_meta(rx_cmsg_used_);
   rx_cmsg_used_ = 0;
-  int n = recvmmsg(fd, rx_msgs_, kRxBatch, MSG_DONTWAIT, nullptr);
+  int n = recvmmsg(fd, rx_msgs_, static_cast<unsigned>(bufs), MSG_DONTWAIT,
+                   nullptr);
   if (n <= 0) return -1;
   rx_cmsg_used_ = n;
   if (trace_fn_) {
     trace_fn_(trace_ctx_, "nic_rx", static_cast<uint32_t>(n), now_ns());
   }
+  int taken = 0;
+  uint32_t most = 1;  // datagrams in the fullest buffer
   for (int i = 0; i < n; ++i) {
     auto* buf = static_cast<uint8_t*>(rx_iov_[i].iov_base);
     const uint32_t len = rx_msgs_[i].msg_len;
@@ -153,28 +164,35 @@ int SoftDevice::receive_batch(uint64_t now, int fd) {
       ++counters_.rx_packets;
       counters_.rx_bytes += len;
       ++counters_.drop_malformed;
+      ++taken;
       continue;
     }
     if (rx_meta_on_) take_rx_meta(rx_msgs_[i].msg_hdr);
-    take_datagrams(buf, len, rx_from_[i], now, fd);
+    const uint32_t k = take_datagrams(buf, len, rx_from_[i], now, fd);
+    taken += static_cast<int>(k);
+    most = std::max(most, k);
   }
   cur_rx_ = RxMeta{};
-  return n < kRxBatch ? -1 : n;
+  if (fd == fd_) rx_segs_hint_ = static_cast<int>(most);
+  return n < bufs ? -1 : taken;
 }
 
-void SoftDevice::take_datagrams(uint8_t* buf, uint32_t len,
-                                const sockaddr_in& from, uint64_t now, int fd) {
+uint32_t SoftDevice::take_datagrams(uint8_t* buf, uint32_t len,
+                                    const sockaddr_in& from, uint64_t now,
+                                    int fd) {
   // Coalesced by the kernel (UDP GRO): datagrams of one size end to end,
   // the last possibly shorter, each taken as if it came alone.
   const uint32_t seg = cur_rx_.gro_segment;
   if (seg == 0 || seg >= len) {
     take_datagram(buf, len, from, now, fd, true);
-    return;
+    return 1;
   }
   ++counters_.rx_gro_packets;
-  for (uint32_t off = 0; off < len; off += seg) {
+  uint32_t k = 0;
+  for (uint32_t off = 0; off < len; off += seg, ++k) {
     take_datagram(buf + off, std::min(seg, len - off), from, now, fd, false);
   }
+  return k;
 }
 
 void SoftDevice::take_datagram(uint8_t* buf, uint32_t len,
@@ -220,10 +238,11 @@ void SoftDevice::take_datagram(uint8_t* buf, uint32_t len,
 int SoftDevice::receive_direct(uint64_t now) {
   const uint32_t min_len = sizeof(WireHeader) + std::max(direct_rx_bytes_, 1u);
   if (rx_meta_on_) prepare_rx_meta(0);
+  int taken = 0;  // datagrams (a coalesced buffer counts as those in it)
   for (int k = 0; k < kRxBatch; ++k) {
     if (faults_->enabled(Direction::kRx)) {  // switched on at run time
       direct_mode_ = false;
-      return k + 1;
+      return std::max(taken, 1);
     }
     WireHeader h;
     sockaddr_in from{};
@@ -240,9 +259,10 @@ int SoftDevice::receive_direct(uint64_t now) {
         header_problem(h, sizeof(WireHeader) + h.payload_len) == nullptr) {
       // Datagrams the kernel coalesced (UDP GRO): one receive takes them
       // all, so none is placed; batched receives again.
-      if (!receive_one_staged(now)) return -1;
+      const int s = receive_one_staged(now);
+      if (s < 0) return -1;
       direct_mode_ = false;
-      return k + 1;
+      return taken + s;
     }
     if (len >= min_len) {
       direct_misses_ = 0;
@@ -258,10 +278,12 @@ int SoftDevice::receive_direct(uint64_t now) {
                now - direct_large_ns_ >= kDirectRxQuietNs) {
       direct_mode_ = false;  // small datagrams only: batched receives again
       direct_misses_ = 0;
-      return k + 1;
+      return std::max(taken, 1);
     }
     if (dst == nullptr) {  // validated, counted and handled as usual
-      if (!receive_one_staged(now)) return -1;
+      const int s = receive_one_staged(now);
+      if (s < 0) return -1;
+      taken += s;
       continue;
     }
     WireHeader got;
@@ -278,6 +300,7 @@ int SoftDevice::receive_direct(uint64_t now) {
     }
     ssize_t r = recvmsg(fd_, &m, MSG_DONTWAIT);
     if (r < 0) return -1;
+    ++taken;
     ++counters_.rx_packets;
     counters_.rx_bytes += static_cast<uint64_t>(r);
     if (trace_fn_) trace_fn_(trace_ctx_, "nic_rx", 1, now_ns());
@@ -294,10 +317,10 @@ int SoftDevice::receive_direct(uint64_t now) {
     qp->on_packet(got, dst, got_from, now);  // checks payload_crc in place
     cur_rx_ = RxMeta{};
   }
-  return kRxBatch;
+  return taken;
 }
 
-bool SoftDevice::receive_one_staged(uint64_t now) {
+int SoftDevice::receive_one_staged(uint64_t now) {
   sockaddr_in from{};
   iovec iov{rx_iov_[0].iov_base, kRxBufBytes};
   msghdr m{};
@@ -310,18 +333,19 @@ bool SoftDevice::receive_one_staged(uint64_t now) {
     m.msg_controllen = kRxCmsgBytes;
   }
   ssize_t n = recvmsg(fd_, &m, MSG_DONTWAIT);
-  if (n < 0) return false;
+  if (n < 0) return -1;
   if (rx_meta_on_) take_rx_meta(m);
+  uint32_t k = 1;
   if (m.msg_flags & MSG_TRUNC) {
     ++counters_.rx_packets;
     counters_.rx_bytes += static_cast<uint64_t>(n);
     ++counters_.drop_malformed;
   } else {
-    take_datagrams(static_cast<uint8_t*>(iov.iov_base),
-                   static_cast<uint32_t>(n), from, now, fd_);
+    k = take_datagrams(static_cast<uint8_t*>(iov.iov_base),
+                       static_cast<uint32_t>(n), from, now, fd_);
   }
   cur_rx_ = RxMeta{};
-  return true;
+  return static_cast<int>(k);
 }
 
 uint64_t* SoftDevice::header_problem(const WireHeader& h, uint32_t len) {

@@ -423,14 +423,19 @@ class SoftDevice final : public Device {
   // The counter a datagram of `len` bytes with header `h` is dropped under
   // before any QP sees it (bad CRC, version, lengths), or nullptr.
   uint64_t* header_problem(const WireHeader& h, uint32_t len);
-  // One round: a recvmmsg batch from socket `fd`, each datagram handled
-  // (and, on the data socket, direct placement turned on by a large WRITE
-  // fragment). Datagrams taken, or -1 once the socket is empty.
-  int receive_batch(uint64_t now_ns, int fd);
+  // One round: a recvmmsg batch of up to `bufs` kernel buffers from socket
+  // `fd`, each datagram handled (and, on the data socket, direct placement
+  // turned on by a large WRITE fragment). Datagrams taken (a GRO buffer
+  // counts as those in it), or -1 once the socket is empty.
+  int receive_batch(uint64_t now_ns, int fd, int bufs);
+  // Kernel buffers to ask for so that `left` datagrams of the call's budget
+  // are not overrun by more than a buffer's worth (rx_segs_hint_).
+  int rx_bufs_for(int left) const;
   // Takes a received buffer: one datagram, or (UDP GRO, cur_rx_) several
   // end to end, each counted, fault-injected and handled on its own.
-  void take_datagrams(uint8_t* buf, uint32_t len, const sockaddr_in& from,
-                      uint64_t now_ns, int fd);
+  // Returns how many it held.
+  uint32_t take_datagrams(uint8_t* buf, uint32_t len, const sockaddr_in& from,
+                          uint64_t now_ns, int fd);
   // `alone`: not one of several coalesced (direct placement may follow).
   void take_datagram(uint8_t* buf, uint32_t len, const sockaddr_in& from,
                      uint64_t now_ns, int fd, bool alone);
@@ -438,8 +443,9 @@ class SoftDevice final : public Device {
   // the kernel copy a large WRITE fragment's payload straight into its
   // destination. Returns like receive_batch().
   int receive_direct(uint64_t now_ns);
-  // Receives the next datagram alone into staging and handles it.
-  bool receive_one_staged(uint64_t now_ns);
+  // Receives the next buffer alone into staging and handles it: the
+  // datagrams it held, or -1 when the socket is empty.
+  int receive_one_staged(uint64_t now_ns);
   // Sends / handles the held packets of direction `dir` that are due (by
   // time, or by count when a packet of that direction passed).
   void release_held(uint64_t now_ns, bool packet_passed, Direction dir);
@@ -491,8 +497,20 @@ class SoftDevice final : public Device {
 
   // Receive staging (recvmmsg batch).
   static constexpr int kRxBatch = 32;
-  static constexpr int kRxBudget = 4 * kRxBatch;  // per progress() call
   static constexpr uint32_t kRxBufBytes = 65536;
+  // Most datagrams the kernel coalesces into one GRO buffer (its
+  // UDP_GRO_CNT_MAX; also a GSO run's most, TxBatch::kMaxGsoSegments).
+  static constexpr int kGroMaxSegments = 64;
+  // Datagrams one progress() call takes (UCCL_SOFTNIC_RX_BUDGET): its owner
+  // reacts to completions, sends and ACKs only between calls. Counted in
+  // datagrams, not kernel buffers: one GRO buffer holds up to 64 KiB of
+  // them (7 at a 9000-byte MTU, 45 at 1500).
+  int rx_budget_ = 128;
+  // Most datagrams per kernel buffer in the last batch (1 without GRO),
+  // which sizes the next batch; a GRO socket starts at a full buffer of the
+  // smallest datagrams the kernel coalesces into one, so a backlog found by
+  // the first call is not taken whole.
+  int rx_segs_hint_ = 1;
   std::unique_ptr<uint8_t[]> rx_bufs_;
   mmsghdr rx_msgs_[kRxBatch];
   iovec rx_iov_[kRxBatch];

@@ -67,10 +67,11 @@ UCCL_KNOB(int64_t, knob_softnic_tx_budget, "UCCL_SOFTNIC_TX_BUDGET", 32,
           4096);
 
 UCCL_KNOB(int64_t, knob_softnic_rx_budget, "UCCL_SOFTNIC_RX_BUDGET", 128,
-          "Software NIC: most datagrams one progress call takes from the "
-          "sockets (a GRO buffer counts as the datagrams in it, the last "
-          "batch may pass it by a buffer's worth); the engine handles "
-          "completions, sends and ACKs between calls.",
+          "Software NIC: datagrams one progress call takes from the sockets "
+          "before it returns (a GRO buffer counts as the datagrams in it; "
+          "each receive asks for as many buffers as the last one's "
+          "datagrams per buffer leave room for, so the last may pass it); "
+          "the engine handles completions, sends and ACKs between calls.",
           1, 1 << 20);
 
 UCCL_KNOB(int64_t, knob_softnic_rc_window, "UCCL_SOFTNIC_RC_WINDOW", 64,

@@ -506,10 +506,9 @@ class SoftDevice final : public Device {
   // datagrams, not kernel buffers: one GRO buffer holds up to 64 KiB of
   // them (7 at a 9000-byte MTU, 45 at 1500).
   int rx_budget_ = 128;
-  // Most datagrams per kernel buffer in the last batch (1 without GRO),
-  // which sizes the next batch; a GRO socket starts at a full buffer of the
-  // smallest datagrams the kernel coalesces into one, so a backlog found by
-  // the first call is not taken whole.
+  // Most datagrams per kernel buffer in the data socket's last batch (1
+  // without GRO), which sizes the next batch; a GRO socket starts at
+  // kGroMaxSegments, so a backlog the first call finds is not taken whole.
   int rx_segs_hint_ = 1;
   std::unique_ptr<uint8_t[]> rx_bufs_;
   mmsghdr rx_msgs_[kRxBatch];

@@ -2,8 +2,10 @@
 // (transport/udp/wire.h), for RC, UC and UD QPs of a real device on lo.
 // The first two input bytes steer the rest past the checks a fuzzer cannot
 // guess (CRCs, QPNs, PSNs, keys, the peer's source address), so every
-// opcode handler sees hostile input. After each datagram: nothing outside
-// the registered region changed, and the device still serves its QPs.
+// opcode handler sees hostile input; with steer bit 64 the input is a UDP
+// GRO buffer instead, cut at a segment size its last two bytes give (the
+// first datagram steered as above). After each input: nothing outside the
+// registered region changed, and the device still serves its QPs.
 #include <arpa/inet.h>
 
 #include <cstddef>
@@ -122,6 +124,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   const uint8_t target = data[0] % 4, steer = data[1];
   std::vector<uint8_t> d(data + 2, data + size);
+  uint32_t segment = 0;  // a GRO buffer's, or 0: one datagram
+  if ((steer & 64) && d.size() > 2) {
+    const uint32_t v = d[d.size() - 2] | (d[d.size() - 1] << 8);
+    d.resize(d.size() - 2);
+    segment = 1 + v % static_cast<uint32_t>(d.size());
+  }
+  // The first datagram's length: the segment's, where it has a header.
+  const size_t first =
+      segment >= sizeof(WireHeader) && segment < d.size() ? segment : d.size();
   Pair* pair = target == 0 ? &w->rc : target == 1 ? &w->uc : nullptr;
   QueuePair* qp = pair ? pair->qp.get() : target == 2 ? w->ud.get() : nullptr;
   sockaddr_in from{};
@@ -133,7 +144,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (d.size() >= sizeof(WireHeader) && qp) {
     WireHeader h;
     std::memcpy(&h, d.data(), sizeof(h));
-    const uint32_t payload = static_cast<uint32_t>(d.size() - sizeof(h));
+    const uint32_t payload = static_cast<uint32_t>(first - sizeof(h));
     if (steer & 2) {  // addressed to the QP, from its peer
       h.magic = udp::kWireMagic;
       h.version = udp::kWireVersion;
@@ -160,8 +171,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     std::memcpy(d.data(), &h, sizeof(h));
   }
-  SoftNicTestAccess::handle_datagram(
-      w->dev.get(), d.data(), static_cast<uint32_t>(d.size()), from, w->now++);
+  if (segment != 0) {
+    const uint32_t n = SoftNicTestAccess::take_gro_buffer(
+        w->dev.get(), d.data(), static_cast<uint32_t>(d.size()), segment, from,
+        w->now++);
+    // Every byte in exactly one datagram, none skipped or taken twice.
+    if (segment < d.size() && n != (d.size() + segment - 1) / segment) {
+      std::abort();
+    }
+  } else {
+    SoftNicTestAccess::handle_datagram(w->dev.get(), d.data(),
+                                       static_cast<uint32_t>(d.size()), from,
+                                       w->now++);
+  }
   w->check_canaries();
   w->refill();
   return 0;

@@ -268,6 +268,34 @@ TEST(SoftNicGroTest, EachDatagramOfACoalescedBufferIsJudgedAlone) {
   EXPECT_EQ(after.rx_gro_packets, before.rx_gro_packets + 1);
 }
 
+// Whatever segment size a coalesced buffer claims, its bytes are cut into
+// datagrams end to end, none skipped or taken twice, and each is judged (a
+// datagram shorter than a header is a malformed drop, as alone).
+TEST(SoftNicGroTest, AnySegmentSizeCutsTheBufferEndToEnd) {
+  DeviceOptions o = Side::no_faults();
+  auto b = Side::make(QpType::kUC, 4096, o);
+  ASSERT_TRUE(b);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  from.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  from.sin_port = htons(9);
+  std::vector<uint8_t> buf(1000, 0x5a);
+  struct Case {
+    uint32_t segment, datagrams;
+  } cases[] = {{1, 1000}, {7, 143}, {64, 16}, {999, 2}, {1000, 1}, {4096, 1}};
+  for (const Case& k : cases) {
+    const udp::SoftCounters before = cnt(b.get());
+    const uint32_t n = udp::SoftNicTestAccess::take_gro_buffer(
+        b->dev.get(), buf.data(), static_cast<uint32_t>(buf.size()),
+        k.segment, from, 1);
+    const udp::SoftCounters& after = cnt(b.get());
+    EXPECT_EQ(n, k.datagrams) << "segment " << k.segment;
+    EXPECT_EQ(after.rx_packets - before.rx_packets, k.datagrams);
+    EXPECT_EQ(after.rx_bytes - before.rx_bytes, buf.size());
+    EXPECT_EQ(after.drop_malformed - before.drop_malformed, k.datagrams);
+  }
+}
+
 // Bytes queued on a socket (its receive memory), once that stops growing
 // for 20 ms (at most 2 s): loopback delivers in the sender's call, or in
 // ksoftirqd's soon after.

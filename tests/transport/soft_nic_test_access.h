@@ -22,6 +22,18 @@ class SoftNicTestAccess {
                               const sockaddr_in& from, uint64_t now_ns) {
     static_cast<SoftDevice*>(dev)->handle_datagram(buf, len, from, now_ns);
   }
+  // Hands `len` bytes to the device as a buffer the kernel coalesced (UDP
+  // GRO) into datagrams of `segment` bytes (the last may be shorter), as
+  // the socket path does; returns how many datagrams it took.
+  static uint32_t take_gro_buffer(Device* dev, uint8_t* buf, uint32_t len,
+                                  uint32_t segment, const sockaddr_in& from,
+                                  uint64_t now_ns) {
+    auto* d = static_cast<SoftDevice*>(dev);
+    d->cur_rx_.gro_segment = segment;
+    const uint32_t n = d->take_datagrams(buf, len, from, now_ns, d->fd_);
+    d->cur_rx_ = RxMeta{};
+    return n;
+  }
   // The device's data socket.
   static int rx_fd(Device* dev) { return static_cast<SoftDevice*>(dev)->fd_; }
   // The PSN a UC/RC QP expects next from its peer.

@@ -117,6 +117,34 @@ TEST(Testbed, TheBucketHoldsFiftyMicrosecondsOfTheRate) {
   }
 }
 
+// `qdrops` counts what the bottleneck's queue dropped on each side (iptables'
+// `drops` does not see it): nothing before traffic, then what a sender
+// offering far more than 100 Mb/s lost at side a's 32 KiB queue, and
+// nothing at side b, which sent nothing.
+TEST(Testbed, CountsWhatTheBottlenecksQueueDropped) {
+  Testbed tb("uccltq", {"--rate=100mbit", "--queue_kb=32"});
+  if (!tb.skip.empty()) GTEST_SKIP() << tb.skip;
+  ASSERT_EQ(tb.up_rc, 0) << tb.up_out;
+  EXPECT_EQ(std::atoll(tb.qdrops("a").c_str()), 0) << tb.qdrops("a");
+  Subprocess server(tb.in("b", {kSocketBench, "--server", "--proto=udp",
+                                "--streams=1", "--port=19991"}));
+  ASSERT_TRUE(server.wait_for_output("streams on ports", 20000))
+      << server.output();
+  std::string client_out;
+  EXPECT_EQ(
+      tb.exec("a",
+              {kSocketBench, "--serverip=10.199.0.2", "--proto=udp",
+               "--streams=1", "--port=19991", "--msize=8000", "--duration_s=1"},
+              &client_out),
+      0)
+      << client_out;
+  server.wait(20000);
+  EXPECT_GT(std::atoll(tb.qdrops("a").c_str()), 100)
+      << tb.qdrops("a") << client_out;
+  EXPECT_EQ(std::atoll(tb.qdrops("b").c_str()), 0) << tb.qdrops("b");
+  EXPECT_EQ(std::atoll(tb.drops("a").c_str()), 0) << tb.drops("a");
+}
+
 // --reorder leaves the kernel's default: no RPS, and the testbed says so.
 TEST(Testbed, ReorderLeavesTheKernelsDefault) {
   Testbed tb("uccltr", {"--rate=1gbit", "--reorder"});

@@ -71,6 +71,12 @@ struct Testbed {
     p.wait(30000);
     return p.output();
   }
+  // What the bottleneck's queue dropped leaving side (netns.sh qdrops).
+  std::string qdrops(const std::string& side) const {
+    Subprocess p({testbed_script(), "qdrops", "--name=" + name, side});
+    p.wait(30000);
+    return p.output();
+  }
 };
 
 }  // namespace uccl::testing

@@ -170,7 +170,9 @@ class Endpoint {
   // peer's landed count reaches a sent count it was told, every write
   // behind it is in place there, with no acknowledgement's round trip. In
   // place to read: until the writer's transfer completes, a retransmission
-  // may land again, so the peer rewrites the region only after that.
+  // may land again, so the peer rewrites the region only after that (and
+  // see Endpoint::write_async for a resend that crosses its
+  // acknowledgement).
   Result<uint64_t> notified_parts_sent(ConnHandle c);
   Result<uint64_t> notified_parts_landed(ConnHandle c);
 

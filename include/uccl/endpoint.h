@@ -154,11 +154,12 @@ class Endpoint {
   // land again (UC mode: an ACK lost, a probe), with the source's bytes of
   // that moment: the peer may read the region at once, but rewrite it only
   // once told the request completed. A resend already on its way when the
-  // acknowledgement came back is placed before that telling only where
-  // the receive path keeps order across the connection's queue pairs (the
-  // software NIC's one receive socket, by default); with
-  // UCCL_SOFTNIC_PRIORITY_RX or a network that reorders across paths it
-  // may land after it, and nothing here stops that yet.
+  // acknowledgement came back is placed before that telling only if its
+  // packets reach the peer before the telling's (sent later, maybe on
+  // another queue pair) and are read in that order (the software NIC's
+  // one receive socket, by default); with UCCL_SOFTNIC_PRIORITY_RX or a
+  // network that reorders across paths it may land after it, and nothing
+  // here stops that yet.
   Status write_async(ConnId c, const void* src, size_t len, MrHandle* mh,
                      const RemoteRegion& dst, uint64_t dst_offset, Request* req,
                      bool notify = false);

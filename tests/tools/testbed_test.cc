@@ -38,6 +38,37 @@ bool all_zero_mask(const std::string& mask) {
   return mask.find_first_not_of("0,\n") == std::string::npos;
 }
 
+// socket_bench's UDP streams of 8000-byte datagrams from side a to side
+// b's server (its `server_flags` added) for `seconds`.
+struct UdpRun {
+  bool server_ready = false;
+  int client_rc = -1, server_rc = -1;
+  std::string client_out, server_out;
+};
+UdpRun udp_a_to_b(const Testbed& tb, int streams, int port, int seconds,
+                  const std::vector<std::string>& server_flags = {}) {
+  UdpRun r;
+  const std::string s = "--streams=" + std::to_string(streams);
+  const std::string p = "--port=" + std::to_string(port);
+  std::vector<std::string> srv = {kSocketBench, "--server", "--proto=udp", s,
+                                  p};
+  srv.insert(srv.end(), server_flags.begin(), server_flags.end());
+  Subprocess server(tb.in("b", srv));
+  r.server_ready = server.wait_for_output("streams on ports", 20000);
+  if (!r.server_ready) {
+    r.server_out = server.output();
+    return r;
+  }
+  r.client_rc =
+      tb.exec("a",
+              {kSocketBench, "--serverip=10.199.0.2", "--proto=udp", s, p,
+               "--msize=8000", "--duration_s=" + std::to_string(seconds)},
+              &r.client_out);
+  r.server_rc = server.wait(20000);
+  r.server_out = server.output();
+  return r;
+}
+
 // Datagrams of 4 streams, numbered, through a 1 Gb/s tbf for 2 s: with 4
 // sending CPUs and the tbf timer handing packets over from any of them,
 // a veth without RPS delivers some of them after later ones of their flow
@@ -50,20 +81,11 @@ TEST(Testbed, KeepsEachFlowInOrderThroughTheBottleneck) {
   EXPECT_FALSE(all_zero_mask(rps_cpus(tb, "a"))) << rps_cpus(tb, "a");
   EXPECT_FALSE(all_zero_mask(rps_cpus(tb, "b"))) << rps_cpus(tb, "b");
 
-  Subprocess server(tb.in("b", {kSocketBench, "--server", "--proto=udp",
-                                "--streams=4", "--port=19990", "--json"}));
-  ASSERT_TRUE(server.wait_for_output("streams on ports", 20000))
-      << server.output();
-  std::string client_out;
-  EXPECT_EQ(
-      tb.exec("a",
-              {kSocketBench, "--serverip=10.199.0.2", "--proto=udp",
-               "--streams=4", "--port=19990", "--msize=8000", "--duration_s=2"},
-              &client_out),
-      0)
-      << client_out;
-  EXPECT_EQ(server.wait(20000), 0) << server.output();
-  const std::string& out = server.output();
+  const UdpRun run = udp_a_to_b(tb, 4, 19990, 2, {"--json"});
+  ASSERT_TRUE(run.server_ready) << run.server_out;
+  EXPECT_EQ(run.client_rc, 0) << run.client_out;
+  EXPECT_EQ(run.server_rc, 0) << run.server_out;
+  const std::string& out = run.server_out;
   const size_t j = out.rfind("{\"role\":\"server\"");
   ASSERT_NE(j, std::string::npos) << out;
   const std::string json = out.substr(j);
@@ -126,21 +148,11 @@ TEST(Testbed, CountsWhatTheBottlenecksQueueDropped) {
   if (!tb.skip.empty()) GTEST_SKIP() << tb.skip;
   ASSERT_EQ(tb.up_rc, 0) << tb.up_out;
   EXPECT_EQ(std::atoll(tb.qdrops("a").c_str()), 0) << tb.qdrops("a");
-  Subprocess server(tb.in("b", {kSocketBench, "--server", "--proto=udp",
-                                "--streams=1", "--port=19991"}));
-  ASSERT_TRUE(server.wait_for_output("streams on ports", 20000))
-      << server.output();
-  std::string client_out;
-  EXPECT_EQ(
-      tb.exec("a",
-              {kSocketBench, "--serverip=10.199.0.2", "--proto=udp",
-               "--streams=1", "--port=19991", "--msize=8000", "--duration_s=1"},
-              &client_out),
-      0)
-      << client_out;
-  server.wait(20000);
+  const UdpRun run = udp_a_to_b(tb, 1, 19991, 1);
+  ASSERT_TRUE(run.server_ready) << run.server_out;
+  EXPECT_EQ(run.client_rc, 0) << run.client_out;
   EXPECT_GT(std::atoll(tb.qdrops("a").c_str()), 100)
-      << tb.qdrops("a") << client_out;
+      << tb.qdrops("a") << run.client_out;
   EXPECT_EQ(std::atoll(tb.qdrops("b").c_str()), 0) << tb.qdrops("b");
   EXPECT_EQ(std::atoll(tb.drops("a").c_str()), 0) << tb.drops("a");
 }

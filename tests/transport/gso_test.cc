@@ -88,6 +88,29 @@ struct Datagram {
   }
 };
 
+// The device's data socket on loopback, as a peer addresses it.
+sockaddr_in device_addr(Side* s) {
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(static_cast<udp::SoftDevice*>(s->dev.get())->udp_port());
+  return to;
+}
+
+// Sends `dg` from `from` to `to` in one batch (one GSO run when they fit).
+TxBatchCounters send_batch(const UdpSocket& from,
+                           const std::vector<Datagram>& dg,
+                           const sockaddr_in& to) {
+  TxBatch batch;
+  for (const Datagram& d : dg) {
+    iovec iov{const_cast<uint8_t*>(d.payload.data()), d.payload.size()};
+    batch.add(from.fd, d.hdr, &iov, 1, &to);
+  }
+  TxBatchCounters c;
+  batch.flush(&c);
+  return c;
+}
+
 // Queues datagrams[i] towards dests[i] and flushes; checks that each socket
 // got its datagrams whole and in order.
 TxBatchCounters send_and_check(TxBatch* b, const UdpSocket& from,
@@ -243,20 +266,9 @@ TEST(SoftNicGroTest, EachDatagramOfACoalescedBufferIsJudgedAlone) {
   ASSERT_TRUE(b);
   const udp::SoftCounters before = cnt(b.get());
   UdpSocket from;
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  to.sin_port = htons(static_cast<udp::SoftDevice*>(b->dev.get())->udp_port());
-  TxBatch batch;
   std::vector<Datagram> dg;
   for (uint32_t i = 0; i < 3; ++i) dg.emplace_back(i, 500);
-  for (const Datagram& d : dg) {
-    iovec iov{const_cast<uint8_t*>(d.payload.data()), d.payload.size()};
-    batch.add(from.fd, d.hdr, &iov, 1, &to);
-  }
-  TxBatchCounters c;
-  batch.flush(&c);
-  ASSERT_EQ(c.gso_sends, 1u);
+  ASSERT_EQ(send_batch(from, dg, device_addr(b.get())).gso_sends, 1u);
   ASSERT_TRUE(drive(
       {b.get()},
       [&] { return cnt(b.get()).drop_malformed >= before.drop_malformed + 3; },
@@ -286,8 +298,8 @@ TEST(SoftNicGroTest, AnySegmentSizeCutsTheBufferEndToEnd) {
   for (const Case& k : cases) {
     const udp::SoftCounters before = cnt(b.get());
     const uint32_t n = udp::SoftNicTestAccess::take_gro_buffer(
-        b->dev.get(), buf.data(), static_cast<uint32_t>(buf.size()),
-        k.segment, from, 1);
+        b->dev.get(), buf.data(), static_cast<uint32_t>(buf.size()), k.segment,
+        from, 1);
     const udp::SoftCounters& after = cnt(b.get());
     EXPECT_EQ(n, k.datagrams) << "segment " << k.segment;
     EXPECT_EQ(after.rx_packets - before.rx_packets, k.datagrams);
@@ -328,22 +340,13 @@ TEST(SoftNicGroTest, AProgressCallTakesItsBudgetOfDatagramsNotBuffers) {
   UdpSocket from;
   int big = 8 << 20;
   setsockopt(from.fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  to.sin_port = htons(static_cast<udp::SoftDevice*>(b->dev.get())->udp_port());
+  const sockaddr_in to = device_addr(b.get());
   constexpr int kRuns = 40, kPerRun = TxBatch::kMaxDatagrams;
   constexpr int kAll = kRuns * kPerRun;
   std::vector<Datagram> dg;
   for (uint32_t i = 0; i < kPerRun; ++i) dg.emplace_back(i, 500);  // junk
   for (int r = 0; r < kRuns; ++r) {
-    TxBatch batch;
-    for (const Datagram& d : dg) {
-      iovec iov{const_cast<uint8_t*>(d.payload.data()), d.payload.size()};
-      batch.add(from.fd, d.hdr, &iov, 1, &to);
-    }
-    TxBatchCounters c;
-    batch.flush(&c);
+    const TxBatchCounters c = send_batch(from, dg, to);
     ASSERT_EQ(c.gso_sends, 1u);
     ASSERT_EQ(c.errors, 0u);
   }

@@ -262,6 +262,24 @@ class UcclRDMAEngine {
   void damage_descriptor(CtrlMsg* m);
 
   // Receive side.
+  // Asked by the NIC before it places a data chunk's bytes: refuses copies
+  // of chunks already accounted (a resend that crossed its ACK, say), which
+  // could otherwise land after the writer's request completed and overwrite
+  // what was written since (transport::RxGuard; engine_rx.cc).
+  class ChunkGuard final : public transport::RxGuard {
+   public:
+    explicit ChunkGuard(UcclRDMAEngine* e) : e_(e) {}
+    bool admits(uint32_t qpn, uint32_t imm) const override;
+    void refused(uint32_t qpn, uint32_t imm) override;
+
+   private:
+    UcclRDMAEngine* e_;
+  };
+  ChunkGuard guard_{this};
+  // The live connection whose data QP `qpn` carried a chunk for `flow`, or
+  // null (unknown QP, a control QP, another flow's chunk, a closed or
+  // failed connection).
+  Conn* chunk_conn(uint32_t qpn, uint32_t flow) const;
   int poll_recv_cq(uint64_t now);
   void on_chunk(const transport::WorkCompletion& wc, uint64_t now);
   void account_chunk(Conn* c, const RxChunkInfo& info);

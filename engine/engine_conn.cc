@@ -65,6 +65,8 @@ Status UcclRDMAEngine::create_qps(Conn* c, ConnSetup* s) {
   q.max_recv_sge = 1;
   q.max_inline_data = 0;
   q.own_flow_entropy = true;
+  // UC: this engine resends chunks itself, so a copy may outlive its ACK.
+  if (q.type == QpType::kUC) q.rx_guard = &guard_;
   q.rc.timeout = 10;  // ~4 ms: RC mode relies on the NIC's retransmission
   // The software NIC starts from the measured RTT where that is shorter
   // (200 us at least) and doubles its timeout per retry, each wait at most
@@ -80,6 +82,7 @@ Status UcclRDMAEngine::create_qps(Conn* c, ConnSetup* s) {
   }
   QpConfig cq = q;
   cq.type = QpType::kRC;
+  cq.rx_guard = nullptr;  // RC: the NIC drops duplicates by PSN
   cq.srq = ctrl_srq_.get();
   cq.max_send_wr = kCtrlSendDepth;
   cq.max_inline_data = ctrl_batch_bytes_;

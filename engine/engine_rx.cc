@@ -94,6 +94,38 @@ void UcclRDMAEngine::replenish_srq() {
   }
 }
 
+UcclRDMAEngine::Conn* UcclRDMAEngine::chunk_conn(uint32_t qpn,
+                                                 uint32_t flow) const {
+  const QpnEntry* e = qpn_get(qpn);
+  if (e == nullptr || e->ctrl || e->conn != flow) return nullptr;
+  Conn* c = conns_[e->conn].get();
+  return c && c->established && !c->failed ? c : nullptr;
+}
+
+// Runs inside the device's progress, on this engine's thread: the window
+// it reads is the one on_chunk() updates, and a chunk is accounted only
+// after every fragment of its first copy is in place. So a copy refused
+// here is one whose bytes are there already, and from the moment the
+// sender can have seen an ACK for it, no copy is placed again.
+bool UcclRDMAEngine::ChunkGuard::admits(uint32_t qpn, uint32_t imm) const {
+  const Imm i = Imm::decode(imm);
+  const Conn* c = e_->chunk_conn(qpn, i.flow);
+  return c != nullptr && !c->rx.win.holds(i.csn);
+}
+
+void UcclRDMAEngine::ChunkGuard::refused(uint32_t qpn, uint32_t imm) {
+  const Imm i = Imm::decode(imm);
+  const QpnEntry* e = e_->qpn_get(qpn);
+  if (e == nullptr || e->ctrl || e->conn != i.flow) {
+    ++e_->protocol_errors_;  // as on_chunk() counts it
+    return;
+  }
+  Conn* c = e_->chunk_conn(qpn, i.flow);
+  if (c == nullptr) return;  // closed or failed: on_chunk() ignores it too
+  c->rx.win.refused(i.csn, e_->clock_->now_ns());  // ACKed in the loop
+  e_->activate(c);
+}
+
 void UcclRDMAEngine::on_chunk(const WorkCompletion& wc, uint64_t now) {
   const Imm imm = Imm::decode(wc.imm_data);
   const QpnEntry* e = qpn_get(wc.qp_num);
@@ -101,8 +133,8 @@ void UcclRDMAEngine::on_chunk(const WorkCompletion& wc, uint64_t now) {
     ++protocol_errors_;
     return;
   }
-  Conn* c = conns_[e->conn].get();
-  if (c == nullptr || !c->established || c->failed) return;
+  Conn* c = chunk_conn(wc.qp_num, imm.flow);
+  if (c == nullptr) return;
   activate(c);
   RxFlow& rx = c->rx;
   const RxChunkInfo info{true,

@@ -52,14 +52,10 @@ class RxWindow {
   // to it; the time between is reported apart (AckPacket::idle_ns).
   bool arrive(uint32_t imm_csn, const RxChunkInfo& info, uint64_t arrival_ns,
               uint64_t now, uint32_t* csn, uint64_t busy_from_ns = 0) {
-    const uint32_t delta = (imm_csn - rcv_cum_) & (Imm::kCsnSpace - 1);
-    if (delta >= kMaxChunksInFlight) {  // behind the cumulative point
-      const uint32_t back = (rcv_cum_ - imm_csn) & (Imm::kCsnSpace - 1);
-      return duplicate(rcv_cum_ - back, arrival_ns, now, busy_from_ns);
-    }
-    *csn = rcv_cum_ + delta;
+    *csn = extend(imm_csn);
+    if (holds(imm_csn)) return duplicate(*csn, arrival_ns, now, busy_from_ns);
     RxChunkInfo& slot = at(*csn);
-    if (slot.valid) return duplicate(*csn, arrival_ns, now, busy_from_ns);
+    const uint32_t delta = *csn - rcv_cum_;
     slot = info;
     slot.valid = true;
     rx_bytes_ += info.len;
@@ -68,6 +64,22 @@ class RxWindow {
     if (unacked_++ == 0) first_unacked_ns_ = now;
     set_trigger(*csn, arrival_ns, now, busy_from_ns);
     return true;
+  }
+
+  // Whether the chunk whose immediate carried `imm_csn` is here already:
+  // held, or behind the cumulative point (handed on). A copy of it must not
+  // be placed again: once the sender's request completed on the ACK, the
+  // bytes may have been rewritten (the engine's transport::RxGuard asks
+  // this before the NIC places a fragment).
+  bool holds(uint32_t imm_csn) const {
+    const uint32_t delta = (imm_csn - rcv_cum_) & (Imm::kCsnSpace - 1);
+    return delta >= kMaxChunksInFlight || at(rcv_cum_ + delta).valid;
+  }
+  // A copy the NIC refused because holds() said so: counted and answered
+  // as a duplicate that arrived (an ACK at once, naming it), so a sender
+  // whose ACK was lost still learns.
+  void refused(uint32_t imm_csn, uint64_t now) {
+    duplicate(extend(imm_csn), now, now, now);
   }
 
   // The next chunk in CSN order, if it has arrived (the cumulative point
@@ -136,6 +148,13 @@ class RxWindow {
     const uint64_t busy = busy_from_ns < now ? busy_from_ns : now;
     trigger_idle_ns_ =
         busy > trigger_arrival_ns_ ? busy - trigger_arrival_ns_ : 0;
+  }
+  // The full CSN of `imm_csn`: within half the CSN space after the
+  // cumulative point, else behind it.
+  uint32_t extend(uint32_t imm_csn) const {
+    const uint32_t delta = (imm_csn - rcv_cum_) & (Imm::kCsnSpace - 1);
+    if (delta < kMaxChunksInFlight) return rcv_cum_ + delta;
+    return rcv_cum_ - ((rcv_cum_ - imm_csn) & (Imm::kCsnSpace - 1));
   }
   RxChunkInfo& at(uint32_t csn) { return ring_[csn & (kRing - 1)]; }
   const RxChunkInfo& at(uint32_t csn) const { return ring_[csn & (kRing - 1)]; }

@@ -204,6 +204,29 @@ class ProtectionDomain;
 class CompletionQueue;
 class SharedReceiveQueue;
 
+// Asked by the NIC, before it places any fragment of a UC WRITE_WITH_IMM,
+// whether the owner of the QP still wants that message's bytes. A sender
+// that resends above UC (the engine) may have a copy of a chunk still on
+// its way when the receiver has accounted the chunk and the sender's
+// request has completed; that copy must not land on bytes rewritten since.
+// The NIC's PSNs cannot tell (every UC resend is a new message); the
+// immediate names the chunk, and the owner knows which it holds. Called on
+// the thread that drives the device (progress(), or a CQ poll), so it may
+// read that thread's state without locks. The software NIC asks; a verbs
+// NIC places before software can look, and the null NIC places nothing:
+// both ignore it.
+class RxGuard {
+ public:
+  virtual ~RxGuard() = default;
+  // Whether a fragment of a message with immediate `imm` to QP `qpn` may be
+  // placed. Without side effects: the NIC may ask more than once about one
+  // fragment (a peek, then the staged path).
+  virtual bool admits(uint32_t qpn, uint32_t imm) const = 0;
+  // The NIC dropped a fragment admits() refused (once per fragment; the
+  // rest of its message is dropped as out of sequence, unasked).
+  virtual void refused(uint32_t qpn, uint32_t imm) = 0;
+};
+
 struct QpConfig {
   QpType type = QpType::kUC;
   ProtectionDomain* pd = nullptr;
@@ -229,6 +252,9 @@ struct QpConfig {
   // descriptors, ACKs). Backends whose NIC drains its queues at line rate
   // ignore it.
   bool priority_rx = false;
+  // UC only (the software NICs refuse it on other types): consulted before any
+  // WRITE_WITH_IMM fragment is placed (RxGuard). Outlives the QP.
+  RxGuard* rx_guard = nullptr;
   RcAttrs rc;
 };
 

@@ -150,16 +150,17 @@ class Endpoint {
   // --- one-sided, on a region the peer advertised ---
   // notify: the peer's writes_landed(c) counts this write once every byte
   // of it is in place there (its request here completes later, when the
-  // peer's acknowledgement comes back). Until then a retransmission may
-  // land again (UC mode: an ACK lost, a probe), with the source's bytes of
-  // that moment: the peer may read the region at once, but rewrite it only
-  // once told the request completed. A resend already on its way when the
-  // acknowledgement came back is placed before that telling only if its
-  // packets reach the peer before the telling's (sent later, maybe on
-  // another queue pair) and are read in that order (the software NIC's
-  // one receive socket, by default); with UCCL_SOFTNIC_PRIORITY_RX or a
-  // network that reorders across paths it may land after it, and nothing
-  // here stops that yet.
+  // peer's acknowledgement comes back). On the software NIC nothing of it
+  // lands again after that: the peer's engine refuses every later copy of
+  // a chunk it has accounted (a resend that crossed its ACK, an original
+  // held in the network) before its NIC places it (docs/nic.md, "receive
+  // guard"), so the peer may read and rewrite the region at once. Not
+  // covered: a copy delayed past 1024 newer chunks of the connection (the
+  // immediate's 11-bit sequence wraps), and a verbs NIC in UC mode, which
+  // places a copy before software can look: there a retransmission may
+  // land again until this request completes, and a resend that crossed
+  // the acknowledgement even after it, where it reaches the peer behind
+  // what is sent next (UCCL_RC_MODE=1 resends nothing above the NIC).
   Status write_async(ConnId c, const void* src, size_t len, MrHandle* mh,
                      const RemoteRegion& dst, uint64_t dst_offset, Request* req,
                      bool notify = false);

@@ -168,11 +168,11 @@ class Endpoint {
   // engine connection it goes on), and both sides count parts. The writer's
   // sent count covers every notifying write posted on `c` so far; once the
   // peer's landed count reaches a sent count it was told, every write
-  // behind it is in place there, with no acknowledgement's round trip. In
-  // place to read: until the writer's transfer completes, a retransmission
-  // may land again, so the peer rewrites the region only after that (and
-  // see Endpoint::write_async for a resend that crosses its
-  // acknowledgement).
+  // behind it is in place there, with no acknowledgement's round trip. On
+  // the software NIC it is also final (no copy lands again: the peer may
+  // rewrite the region at once); on a verbs NIC in UC mode, the peer
+  // rewrites it only after the writer's transfer completed (see
+  // Endpoint::write_async for what is and is not covered).
   Result<uint64_t> notified_parts_sent(ConnHandle c);
   Result<uint64_t> notified_parts_landed(ConnHandle c);
 

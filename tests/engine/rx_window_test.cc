@@ -111,6 +111,49 @@ TEST(RxWindow, DuplicatesAreCountedAndAckedNotHandedOnAgain) {
 // said it waited here that long: the sender (which had never timed that
 // chunk) took an RTO-long RTT sample and as much receiver delay, and
 // Swift's endpoint window collapsed to a thousandth of a packet.
+// What the engine's receive guard asks before the NIC places a copy:
+// held and handed-on chunks are "here", the rest (holes, new ones) not, on
+// either side of the immediate's wrap. A refused copy is answered as a
+// duplicate: counted, ACKed at once, named as the ACK's trigger.
+TEST(RxWindow, HoldsWhatArrivedAndARefusedCopyIsAckedAsADuplicate) {
+  RxWindow w;
+  w.configure(64, 1000 * kUs);
+  const uint32_t base = Imm::kCsnSpace - 2;  // wraps after two chunks
+  for (uint32_t s = 0; s < base; ++s) {
+    ASSERT_TRUE(arrive(w, s, 0));
+    drain(w);
+  }
+  w.ack_sent();
+  ASSERT_TRUE(arrive(w, base, kUs));      // handed on
+  ASSERT_TRUE(arrive(w, base + 3, kUs));  // held past a hole at +1, +2
+  drain(w);
+  w.ack_sent();
+  const auto imm = [](uint32_t csn) { return csn & (Imm::kCsnSpace - 1); };
+  EXPECT_TRUE(w.holds(imm(base - 1)));
+  EXPECT_TRUE(w.holds(imm(base)));
+  EXPECT_FALSE(w.holds(imm(base + 1)));  // the hole
+  EXPECT_FALSE(w.holds(imm(base + 2)));  // the hole, after the wrap
+  EXPECT_TRUE(w.holds(imm(base + 3)));   // held, after the wrap
+  EXPECT_FALSE(w.holds(imm(base + 4)));  // new
+  EXPECT_TRUE(w.holds(imm(base + 1 - kMaxChunksInFlight)));  // long gone
+  EXPECT_FALSE(w.holds(imm(base + kMaxChunksInFlight)));     // within reach
+  EXPECT_TRUE(w.quiet());
+  const uint64_t dups = w.duplicates();
+  w.refused(imm(base + 3), 9 * kUs);
+  EXPECT_EQ(w.duplicates(), dups + 1);
+  EXPECT_TRUE(w.ack_at_once());
+  EXPECT_TRUE(w.should_ack(9 * kUs, false, false));
+  AckPacket a{};
+  w.fill_ack(&a, 9 * kUs);
+  EXPECT_EQ(a.cum_ack, base + 1);
+  EXPECT_EQ(a.trigger_csn, base + 3);
+  EXPECT_EQ(a.sack[0], 0b10u);  // base + 3 = cum + 1 + 1
+  // Nothing it refused was taken: the holes still fill and go on in order.
+  ASSERT_TRUE(arrive(w, base + 1, 10 * kUs));
+  ASSERT_TRUE(arrive(w, base + 2, 10 * kUs));
+  EXPECT_EQ(drain(w), (std::vector<uint32_t>{base + 1, base + 2, base + 3}));
+}
+
 TEST(RxWindow, AnAckAfterALostOneNamesTheResendNotTheOldChunk) {
   RxWindow w;
   w.configure(1, 1000 * kUs);

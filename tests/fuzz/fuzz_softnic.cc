@@ -5,7 +5,8 @@
 // opcode handler sees hostile input; with steer bit 64 the input is a UDP
 // GRO buffer instead, cut at a segment size its last two bytes give (the
 // first datagram steered as above). After each input: nothing outside the
-// registered region changed, and the device still serves its QPs.
+// registered region changed, no write the UC QP's receive guard refused
+// completed, and the device still serves its QPs.
 #include <arpa/inet.h>
 
 #include <cstddef>
@@ -31,6 +32,19 @@ constexpr size_t kGuard = 4096;
 constexpr size_t kRegion = 64 * 1024;
 constexpr uint8_t kCanary = 0xA5;
 
+// The UC QP's receive guard (QpConfig::rx_guard): refuses immediates with
+// the top bit set; no message it refused may complete.
+class TopBitGuard final : public RxGuard {
+ public:
+  static constexpr uint32_t kRefused = 1u << 31;
+  bool admits(uint32_t, uint32_t imm) const override {
+    return !(imm & kRefused);
+  }
+  void refused(uint32_t, uint32_t imm) override {
+    if (!(imm & kRefused)) std::abort();  // refused what it admits
+  }
+};
+
 struct Pair {  // a QP under test and its peer on the same device
   std::unique_ptr<QueuePair> qp, peer;
 };
@@ -43,6 +57,7 @@ struct World {
   std::unique_ptr<MemoryRegion> mr;
   Pair rc, uc;
   std::unique_ptr<QueuePair> ud;
+  TopBitGuard guard;
   uint64_t now = 1;
 
   uint8_t* region() { return mem.data() + kGuard; }
@@ -54,6 +69,7 @@ struct World {
     c.send_cq = scq.get();
     c.recv_cq = rcq.get();
     c.max_recv_wr = 64;
+    if (t == QpType::kUC) c.rx_guard = &guard;
     auto q = dev->create_qp(c);
     if (!q.ok()) std::abort();
     return std::move(*q);
@@ -102,7 +118,16 @@ struct World {
   // (a NAK about an outstanding PSN may) replaced.
   void refill() {
     WorkCompletion wc[256];
-    while (rcq->poll(256, wc) > 0 || scq->poll(256, wc) > 0) {
+    for (int n; (n = rcq->poll(256, wc)) > 0;) {
+      for (int i = 0; i < n; ++i) {
+        if (wc[i].qp_num == uc.qp->qpn() &&
+            wc[i].opcode == WcOpcode::kRecvWriteImm &&
+            (wc[i].imm_data & TopBitGuard::kRefused)) {
+          std::abort();  // a WRITE_WITH_IMM the guard refused completed
+        }
+      }
+    }
+    while (scq->poll(256, wc) > 0) {
     }
     if (rc.qp->state() == QpState::kError) rc = make_pair(QpType::kRC);
     if (uc.qp->state() == QpState::kError) uc = make_pair(QpType::kUC);

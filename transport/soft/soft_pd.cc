@@ -138,6 +138,11 @@ Status check_qp_config(const QpConfig& cfg, const Device* dev) {
   if (cfg.max_inline_data > 4096) {
     return InvalidArgument("create_qp: max_inline_data <= 4096");
   }
+  if (cfg.rx_guard != nullptr && cfg.type != QpType::kUC) {
+    return InvalidArgument(
+        "create_qp: a receive guard is for UC QPs only (RC drops its "
+        "duplicates by PSN)");
+  }
   return Status::OK();
 }
 

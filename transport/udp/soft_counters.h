@@ -36,6 +36,10 @@ struct SoftCounters {
   uint64_t drop_stale_ack = 0;
   uint64_t drop_wrong_state = 0;  // QP not ready to receive
   uint64_t drop_bad_rkey = 0;
+  // UC WRITE_WITH_IMM fragments the QP's receive guard refused (for the
+  // engine: copies of chunks it had accounted, which a re-keyed receive
+  // window would otherwise count as drop_bad_rkey).
+  uint64_t drop_refused = 0;
   uint64_t drop_out_of_bounds = 0;
   uint64_t drop_no_access = 0;        // region lacks the needed right
   uint64_t drop_no_recv = 0;          // UC/UD: no receive posted

@@ -484,10 +484,10 @@ uint64_t SoftDevice::drops() const {
   const SoftCounters& c = counters();
   return c.drop_malformed + c.drop_bad_version + c.drop_bad_crc +
          c.drop_unknown_qp + c.drop_wrong_source + c.drop_stale_ack +
-         c.drop_wrong_state + c.drop_bad_rkey + c.drop_out_of_bounds +
-         c.drop_no_access + c.drop_no_recv + c.drop_recv_too_small +
-         c.drop_out_of_sequence + c.drop_duplicate + c.drop_qkey +
-         c.drop_cq_full + c.drop_kernel_rcvbuf + c.tx_errors;
+         c.drop_wrong_state + c.drop_bad_rkey + c.drop_refused +
+         c.drop_out_of_bounds + c.drop_no_access + c.drop_no_recv +
+         c.drop_recv_too_small + c.drop_out_of_sequence + c.drop_duplicate +
+         c.drop_qkey + c.drop_cq_full + c.drop_kernel_rcvbuf + c.tx_errors;
 }
 
 std::string SoftDevice::counters_text() const {
@@ -514,6 +514,7 @@ std::string SoftDevice::counters_text() const {
   UCCL_COUNTER(drop_stale_ack);
   UCCL_COUNTER(drop_wrong_state);
   UCCL_COUNTER(drop_bad_rkey);
+  UCCL_COUNTER(drop_refused);
   UCCL_COUNTER(drop_out_of_bounds);
   UCCL_COUNTER(drop_no_access);
   UCCL_COUNTER(drop_no_recv);

@@ -288,6 +288,13 @@ class SoftQp final : public QueuePair {
   // peer's first (epsn_ follows every packet, also old ones): direct
   // placement only for PSNs beyond it.
   uint32_t uc_newest_psn_ = 0;
+  // UC WRITE_WITH_IMM fragments the QP's receive guard (QpConfig::rx_guard)
+  // lets in; everything else is not its to judge.
+  bool guard_admits(const WireHeader& h) const {
+    return cfg_.rx_guard == nullptr ||
+           h.opcode != static_cast<uint8_t>(WireOp::kWriteImm) ||
+           cfg_.rx_guard->admits(qpn_, h.imm_data);
+  }
   RxMessage msg_;
   bool spare_recv_valid_ = false;  // receive taken by an aborted SEND
   RecvEntry spare_recv_;

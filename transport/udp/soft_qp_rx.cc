@@ -74,6 +74,7 @@ uint8_t* SoftQp::direct_dst(const WireHeader& h,
   // Only where no intact copy of these bytes can be there yet (wire.h).
   if (type_ == QpType::kUC) {
     if (!psn_lt(uc_newest_psn_, h.psn)) return nullptr;
+    if (!guard_admits(h)) return nullptr;  // staged: on_uc() drops it
     // Fragments on_uc() drops anyway (the message lost a packet) stay out.
     if (!(h.flags & kFlagFirst) &&
         (!msg_.active || msg_.discard || h.psn != epsn_ ||
@@ -237,6 +238,12 @@ bool SoftQp::place_fragment(const WireHeader& h, const uint8_t* payload,
   const auto op = static_cast<WireOp>(h.opcode);
   *syn = AckSyndrome::kAck;
   if (!is_send(op)) {  // WRITE / WRITE_IMM
+    // A copy of bytes the QP's owner has accounted (QpConfig::rx_guard).
+    if (!guard_admits(h)) {
+      ++c.drop_refused;
+      cfg_.rx_guard->refused(qpn_, h.imm_data);
+      return false;
+    }
     if (h.payload_len == 0) return true;
     const uint64_t dst = h.remote_addr + h.frag_offset;
     if (dst < h.remote_addr) {

@@ -23,9 +23,16 @@ UCCL_KNOB(int64_t, knob_channel_buffers, "UCCL_CHANNEL_BUFFERS", 8,
 UCCL_KNOB(int64_t, knob_channel_write_min_kb, "UCCL_CHANNEL_WRITE_MIN_KB", 128,
           "GPU channels: a put of at least this many KiB from host memory "
           "into the peer's host memory goes as a one-sided write, copied "
-          "at neither end (its signal follows the write's acknowledgement); "
+          "at neither end (its signal follows the write's landing, or its "
+          "acknowledgement: UCCL_CHANNEL_SIGNAL_ON_LANDING); "
           "0: every put goes as messages.",
           0, 1 << 20);
+UCCL_KNOB(bool, knob_channel_signal_on_landing,
+          "UCCL_CHANNEL_SIGNAL_ON_LANDING", true,
+          "GPU channels, where landed writes are final (the software NIC): "
+          "a signal behind one-sided writes leaves at once and the peer "
+          "raises it once the writes have landed; 0: it waits for the "
+          "writes' acknowledgements.");
 UCCL_KNOB(int64_t, knob_channel_proxy_core, "UCCL_CHANNEL_PROXY_CORE", -1,
           "GPU channels: core the proxy thread is pinned to; -1: unpinned.", -1,
           4095);

@@ -21,6 +21,7 @@ UCCL_DECLARE_KNOB(int64_t, knob_channel_fifo_slots);
 UCCL_DECLARE_KNOB(int64_t, knob_channel_piece_kb);
 UCCL_DECLARE_KNOB(int64_t, knob_channel_buffers);
 UCCL_DECLARE_KNOB(int64_t, knob_channel_proxy_core);
+UCCL_DECLARE_KNOB(bool, knob_channel_signal_on_landing);
 UCCL_DECLARE_KNOB(int64_t, knob_channel_write_min_kb);
 
 namespace {
@@ -42,6 +43,7 @@ ProxyConfig proxy_config_from_knobs() {
   c.write_min_bytes = static_cast<size_t>(knob_channel_write_min_kb().get())
                       << 10;
   c.core = static_cast<int>(knob_channel_proxy_core().get());
+  c.signal_on_landing = knob_channel_signal_on_landing().get();
   return c;
 }
 
@@ -74,6 +76,7 @@ Result<std::unique_ptr<ChannelProxy>> ChannelProxy::create(
   std::unique_ptr<ChannelProxy> p(new ChannelProxy);
   p->cfg_ = cfg;
   p->ep_ = ep;
+  p->on_landing_ = cfg.signal_on_landing && ep->landed_writes_final();
   if (cfg.device_memory) {
     p->dev_ = cfg.device_memory;
   } else if (cfg.gpu >= 0) {
@@ -178,6 +181,10 @@ ChannelProxy::Stats ChannelProxy::stats() const {
   s.bad_triggers = stats_.bad_triggers.load(std::memory_order_relaxed);
   s.bad_messages = stats_.bad_messages.load(std::memory_order_relaxed);
   s.writes = stats_.writes.load(std::memory_order_relaxed);
+  s.signals_on_landing =
+      stats_.signals_on_landing.load(std::memory_order_relaxed);
+  s.signals_held_for_writes =
+      stats_.signals_held_for_writes.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -367,8 +374,9 @@ bool ChannelProxy::enqueue(Channel& c, const Op& op) {
 // op. False while the channel has no room for another write.
 bool ChannelProxy::post_write(Channel& c, Op& op) {
   if (c.writes.full()) return false;
-  auto h = ep_->write_async(c.conn, op.src_mr, op.src, op.bytes,
-                            c.peer_regions[op.dst_mem], op.dst_off);
+  auto h =
+      ep_->write_async(c.conn, op.src_mr, op.src, op.bytes,
+                       c.peer_regions[op.dst_mem], op.dst_off, on_landing_);
   if (h.status().code() == StatusCode::kResourceExhausted) {
     return false;  // the endpoint's transfers are all in use: later
   }
@@ -379,7 +387,7 @@ bool ChannelProxy::post_write(Channel& c, Op& op) {
   c.writes.push(*h);
   stats_.writes.fetch_add(1, std::memory_order_relaxed);
   if (op.flags & kSignalAfter) {
-    op.kind = MsgKind::kSignal;  // once the write is acknowledged
+    op.kind = MsgKind::kSignal;  // once the write landed (or is acknowledged)
     op.write = false;
   } else {
     c.ops.pop();
@@ -404,8 +412,11 @@ bool ChannelProxy::reap_writes(Channel& c) {
 }
 
 // Ops in order: writes posted; messages into free send buffers (the
-// header, and for a put the next piece's copy started). A signal or flush
-// waits for every earlier write: the peer acts on it when it arrives.
+// header, and for a put the next piece's copy started). A flush waits for
+// every earlier write's acknowledgement, and so does a signal unless
+// landed writes are final (on_landing_): then it goes at once with a mark
+// of the write parts sent so far (every earlier write is posted), and the
+// peer holds it until they have landed there (apply()).
 bool ChannelProxy::stage(Channel& c) {
   bool any = reap_writes(c);
   while (!c.ops.empty() && !c.failed) {
@@ -415,14 +426,26 @@ bool ChannelProxy::stage(Channel& c) {
       any = true;
       continue;
     }
-    if ((op.kind == MsgKind::kSignal || op.kind == MsgKind::kFlush) &&
-        !c.writes.empty()) {
+    const bool held_signal = op.kind == MsgKind::kSignal && !on_landing_;
+    if ((held_signal || op.kind == MsgKind::kFlush) && !c.writes.empty()) {
       break;
     }
     if (c.free_bufs.empty() || c.pieces.full()) break;
     const int b = c.free_bufs.back();
     uint8_t* p = c.tx + static_cast<size_t>(b) * c.buf_bytes;
     MsgHdr h{kMsgMagic, op.kind, 0, 0, op.dst_mem, op.sem, 0, op.bytes};
+    if (op.kind == MsgKind::kSignal && on_landing_ && !c.writes.empty()) {
+      // Every earlier write is posted: the mark covers them all.
+      auto mark = ep_->notified_mark(c.conn);
+      if (!mark.ok()) {
+        fail(c, mark.status().with_context("marking the writes"));
+        return true;
+      }
+      h.flags = kAfterLanded;
+      h.bytes_or_ticket = p2p::kWriteMarkBytes;
+      std::memcpy(p + sizeof(h), &*mark, p2p::kWriteMarkBytes);
+      stats_.signals_on_landing.fetch_add(1, std::memory_order_relaxed);
+    }
     size_t n = 0;
     bool signal_next = false;
     if (op.kind == MsgKind::kPut) {
@@ -438,7 +461,9 @@ bool ChannelProxy::stage(Channel& c) {
       if (op.done + n == op.bytes && !signal_next) h.flags = op.flags;
     }
     std::memcpy(p, &h, sizeof(h));
-    Piece pc{b, 0, false, sizeof(h) + n, 0, false};
+    const bool marked = h.kind == MsgKind::kSignal && (h.flags & kAfterLanded);
+    const size_t extra = marked ? p2p::kWriteMarkBytes : n;
+    Piece pc{b, 0, false, sizeof(h) + extra, 0, false};
     if (n > 0 && op.src_host) {
       std::memcpy(p + sizeof(h), op.src + op.done, n);
     } else if (n > 0) {

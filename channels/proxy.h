@@ -43,6 +43,13 @@ struct ProxyConfig {
   // signal, and any later signal or flush, once the write is
   // acknowledged); 0: every put goes as messages.
   size_t write_min_bytes = size_t{128} << 10;
+  // Where the endpoint's landed writes are final (its NIC drops every later
+  // copy: p2p::Endpoint::landed_writes_final), a signal behind writes goes
+  // at once, carrying how many write parts it follows; the peer raises the
+  // semaphore once that many have landed, rather than this side waiting
+  // for the writes' acknowledgements first (a round trip). Flushes still
+  // wait for the acknowledgements. false: signals always wait.
+  bool signal_on_landing = true;
   uint64_t timeout_ns = 5000000000ull;  // FIFO full, wait, flush
   int core = -1;  // pin the proxy thread here; -1: unpinned
   // How GPU memory is copied; null: CUDA's runtime for `gpu`.
@@ -102,6 +109,9 @@ class ChannelProxy {
     uint64_t triggers = 0, puts = 0, signals = 0, flushes = 0;
     uint64_t put_bytes = 0, bad_triggers = 0, bad_messages = 0;
     uint64_t writes = 0;  // puts that went as one-sided writes
+    // Signals sent ahead of the acknowledgements of the writes they follow
+    // (signal_on_landing), and those the peer held until the writes landed.
+    uint64_t signals_on_landing = 0, signals_held_for_writes = 0;
   };
   Stats stats() const;
 
@@ -140,6 +150,9 @@ class ChannelProxy {
 
   ProxyConfig cfg_;
   p2p::Endpoint* ep_ = nullptr;
+  // signal_on_landing, where the endpoint's landed writes are final: every
+  // write counted at the peer (notify), signals not held for the writes.
+  bool on_landing_ = false;
   std::shared_ptr<p2p::DeviceMemory> dev_;
   std::unique_ptr<TriggerFifo> fifo_;
   std::vector<Mem> mems_;
@@ -157,6 +170,7 @@ class ChannelProxy {
     std::atomic<uint64_t> triggers{0}, puts{0}, signals{0}, flushes{0};
     std::atomic<uint64_t> put_bytes{0}, bad_triggers{0}, bad_messages{0};
     std::atomic<uint64_t> writes{0};
+    std::atomic<uint64_t> signals_on_landing{0}, signals_held_for_writes{0};
   } stats_;
 };
 

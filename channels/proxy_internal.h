@@ -58,6 +58,7 @@ struct RxBuf {
   bool landed;   // its message is in (the receive is spent)
   bool copying;  // its put's copy into the destination is running
   bool copied;   // and has finished
+  bool held;     // its signal waits for the writes it follows (counted once)
   uint64_t copy;
 };
 

@@ -13,6 +13,7 @@ Status ChannelProxy::post_recv(Channel& c, int buf) {
                       c.rx + static_cast<size_t>(buf) * c.buf_bytes,
                       c.buf_bytes));
   c.rx_bufs[buf].landed = false;
+  c.rx_bufs[buf].held = false;
   c.rx_bufs[buf].copying = false;
   c.rx_bufs[buf].copied = false;
   return Status::OK();
@@ -39,11 +40,16 @@ Status ChannelProxy::check_msg(const Channel& c, const MsgHdr& h,
         return OutOfRange("signal of semaphore " + std::to_string(h.sem));
       }
       return Status::OK();
-    case MsgKind::kSignal:
-      if (payload != 0 || h.flags != 0 || h.sem >= cfg_.num_semaphores) {
+    case MsgKind::kSignal: {
+      // kAfterLanded: a p2p::WriteMark follows (landed() checks its shape).
+      const size_t mark = h.flags == kAfterLanded ? p2p::kWriteMarkBytes : 0;
+      if ((h.flags & ~kAfterLanded) || payload != mark ||
+          (mark != 0 && h.bytes_or_ticket != mark) ||
+          h.sem >= cfg_.num_semaphores) {
         return OutOfRange("bad signal");
       }
       return Status::OK();
+    }
     case MsgKind::kFlush:
     case MsgKind::kFlushAck:
       if (payload != 0 || h.flags != 0) return InvalidArgument("bad flush");
@@ -55,7 +61,8 @@ Status ChannelProxy::check_msg(const Channel& c, const MsgHdr& h,
 
 // The oldest buffer's message, landed (take_landed): true when it is
 // finished (its buffer posted again), false while it waits (its copy
-// running, or no room to queue a flush's answer).
+// running, the writes a signal follows not all landed, or no room to
+// queue a flush's answer).
 bool ChannelProxy::apply(Channel& c, int buf) {
   RxBuf& r = c.rx_bufs[buf];
   const uint8_t* p = c.rx + static_cast<size_t>(buf) * c.buf_bytes;
@@ -78,6 +85,26 @@ bool ChannelProxy::apply(Channel& c, int buf) {
       __atomic_fetch_add(&c.sems[h.sem], uint64_t{1}, __ATOMIC_RELEASE);
     }
   } else if (h.kind == MsgKind::kSignal) {
+    if (h.flags & kAfterLanded) {  // the writes it follows, all landed?
+      p2p::WriteMark mark;
+      std::memcpy(&mark, p + sizeof(h), sizeof(mark));
+      auto landed = ep_->landed(c.conn, mark);
+      if (!landed.ok()) {
+        fail(c, landed.status().with_context("the peer's write mark"));
+        return false;
+      }
+      // The counts were read with acquire (the engine's release when each
+      // write's last chunk was in place): the semaphore's release carries
+      // that on to the kernel.
+      if (!*landed) {  // it waits, and the messages after it
+        if (!r.held) {
+          r.held = true;
+          stats_.signals_held_for_writes.fetch_add(1,
+                                                   std::memory_order_relaxed);
+        }
+        return false;
+      }
+    }
     __atomic_fetch_add(&c.sems[h.sem], uint64_t{1}, __ATOMIC_RELEASE);
   } else if (h.kind == MsgKind::kFlush) {
     // Every earlier put of the peer is in place: answer behind our own.

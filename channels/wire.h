@@ -12,11 +12,16 @@ namespace uccl::channels {
 enum class MsgKind : uint8_t {
   kPut = 1,       // payload to dst_mem + dst_off; kSignalAfter may follow it
   kSignal = 2,    // raise semaphore `sem` once earlier puts have landed
+                  // (kAfterLanded: the writes before it, counted)
   kFlush = 3,     // answer kFlushAck(ticket) once earlier puts have landed
   kFlushAck = 4,  // the sender's flush `ticket` is complete
 };
 
-constexpr uint8_t kSignalAfter = 1;         // flags: a put's last piece signals
+constexpr uint8_t kSignalAfter = 1;  // flags: a put's last piece signals
+// flags of a kSignal: a p2p::WriteMark of the writer's notifying writes so
+// far follows the header (bytes_or_ticket: its size); raise the semaphore
+// once they have all landed here (p2p::Endpoint::landed), not at once.
+constexpr uint8_t kAfterLanded = 2;
 constexpr uint32_t kMsgMagic = 0x43484e31;  // "CHN1"
 
 struct MsgHdr {
@@ -27,7 +32,8 @@ struct MsgHdr {
   uint32_t dst_mem;
   uint32_t sem;
   uint64_t dst_off;
-  uint64_t bytes_or_ticket;  // a put's payload bytes, a flush's ticket
+  // A put's payload bytes, a flush's ticket, a kAfterLanded signal's mark's.
+  uint64_t bytes_or_ticket;
 };
 static_assert(sizeof(MsgHdr) == 32, "the header is 32 bytes on the wire");
 

@@ -113,6 +113,9 @@ Endpoint::~Endpoint() {
 }
 
 const EndpointConfig& Endpoint::config() const { return impl_->cfg; }
+bool Endpoint::landed_writes_final() const {
+  return impl_->engines[0]->device_info().backend == "udp";
+}
 std::string Endpoint::device_name() const {
   return impl_->engines[0]->device_info().name;
 }

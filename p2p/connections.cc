@@ -296,6 +296,7 @@ Result<ConnHandle> Endpoint::Impl::add_conn(std::vector<ConnId> engine_conns,
   const ConnHandle id = next_conn++;
   P2pConn& pc = conns[id];
   pc.conns = std::move(engine_conns);
+  pc.notified_sent_each.assign(pc.conns.size(), 0);
   pc.striped = std::move(striped);
   pc.stripe_bytes = stripe;
   pc.notif_conn = notif;

@@ -92,6 +92,9 @@ uint64_t Endpoint::rejected_connections() const {
   return impl_->rejected_hellos;
 }
 uccl::Endpoint* Endpoint::engine_endpoint() { return impl_->ep.get(); }
+bool Endpoint::landed_writes_final() const {
+  return impl_->ep->landed_writes_final();
+}
 
 Result<MrId> Endpoint::reg(void* addr, size_t len) {
   if (addr == nullptr || len == 0) {

@@ -198,7 +198,10 @@ Status Endpoint::Impl::post_parts_one_sided(uint32_t s, P2pConn* pc,
     }
     ++x.nreqs;
     x.owned = true;
-    if (x.notify) ++pc->notified_parts_sent;
+    if (x.notify) {
+      ++pc->notified_parts_sent;
+      ++pc->notified_sent_each[j];
+    }
   }
   return Status::OK();
 }
@@ -262,6 +265,37 @@ Result<uint64_t> Endpoint::notified_parts_sent(ConnHandle c) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   UCCL_ASSIGN_OR_RETURN(P2pConn * pc, impl_->conn_of(c));
   return pc->notified_parts_sent;
+}
+
+static_assert(WriteMark::kMaxParts >= static_cast<uint32_t>(kMaxStripes),
+              "a mark holds a part count per engine connection");
+
+Result<WriteMark> Endpoint::notified_mark(ConnHandle c) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  UCCL_ASSIGN_OR_RETURN(P2pConn * pc, impl_->conn_of(c));
+  WriteMark m;
+  if (pc->notified_sent_each.size() > WriteMark::kMaxParts) {
+    return Internal("more engine connections than a mark holds");
+  }
+  m.n = static_cast<uint32_t>(pc->notified_sent_each.size());
+  for (uint32_t j = 0; j < m.n; ++j) m.parts[j] = pc->notified_sent_each[j];
+  return m;
+}
+
+Result<bool> Endpoint::landed(ConnHandle c, const WriteMark& mark) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  UCCL_ASSIGN_OR_RETURN(P2pConn * pc, impl_->conn_of(c));
+  if (mark.n != pc->conns.size() || mark.reserved != 0) {
+    return InvalidArgument("write mark of " + std::to_string(mark.n) +
+                           " parts for a connection of " +
+                           std::to_string(pc->conns.size()));
+  }
+  for (uint32_t j = 0; j < mark.n; ++j) {
+    // Each engine connection counts its parts in sequence order.
+    UCCL_ASSIGN_OR_RETURN(uint64_t k, impl_->ep->writes_landed(pc->conns[j]));
+    if (k < mark.parts[j]) return false;
+  }
+  return true;
 }
 
 Result<uint64_t> Endpoint::notified_parts_landed(ConnHandle c) {

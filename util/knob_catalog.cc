@@ -33,7 +33,8 @@ const std::vector<std::string>& knob_catalog() {
       // channels/ (GPU-initiated transfers)
       "UCCL_CHANNEL_BUFFERS", "UCCL_CHANNEL_FIFO_SLOTS",
       "UCCL_CHANNEL_PIECE_KB", "UCCL_CHANNEL_PROXY_CORE",
-      "UCCL_CHANNEL_TIMEOUT_MS", "UCCL_CHANNEL_WRITE_MIN_KB",
+      "UCCL_CHANNEL_SIGNAL_ON_LANDING", "UCCL_CHANNEL_TIMEOUT_MS",
+      "UCCL_CHANNEL_WRITE_MIN_KB",
       // collective/ (NCCL plugin and tuner)
       "UCCL_NCCL_CONNS", "UCCL_NCCL_DEVICES", "UCCL_NCCL_ENGINES",
       "UCCL_NCCL_FLUSH", "UCCL_NCCL_GPU_DIRECT", "UCCL_NCCL_LL_MAX_KB",

@@ -187,6 +187,11 @@ class Endpoint {
   // The NIC's own counters per engine (packets, drops by reason, faults).
   std::string nic_counters() const;
   const EndpointConfig& config() const;
+  // Whether a one-sided write, once writes_landed() counted it at the
+  // target, is final there: no copy of it lands afterwards. True on the
+  // software NIC (its receive guard refuses copies of accounted chunks;
+  // RC's PSNs drop duplicates), false on a verbs NIC (see write_async).
+  bool landed_writes_final() const;
   // Device facts (for NCCL properties).
   std::string device_name() const;
   uint64_t link_speed_mbps() const;

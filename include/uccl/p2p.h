@@ -60,6 +60,21 @@ struct RegionDesc {
 };
 constexpr size_t kRegionDescBytes = sizeof(RegionDesc);
 
+// Where a writer's notifying writes on one connection stand: per engine
+// connection (part j of every write goes on the j-th), how many parts it
+// has posted. Taken at the writer (notified_mark), carried to the target
+// as bytes (a fixed kWriteMarkBytes), tested there (landed). Parts land in
+// order on each engine connection but not across them, so only per-part
+// counts say that every write before the mark is in place.
+struct WriteMark {
+  static constexpr uint32_t kMaxParts = 16;  // engines per endpoint
+  uint32_t n = 0;         // engine connections the mark covers
+  uint32_t reserved = 0;  // 0
+  uint64_t parts[kMaxParts] = {};
+};
+constexpr size_t kWriteMarkBytes = sizeof(WriteMark);
+static_assert(kWriteMarkBytes == 136, "a WriteMark travels as bytes");
+
 // One buffer of a vectored transfer: [data, data + len) inside `mr`.
 struct IoSlice {
   MrId mr = 0;
@@ -165,16 +180,26 @@ class Endpoint {
 
   // --- notifications ---
   // Notifying writes without a message: a write is cut into parts (one per
-  // engine connection it goes on), and both sides count parts. The writer's
-  // sent count covers every notifying write posted on `c` so far; once the
-  // peer's landed count reaches a sent count it was told, every write
-  // behind it is in place there, with no acknowledgement's round trip. On
-  // the software NIC it is also final (no copy lands again: the peer may
-  // rewrite the region at once); on a verbs NIC in UC mode, the peer
-  // rewrites it only after the writer's transfer completed (see
-  // Endpoint::write_async for what is and is not covered).
+  // engine connection it goes on), and both sides count parts. The writer
+  // takes a mark of every notifying write posted on `c` so far and tells
+  // it to the peer (in a message or notification, as bytes); once
+  // landed(c, mark) there, every write behind the mark is in place, with
+  // no acknowledgement's round trip. On the software NIC it is also final
+  // (no copy lands again: the peer may rewrite the region at once); on a
+  // verbs NIC in UC mode, the peer rewrites it only after the writer's
+  // transfer completed (see Endpoint::write_async for what is and is not
+  // covered). landed(): InvalidArgument for a mark of another connection's
+  // shape. The totals below count parts on all engine connections: the
+  // landed total reaching a sent total says as many parts landed, not
+  // which (parts of later writes may be among them), so it proves the
+  // earlier writes in place only where nothing was written since.
+  Result<WriteMark> notified_mark(ConnHandle c);
+  Result<bool> landed(ConnHandle c, const WriteMark& mark);
   Result<uint64_t> notified_parts_sent(ConnHandle c);
   Result<uint64_t> notified_parts_landed(ConnHandle c);
+  // Whether parts counted as landed are final at the peer: no copy of them
+  // lands afterwards (uccl::Endpoint::landed_writes_final).
+  bool landed_writes_final() const;
 
   // Queues `data` (at most kMaxNotifBytes) to the peer; ResourceExhausted
   // while kNotifSlots are still in flight (the peer takes them with

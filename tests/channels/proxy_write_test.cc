@@ -1,6 +1,7 @@
 // Puts between host memories as one-sided writes (no copy at either end):
-// which puts take the path, signals and flushes held until every earlier
-// write is acknowledged (under loss, round after round), and descriptors.
+// which puts take the path, signals held until every earlier write has
+// landed (at the reader, by count) or is acknowledged, flushes until
+// acknowledged (under loss, round after round), and descriptors.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -60,10 +61,15 @@ TEST(ChannelWrites, OffMeansEveryPutGoesAsMessages) {
 // answers so the writer may overwrite its source. A signal acted on before
 // the writes landed shows as a stale block. The round's signal is a
 // signal of its own, or (small_put) a put too small for a write, sent as a
-// message with its signal, behind the writes.
-void signals_wait_for_writes_under_loss(bool small_put) {
+// message with its signal, behind the writes. on_landing: the signal
+// leaves at once and the reader's proxy holds it until the writes' parts
+// have landed (the software NIC's landed writes are final); else the
+// writer holds it until they are acknowledged.
+void signals_wait_for_writes_under_loss(bool small_put,
+                                        bool on_landing = true) {
   ProxyConfig cfg = test_proxy_config();
   cfg.write_min_bytes = 16 << 10;
+  cfg.signal_on_landing = on_landing;
   constexpr int kBlocks = 4, kRounds = 12;
   constexpr size_t kBlock = 96 << 10, kSmall = 4096;
   // Loss on the writer's endpoint only; it outlives the proxies (declared
@@ -114,8 +120,17 @@ void signals_wait_for_writes_under_loss(bool small_put) {
     ASSERT_EQ(channel_wait(p->ha, 1, i), kChannelOk) << "round " << i;
   }
   reader.join();
-  EXPECT_EQ(p->a->stats().writes, uint64_t{kBlocks} * kRounds);
+  const ChannelProxy::Stats sa = p->a->stats(), sb = p->b->stats();
+  EXPECT_EQ(sa.writes, uint64_t{kBlocks} * kRounds);
   EXPECT_TRUE(p->a->channel_status(0).ok()) << p->a->channel_status(0);
+  if (on_landing) {
+    EXPECT_GT(sa.signals_on_landing, 0u);
+    EXPECT_GT(sb.signals_held_for_writes, 0u)
+        << "no signal overtook a write: the reader's wait went untested";
+  } else {
+    EXPECT_EQ(sa.signals_on_landing, 0u);
+    EXPECT_EQ(sb.signals_held_for_writes, 0u);
+  }
 }
 
 TEST(ChannelWrites, SignalsWaitForEveryEarlierWriteUnderLoss) {
@@ -124,6 +139,11 @@ TEST(ChannelWrites, SignalsWaitForEveryEarlierWriteUnderLoss) {
 
 TEST(ChannelWrites, APutsSignalWaitsForEveryEarlierWriteUnderLoss) {
   signals_wait_for_writes_under_loss(true);
+}
+
+TEST(ChannelWrites, SignalsHeldByTheWriterWaitForEveryEarlierWriteUnderLoss) {
+  signals_wait_for_writes_under_loss(false, false);
+  signals_wait_for_writes_under_loss(true, false);
 }
 
 // A flush returns once every earlier write is in the peer's memory.

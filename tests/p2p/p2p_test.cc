@@ -216,6 +216,54 @@ TEST(P2p, NotifyingWritesAreCountedInPartsAtBothEnds) {
             StatusCode::kInvalidArgument);
 }
 
+// A mark says which parts landed, a total only how many: after one write
+// of a part per engine connection, a mark of two parts on the first
+// connection has not landed though the total has reached two; the write's
+// own mark has. Marks taken before any write have landed at once, and a
+// mark of another connection's shape is refused.
+TEST(P2p, AWriteMarkCountsPartsPerEngineConnection) {
+  auto p = Pair::make(test_config(2));
+  ASSERT_TRUE(p);
+  constexpr size_t kLen = 2 << 20;  // a part on each engine connection
+  Mem region(p->server.get(), kLen), local(p->client.get(), kLen);
+  auto adv = p->server->advertise(region.id, 0, kLen);
+  ASSERT_TRUE(adv.ok()) << adv.status();
+  auto m0 = p->client->notified_mark(p->c_conn);
+  ASSERT_TRUE(m0.ok()) << m0.status();
+  EXPECT_EQ(m0->n, 2u);
+  EXPECT_TRUE(*p->server->landed(p->s_conn, *m0));
+  fill_pattern(local.ptr(), kLen, 21);
+  auto w = p->client->write_async(p->c_conn, local.id, local.ptr(), kLen, *adv,
+                                  0, true);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const WriteMark m1 = *p->client->notified_mark(p->c_conn);
+  ASSERT_EQ(m1.n, 2u);
+  EXPECT_EQ(m1.parts[0], 1u);
+  EXPECT_EQ(m1.parts[1], 1u);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!*p->server->landed(p->s_conn, m1)) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+  }
+  EXPECT_EQ(find_pattern_mismatch(region.ptr(), kLen, 21), -1);
+  ASSERT_TRUE(p->client->wait(*w, 30000).ok());
+  WriteMark skewed = m1;  // two parts on connection 0, none on 1
+  skewed.parts[0] = 2;
+  skewed.parts[1] = 0;
+  EXPECT_EQ(*p->server->notified_parts_landed(p->s_conn), 2u);
+  EXPECT_FALSE(*p->server->landed(p->s_conn, skewed));
+  WriteMark wide = m1;
+  wide.n = 3;
+  EXPECT_EQ(p->server->landed(p->s_conn, wide).status().code(),
+            StatusCode::kInvalidArgument);
+  WriteMark odd = m1;
+  odd.reserved = 1;
+  EXPECT_EQ(p->server->landed(p->s_conn, odd).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(p->server->landed(ConnHandle{12345}, m1).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(P2p, MisuseGetsItsOwnError) {
   auto p = Pair::make();
   ASSERT_TRUE(p);

@@ -40,15 +40,16 @@ struct ProxyConfig {
   int buffers = 8;  // send and receive buffers per channel, each
   // A put of at least this many bytes from host memory into the peer's
   // host memory goes as a one-sided write, no copy at either end (its
-  // signal, and any later signal or flush, once the write is
+  // signal, and any later signal, once the write has landed or is
+  // acknowledged: signal_on_landing; a later flush once it is
   // acknowledged); 0: every put goes as messages.
   size_t write_min_bytes = size_t{128} << 10;
   // Where the endpoint's landed writes are final (its NIC drops every later
   // copy: p2p::Endpoint::landed_writes_final), a signal behind writes goes
-  // at once, carrying how many write parts it follows; the peer raises the
-  // semaphore once that many have landed, rather than this side waiting
-  // for the writes' acknowledgements first (a round trip). Flushes still
-  // wait for the acknowledgements. false: signals always wait.
+  // at once, carrying a p2p::WriteMark of the writes it follows; the peer
+  // raises the semaphore once they have landed, rather than this side
+  // waiting for the writes' acknowledgements first (a round trip). Flushes
+  // still wait for the acknowledgements. false: signals always wait.
   bool signal_on_landing = true;
   uint64_t timeout_ns = 5000000000ull;  // FIFO full, wait, flush
   int core = -1;  // pin the proxy thread here; -1: unpinned

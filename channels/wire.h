@@ -12,7 +12,7 @@ namespace uccl::channels {
 enum class MsgKind : uint8_t {
   kPut = 1,       // payload to dst_mem + dst_off; kSignalAfter may follow it
   kSignal = 2,    // raise semaphore `sem` once earlier puts have landed
-                  // (kAfterLanded: the writes before it, counted)
+                  // (kAfterLanded: once the writes its mark covers have)
   kFlush = 3,     // answer kFlushAck(ticket) once earlier puts have landed
   kFlushAck = 4,  // the sender's flush `ticket` is complete
 };
@@ -32,7 +32,8 @@ struct MsgHdr {
   uint32_t dst_mem;
   uint32_t sem;
   uint64_t dst_off;
-  // A put's payload bytes, a flush's ticket, a kAfterLanded signal's mark's.
+  // A put's payload bytes, a flush's ticket, the size of a kAfterLanded
+  // signal's mark.
   uint64_t bytes_or_ticket;
 };
 static_assert(sizeof(MsgHdr) == 32, "the header is 32 bytes on the wire");

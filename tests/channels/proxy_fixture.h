@@ -25,6 +25,7 @@ using device::channel_wait;
 using device::ChannelHandle;
 using device::kChannelFailed;
 using device::kChannelOk;
+using device::kChannelTimedOut;
 
 // A stand-in device's page-locked host memory: aligned heap memory.
 class TestDeviceMemory : public p2p::DeviceMemory {

@@ -434,6 +434,7 @@ bool ChannelProxy::stage(Channel& c) {
     const int b = c.free_bufs.back();
     uint8_t* p = c.tx + static_cast<size_t>(b) * c.buf_bytes;
     MsgHdr h{kMsgMagic, op.kind, 0, 0, op.dst_mem, op.sem, 0, op.bytes};
+    size_t mark_bytes = 0;
     if (op.kind == MsgKind::kSignal && on_landing_ && !c.writes.empty()) {
       // Every earlier write is posted: the mark covers them all.
       auto mark = ep_->notified_mark(c.conn);
@@ -444,6 +445,7 @@ bool ChannelProxy::stage(Channel& c) {
       h.flags = kAfterLanded;
       h.bytes_or_ticket = p2p::kWriteMarkBytes;
       std::memcpy(p + sizeof(h), &*mark, p2p::kWriteMarkBytes);
+      mark_bytes = p2p::kWriteMarkBytes;
       stats_.signals_on_landing.fetch_add(1, std::memory_order_relaxed);
     }
     size_t n = 0;
@@ -461,9 +463,7 @@ bool ChannelProxy::stage(Channel& c) {
       if (op.done + n == op.bytes && !signal_next) h.flags = op.flags;
     }
     std::memcpy(p, &h, sizeof(h));
-    const bool marked = h.kind == MsgKind::kSignal && (h.flags & kAfterLanded);
-    const size_t extra = marked ? p2p::kWriteMarkBytes : n;
-    Piece pc{b, 0, false, sizeof(h) + extra, 0, false};
+    Piece pc{b, 0, false, sizeof(h) + n + mark_bytes, 0, false};
     if (n > 0 && op.src_host) {
       std::memcpy(p + sizeof(h), op.src + op.done, n);
     } else if (n > 0) {

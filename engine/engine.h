@@ -276,10 +276,6 @@ class UcclRDMAEngine {
     UcclRDMAEngine* e_;
   };
   ChunkGuard guard_{this};
-  // The live connection whose data QP `qpn` carried a chunk for `flow`, or
-  // null (unknown QP, a control QP, another flow's chunk, a closed or
-  // failed connection).
-  Conn* chunk_conn(uint32_t qpn, uint32_t flow) const;
   int poll_recv_cq(uint64_t now);
   void on_chunk(const transport::WorkCompletion& wc, uint64_t now);
   void account_chunk(Conn* c, const RxChunkInfo& info);
@@ -410,6 +406,14 @@ class UcclRDMAEngine {
   std::vector<QpnEntry> qpn_map_;  // open addressing, power-of-two size
   void qpn_put(uint32_t qpn, uint32_t conn, bool ctrl);
   const QpnEntry* qpn_get(uint32_t qpn) const;
+  // Whether `e` (qpn_get's) is a data QP of connection `flow`: else a
+  // chunk on it is a protocol error.
+  static bool chunk_qp(const QpnEntry* e, uint32_t flow) {
+    return e != nullptr && !e->ctrl && e->conn == flow;
+  }
+  // The live connection of data QP entry `e` (chunk_qp), or null (closed,
+  // failed, not yet established).
+  Conn* live_conn(const QpnEntry* e) const;
   void qpn_erase(uint32_t qpn);
 
   CommandQueue queue_;

@@ -94,10 +94,7 @@ void UcclRDMAEngine::replenish_srq() {
   }
 }
 
-UcclRDMAEngine::Conn* UcclRDMAEngine::chunk_conn(uint32_t qpn,
-                                                 uint32_t flow) const {
-  const QpnEntry* e = qpn_get(qpn);
-  if (e == nullptr || e->ctrl || e->conn != flow) return nullptr;
+UcclRDMAEngine::Conn* UcclRDMAEngine::live_conn(const QpnEntry* e) const {
   Conn* c = conns_[e->conn].get();
   return c && c->established && !c->failed ? c : nullptr;
 }
@@ -109,18 +106,19 @@ UcclRDMAEngine::Conn* UcclRDMAEngine::chunk_conn(uint32_t qpn,
 // sender can have seen an ACK for it, no copy is placed again.
 bool UcclRDMAEngine::ChunkGuard::admits(uint32_t qpn, uint32_t imm) const {
   const Imm i = Imm::decode(imm);
-  const Conn* c = e_->chunk_conn(qpn, i.flow);
+  const QpnEntry* e = e_->qpn_get(qpn);
+  const Conn* c = chunk_qp(e, i.flow) ? e_->live_conn(e) : nullptr;
   return c != nullptr && !c->rx.win.holds(i.csn);
 }
 
 void UcclRDMAEngine::ChunkGuard::refused(uint32_t qpn, uint32_t imm) {
   const Imm i = Imm::decode(imm);
   const QpnEntry* e = e_->qpn_get(qpn);
-  if (e == nullptr || e->ctrl || e->conn != i.flow) {
+  if (!chunk_qp(e, i.flow)) {
     ++e_->protocol_errors_;  // as on_chunk() counts it
     return;
   }
-  Conn* c = e_->chunk_conn(qpn, i.flow);
+  Conn* c = e_->live_conn(e);
   if (c == nullptr) return;  // closed or failed: on_chunk() ignores it too
   c->rx.win.refused(i.csn, e_->clock_->now_ns());  // ACKed in the loop
   e_->activate(c);
@@ -129,11 +127,11 @@ void UcclRDMAEngine::ChunkGuard::refused(uint32_t qpn, uint32_t imm) {
 void UcclRDMAEngine::on_chunk(const WorkCompletion& wc, uint64_t now) {
   const Imm imm = Imm::decode(wc.imm_data);
   const QpnEntry* e = qpn_get(wc.qp_num);
-  if (e == nullptr || e->ctrl || e->conn != imm.flow) {
+  if (!chunk_qp(e, imm.flow)) {
     ++protocol_errors_;
     return;
   }
-  Conn* c = chunk_conn(wc.qp_num, imm.flow);
+  Conn* c = live_conn(e);
   if (c == nullptr) return;
   activate(c);
   RxFlow& rx = c->rx;

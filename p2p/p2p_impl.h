@@ -38,8 +38,7 @@ struct SlotFifo {
 
 struct P2pConn {
   std::vector<ConnId> conns;  // part j of every transfer goes on conns[j]
-  uint64_t notified_parts_sent = 0;  // parts of notifying writes posted
-  // ... of them on conns[j] (a WriteMark's parts).
+  // Parts of notifying writes posted on conns[j] (a WriteMark's parts).
   std::vector<uint64_t> notified_sent_each;
   std::unique_ptr<StripedConn> striped;
   size_t stripe_bytes = 0;

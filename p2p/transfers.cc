@@ -2,6 +2,7 @@
 // (parts of stripe_bytes, part j on engine connection j); one-sided ones are
 // cut evenly over the engine connections. Handles index a fixed pool.
 #include <chrono>
+#include <numeric>
 #include <thread>
 
 #include "p2p/p2p_impl.h"
@@ -198,10 +199,7 @@ Status Endpoint::Impl::post_parts_one_sided(uint32_t s, P2pConn* pc,
     }
     ++x.nreqs;
     x.owned = true;
-    if (x.notify) {
-      ++pc->notified_parts_sent;
-      ++pc->notified_sent_each[j];
-    }
+    if (x.notify) ++pc->notified_sent_each[j];
   }
   return Status::OK();
 }
@@ -264,7 +262,8 @@ Result<XferHandle> Endpoint::write_async(ConnHandle c, MrId mr, const void* src,
 Result<uint64_t> Endpoint::notified_parts_sent(ConnHandle c) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   UCCL_ASSIGN_OR_RETURN(P2pConn * pc, impl_->conn_of(c));
-  return pc->notified_parts_sent;
+  return std::accumulate(pc->notified_sent_each.begin(),
+                         pc->notified_sent_each.end(), uint64_t{0});
 }
 
 static_assert(WriteMark::kMaxParts >= static_cast<uint32_t>(kMaxStripes),

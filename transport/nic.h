@@ -220,7 +220,7 @@ class RxGuard {
   virtual ~RxGuard() = default;
   // Whether a fragment of a message with immediate `imm` to QP `qpn` may be
   // placed. Without side effects: the NIC may ask more than once about one
-  // fragment (a peek, then the staged path).
+  // fragment (a peek that declines direct placement, then the staged path).
   virtual bool admits(uint32_t qpn, uint32_t imm) const = 0;
   // The NIC dropped a fragment admits() refused (once per fragment; the
   // rest of its message is dropped as out of sequence, unasked).

@@ -2,6 +2,7 @@
 // every byte of it is in place, and no copy of it lands after that.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -11,6 +12,15 @@
 
 namespace uccl::testing {
 namespace {
+
+// What a target writes over a region once it is done with a write; a byte
+// that is anything else afterwards landed again.
+constexpr uint8_t kMovedOn = 0xab;
+
+size_t bytes_not(const uint8_t* p, size_t n, uint8_t v) {
+  return static_cast<size_t>(
+      std::count_if(p, p + n, [v](uint8_t b) { return b != v; }));
+}
 
 // Eight 512 KiB writes, the odd ones notifying, through 3% datagram loss
 // (whole chunks resent, later chunks arriving before earlier ones): each
@@ -102,11 +112,10 @@ TEST(WriteNotifyTest, NothingLandsAgainOnceCounted) {
       std::this_thread::yield();
     }
     EXPECT_EQ(find_pattern_mismatch(region.ptr(), kLen, 7 + round), -1);
-    std::memset(region.ptr(), 0xab, kLen);  // the target moves on at once
+    std::memset(region.ptr(), kMovedOn, kLen);  // the target moves on at once
     ASSERT_TRUE(p->client->wait(&w, 30000).ok()) << w.status();
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    size_t relanded = 0;
-    for (size_t i = 0; i < kLen; ++i) relanded += region.ptr()[i] != 0xab;
+    const size_t relanded = bytes_not(region.ptr(), kLen, kMovedOn);
     ASSERT_EQ(relanded, 0u) << "round " << round;
   }
   const FlowStats st = *p->client->conn_stats(p->c_conns[0]);
@@ -141,10 +150,9 @@ TEST(WriteNotifyTest, ACopyHeldPastTheCompletionNeverLands) {
                     .ok());
     ASSERT_TRUE(p->client->wait(&w, 30000).ok()) << w.status();
     ASSERT_EQ(find_pattern_mismatch(region.ptr(), kLen, 50 + round), -1);
-    std::memset(region.ptr(), 0xab, kLen);  // the target moves on
+    std::memset(region.ptr(), kMovedOn, kLen);  // the target moves on
     std::this_thread::sleep_for(std::chrono::milliseconds(30));  // > 20 ms
-    size_t relanded = 0;
-    for (size_t i = 0; i < kLen; ++i) relanded += region.ptr()[i] != 0xab;
+    const size_t relanded = bytes_not(region.ptr(), kLen, kMovedOn);
     ASSERT_EQ(relanded, 0u) << "round " << round << "\n"
                             << p->server->nic_counters();
   }

@@ -238,14 +238,17 @@ bool SoftQp::place_fragment(const WireHeader& h, const uint8_t* payload,
   const auto op = static_cast<WireOp>(h.opcode);
   *syn = AckSyndrome::kAck;
   if (!is_send(op)) {  // WRITE / WRITE_IMM
+    const uint64_t dst = h.remote_addr + h.frag_offset;
+    // Placed directly: the guard admitted it at the peek (direct_dst), and
+    // nothing has run on this thread since.
+    const bool direct = payload == reinterpret_cast<const uint8_t*>(dst);
     // A copy of bytes the QP's owner has accounted (QpConfig::rx_guard).
-    if (!guard_admits(h)) {
+    if (!direct && !guard_admits(h)) {
       ++c.drop_refused;
       cfg_.rx_guard->refused(qpn_, h.imm_data);
       return false;
     }
     if (h.payload_len == 0) return true;
-    const uint64_t dst = h.remote_addr + h.frag_offset;
     if (dst < h.remote_addr) {
       ++c.drop_out_of_bounds;
       *syn = AckSyndrome::kNakRemoteAccess;
@@ -277,7 +280,7 @@ bool SoftQp::place_fragment(const WireHeader& h, const uint8_t* payload,
       ++c.drop_bad_crc;
       return false;
     }
-    if (payload != reinterpret_cast<const uint8_t*>(dst)) {
+    if (!direct) {
       std::memcpy(reinterpret_cast<void*>(dst), payload, h.payload_len);
     }
     return true;

@@ -269,8 +269,8 @@ class UcclRDMAEngine {
   class ChunkGuard final : public transport::RxGuard {
    public:
     explicit ChunkGuard(UcclRDMAEngine* e) : e_(e) {}
-    bool admits(uint32_t qpn, uint32_t imm) const override;
-    void refused(uint32_t qpn, uint32_t imm) override;
+    bool admits(uint32_t qpn, const Fragment& f) const override;
+    void refused(uint32_t qpn, const Fragment& f) override;
 
    private:
     UcclRDMAEngine* e_;

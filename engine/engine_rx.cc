@@ -99,28 +99,40 @@ UcclRDMAEngine::Conn* UcclRDMAEngine::live_conn(const QpnEntry* e) const {
   return c && c->established && !c->failed ? c : nullptr;
 }
 
+// The engine tags every chunk with its whole CSN (post_chunk), which the
+// software NIC carries beside the immediate: a tag whose low bits are not
+// the immediate's CSN was not sent by a peer engine.
+static bool tag_contradicts(const transport::RxGuard::Fragment& f,
+                            const Imm& i) {
+  return f.tagged && (f.tag & (Imm::kCsnSpace - 1)) != i.csn;
+}
+
 // Runs inside the device's progress, on this engine's thread: the window
 // it reads is the one on_chunk() updates, and a chunk is accounted only
 // after every fragment of its first copy is in place. So a copy refused
 // here is one whose bytes are there already, and from the moment the
-// sender can have seen an ACK for it, no copy is placed again.
-bool UcclRDMAEngine::ChunkGuard::admits(uint32_t qpn, uint32_t imm) const {
-  const Imm i = Imm::decode(imm);
+// sender can have seen an ACK for it, no copy is placed again. With the
+// whole CSN (tagged), also a copy older than the immediate's CSN space.
+bool UcclRDMAEngine::ChunkGuard::admits(uint32_t qpn, const Fragment& f) const {
+  const Imm i = Imm::decode(f.imm);
+  if (tag_contradicts(f, i)) return false;
   const QpnEntry* e = e_->qpn_get(qpn);
   const Conn* c = chunk_qp(e, i.flow) ? e_->live_conn(e) : nullptr;
-  return c != nullptr && !c->rx.win.holds(i.csn);
+  return c != nullptr &&
+         !c->rx.win.holds_csn(f.tagged ? f.tag : c->rx.win.extend(i.csn));
 }
 
-void UcclRDMAEngine::ChunkGuard::refused(uint32_t qpn, uint32_t imm) {
-  const Imm i = Imm::decode(imm);
+void UcclRDMAEngine::ChunkGuard::refused(uint32_t qpn, const Fragment& f) {
+  const Imm i = Imm::decode(f.imm);
   const QpnEntry* e = e_->qpn_get(qpn);
-  if (!chunk_qp(e, i.flow)) {
-    ++e_->protocol_errors_;  // as on_chunk() counts it
+  if (!chunk_qp(e, i.flow) || tag_contradicts(f, i)) {
+    ++e_->protocol_errors_;  // as on_chunk() counts a chunk for no flow
     return;
   }
   Conn* c = e_->live_conn(e);
   if (c == nullptr) return;  // closed or failed: on_chunk() ignores it too
-  c->rx.win.refused(i.csn, e_->clock_->now_ns());  // ACKed in the loop
+  const uint32_t csn = f.tagged ? f.tag : c->rx.win.extend(i.csn);
+  c->rx.win.refused(csn, e_->clock_->now_ns());  // ACKed in the loop
   e_->activate(c);
 }
 

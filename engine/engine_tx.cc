@@ -317,6 +317,10 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path, bool retx,
     wr.num_sge = m.len ? 2 : 1;
   }
   wr.imm_data = imm.encode();
+  // The whole CSN beside the immediate's 11 bits: the peer's guard refuses
+  // a copy delayed past the CSN space's wrap by it (RxWindow::holds_csn).
+  wr.tagged = true;
+  wr.guard_tag = csn;
   wr.remote_addr = m.raddr + ch.off;
   wr.rkey = m.rkey;
   // The receiver may have these bytes already (only the ACK was lost): a

@@ -66,6 +66,13 @@ class RxWindow {
     return true;
   }
 
+  // The full CSN of `imm_csn`: within half the CSN space after the
+  // cumulative point, else behind it.
+  uint32_t extend(uint32_t imm_csn) const {
+    const uint32_t delta = (imm_csn - rcv_cum_) & (Imm::kCsnSpace - 1);
+    if (delta < kMaxChunksInFlight) return rcv_cum_ + delta;
+    return rcv_cum_ - ((rcv_cum_ - imm_csn) & (Imm::kCsnSpace - 1));
+  }
   // Whether the chunk whose immediate carried `imm_csn` is here already:
   // held, or behind the cumulative point (handed on). A copy of it must not
   // be placed again: once the sender's request completed on the ACK, the
@@ -75,12 +82,20 @@ class RxWindow {
     const uint32_t delta = (imm_csn - rcv_cum_) & (Imm::kCsnSpace - 1);
     return delta >= kMaxChunksInFlight || at(rcv_cum_ + delta).valid;
   }
-  // A copy the NIC refused because holds() said so: counted and answered
-  // as a duplicate that arrived (an ACK at once, naming it), so a sender
-  // whose ACK was lost still learns.
-  void refused(uint32_t imm_csn, uint64_t now) {
-    duplicate(extend(imm_csn), now, now, now);
+  // As holds(), for a chunk whose whole CSN is known (the software NIC
+  // carries it beside the immediate, SendWr::guard_tag). It also tells what
+  // the immediate's bits cannot: a copy from kMaxChunksInFlight or more
+  // chunks back, whose wrapped CSN falls inside the window (holds() would
+  // take it for a new chunk, place it on bytes since rewritten, and mark
+  // that new chunk's place, so the real one is then refused as its copy),
+  // and a CSN beyond any the sender may have in flight.
+  bool holds_csn(uint32_t csn) const {
+    return csn - rcv_cum_ >= kMaxChunksInFlight || at(csn).valid;
   }
+  // A copy the NIC refused because holds() or holds_csn() said so: counted
+  // and answered as a duplicate that arrived (an ACK at once, naming `csn`,
+  // the whole CSN), so a sender whose ACK was lost still learns.
+  void refused(uint32_t csn, uint64_t now) { duplicate(csn, now, now, now); }
 
   // The next chunk in CSN order, if it has arrived (the cumulative point
   // moves over it).
@@ -148,13 +163,6 @@ class RxWindow {
     const uint64_t busy = busy_from_ns < now ? busy_from_ns : now;
     trigger_idle_ns_ =
         busy > trigger_arrival_ns_ ? busy - trigger_arrival_ns_ : 0;
-  }
-  // The full CSN of `imm_csn`: within half the CSN space after the
-  // cumulative point, else behind it.
-  uint32_t extend(uint32_t imm_csn) const {
-    const uint32_t delta = (imm_csn - rcv_cum_) & (Imm::kCsnSpace - 1);
-    if (delta < kMaxChunksInFlight) return rcv_cum_ + delta;
-    return rcv_cum_ - ((rcv_cum_ - imm_csn) & (Imm::kCsnSpace - 1));
   }
   RxChunkInfo& at(uint32_t csn) { return ring_[csn & (kRing - 1)]; }
   const RxChunkInfo& at(uint32_t csn) const { return ring_[csn & (kRing - 1)]; }

@@ -115,6 +115,13 @@ struct SendWr {
   // caller's pages instead of a copy.
   bool retransmit = false;
   bool payload_stable = false;
+  // WRITE_WITH_IMM: a value the receiving QP's RxGuard is shown with the
+  // immediate (`tagged`), for what the immediate's few bits cannot say (the
+  // engine's whole chunk sequence number, where the immediate has 11 bits).
+  // The software NIC carries it in each fragment's header; a verbs NIC has
+  // no room for it, and its receivers ask no guard.
+  bool tagged = false;
+  uint32_t guard_tag = 0;
   SendWr* next = nullptr;
 };
 
@@ -217,14 +224,21 @@ class SharedReceiveQueue;
 // both ignore it.
 class RxGuard {
  public:
+  // What a fragment says of its message: the immediate, and the tag its
+  // sender attached (SendWr::guard_tag), where it did.
+  struct Fragment {
+    uint32_t imm = 0;
+    bool tagged = false;
+    uint32_t tag = 0;
+  };
   virtual ~RxGuard() = default;
-  // Whether a fragment of a message with immediate `imm` to QP `qpn` may be
-  // placed. Without side effects: the NIC may ask more than once about one
-  // fragment (a peek that declines direct placement, then the staged path).
-  virtual bool admits(uint32_t qpn, uint32_t imm) const = 0;
+  // Whether fragment `f` of a message to QP `qpn` may be placed. Without
+  // side effects: the NIC may ask more than once about one fragment (a peek
+  // that declines direct placement, then the staged path).
+  virtual bool admits(uint32_t qpn, const Fragment& f) const = 0;
   // The NIC dropped a fragment admits() refused (once per fragment; the
   // rest of its message is dropped as out of sequence, unasked).
-  virtual void refused(uint32_t qpn, uint32_t imm) = 0;
+  virtual void refused(uint32_t qpn, const Fragment& f) = 0;
 };
 
 struct QpConfig {

@@ -154,9 +154,8 @@ class Endpoint {
   // lands again after that: the peer's engine refuses every later copy of
   // a chunk it has accounted (a resend that crossed its ACK, an original
   // held in the network) before its NIC places it (docs/nic.md, "receive
-  // guard"), so the peer may read and rewrite the region at once. Not
-  // covered: a copy delayed past 1024 newer chunks of the connection (the
-  // immediate's 11-bit sequence wraps), and a verbs NIC in UC mode, which
+  // guard"), so the peer may read and rewrite the region at once, however
+  // long a copy was held. Not covered: a verbs NIC in UC mode, which
   // places a copy before software can look: there a retransmission may
   // land again until this request completes, and a resend that crossed
   // the acknowledgement even after it, where it reaches the peer behind

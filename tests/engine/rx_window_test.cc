@@ -139,7 +139,7 @@ TEST(RxWindow, HoldsWhatArrivedAndARefusedCopyIsAckedAsADuplicate) {
   EXPECT_FALSE(w.holds(imm(base + kMaxChunksInFlight)));     // within reach
   EXPECT_TRUE(w.quiet());
   const uint64_t dups = w.duplicates();
-  w.refused(imm(base + 3), 9 * kUs);
+  w.refused(w.extend(imm(base + 3)), 9 * kUs);
   EXPECT_EQ(w.duplicates(), dups + 1);
   EXPECT_TRUE(w.ack_at_once());
   EXPECT_TRUE(w.should_ack(9 * kUs, false, false));
@@ -152,6 +152,43 @@ TEST(RxWindow, HoldsWhatArrivedAndARefusedCopyIsAckedAsADuplicate) {
   ASSERT_TRUE(arrive(w, base + 1, 10 * kUs));
   ASSERT_TRUE(arrive(w, base + 2, 10 * kUs));
   EXPECT_EQ(drain(w), (std::vector<uint32_t>{base + 1, base + 2, base + 3}));
+}
+
+// A copy delayed while more than kMaxChunksInFlight newer chunks went on:
+// its immediate's CSN has wrapped into the window, where holds() takes it
+// for a chunk still to come. The whole CSN (holds_csn) tells it apart, and
+// a refusal by it names the old chunk, not the one it aliases.
+TEST(RxWindow, TheWholeCsnRefusesACopyFromBeforeTheWrap) {
+  RxWindow w;
+  w.configure(64, 1000 * kUs);
+  const uint32_t old_csn = 5;
+  const uint32_t cum = old_csn + Imm::kCsnSpace - 100;  // 1948 chunks on
+  for (uint32_t s = 0; s < cum; ++s) {
+    ASSERT_TRUE(arrive(w, s, 0));
+    drain(w);
+  }
+  ASSERT_EQ(w.rcv_cum(), cum);
+  w.ack_sent();
+  const uint32_t imm = old_csn & (Imm::kCsnSpace - 1);
+  EXPECT_EQ(w.extend(imm), old_csn + Imm::kCsnSpace) << "aliases ahead";
+  EXPECT_FALSE(w.holds(imm)) << "the immediate alone takes it for new";
+  EXPECT_TRUE(w.holds_csn(old_csn));
+  EXPECT_FALSE(w.holds_csn(old_csn + Imm::kCsnSpace));  // the real one
+  EXPECT_TRUE(w.holds_csn(cum - 1));                    // handed on
+  EXPECT_FALSE(w.holds_csn(cum));                       // next
+  EXPECT_TRUE(w.holds_csn(cum + kMaxChunksInFlight));   // never in flight
+  w.refused(old_csn, kUs);
+  AckPacket a{};
+  w.fill_ack(&a, kUs);
+  EXPECT_EQ(a.trigger_csn, old_csn);
+  EXPECT_EQ(a.cum_ack, cum);
+  EXPECT_EQ(a.sack[0], 0u);
+  // The chunk it aliases still arrives as new and goes on in order.
+  w.ack_sent();
+  for (uint32_t s = cum; s <= old_csn + Imm::kCsnSpace; ++s) {
+    ASSERT_TRUE(arrive(w, s, 2 * kUs)) << s;
+  }
+  EXPECT_EQ(drain(w).back(), old_csn + Imm::kCsnSpace);
 }
 
 TEST(RxWindow, AnAckAfterALostOneNamesTheResendNotTheOldChunk) {

@@ -163,6 +163,45 @@ TEST(WriteNotifyTest, ACopyHeldPastTheCompletionNeverLands) {
   EXPECT_EQ(transport::counter_sum(nic, "drop_bad_rkey"), 0u) << nic;
 }
 
+// A copy held while more chunks went on than the immediate's 11-bit CSN
+// can tell apart (here, 0.3% of the target's datagrams held until 1,400
+// more have passed, at one datagram per 4 KiB chunk): its wrapped CSN falls
+// inside the receive window, ahead. Only the whole CSN that the engine
+// tags its chunks with (SendWr::guard_tag, RxWindow::holds_csn) tells it
+// from the chunk 2,048 later. Taken for that chunk, the copy landed on the
+// region and the real chunk was refused as its duplicate: without the tag
+// the writes came out wrong within the first rounds.
+TEST(WriteNotifyTest, ACopyHeldPastTheCsnWrapIsRefused) {
+  EndpointConfig sc = test_config(1, 1), cc = test_config(1, 1);
+  sc.chunk_bytes = cc.chunk_bytes = 4096;
+  sc.fault_rx = "reorder=0.003:1400:1000000";
+  sc.fault_seed = 17;
+  auto p = Pair::make(sc, cc);
+  ASSERT_TRUE(p);
+  constexpr size_t kLen = 256 << 10;  // 64 chunks
+  constexpr int kRounds = 120;
+  Buf region(p->server.get(), kLen), local(p->client.get(), kLen);
+  auto adv = p->server->advertise(region.mh, region.ptr(), kLen);
+  ASSERT_TRUE(adv.ok()) << adv.status();
+  for (int round = 0; round < kRounds; ++round) {
+    fill_pattern(local.ptr(), kLen, 200 + round);
+    Request w;
+    ASSERT_TRUE(p->client
+                    ->write_async(p->c_conns[0], local.ptr(), kLen, local.mh,
+                                  *adv, 0, &w, false)
+                    .ok());
+    ASSERT_TRUE(p->client->wait(&w, 30000).ok()) << w.status();
+    ASSERT_EQ(find_pattern_mismatch(region.ptr(), kLen, 200 + round), -1)
+        << "round " << round << "\n"
+        << p->server->nic_counters();
+    std::memset(region.ptr(), kMovedOn, kLen);  // the target moves on
+  }
+  const std::string nic = p->server->nic_counters();
+  EXPECT_GT(transport::counter_sum(nic, "fault_rx_reordered"), 5u) << nic;
+  EXPECT_GT(transport::counter_sum(nic, "drop_refused"), 0u) << nic;
+  EXPECT_EQ(transport::counter_sum(nic, "drop_bad_rkey"), 0u) << nic;
+}
+
 TEST(WriteNotifyTest, AnEmptyWriteCountsAndAClosedConnectionIsRefused) {
   auto p = Pair::make(test_config(1, 1));
   ASSERT_TRUE(p);

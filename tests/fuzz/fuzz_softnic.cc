@@ -37,11 +37,11 @@ constexpr uint8_t kCanary = 0xA5;
 class TopBitGuard final : public RxGuard {
  public:
   static constexpr uint32_t kRefused = 1u << 31;
-  bool admits(uint32_t, uint32_t imm) const override {
-    return !(imm & kRefused);
+  bool admits(uint32_t, const Fragment& f) const override {
+    return !(f.imm & kRefused);
   }
-  void refused(uint32_t, uint32_t imm) override {
-    if (!(imm & kRefused)) std::abort();  // refused what it admits
+  void refused(uint32_t, const Fragment& f) override {
+    if (!(f.imm & kRefused)) std::abort();  // refused what it admits
   }
 };
 

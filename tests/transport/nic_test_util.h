@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -86,7 +87,8 @@ struct Side {
   Status post_send(WrOpcode op, uint64_t wr_id, uint64_t offset, uint32_t len,
                    uint64_t remote_addr = 0, uint32_t rkey = 0,
                    uint32_t imm = 0, bool signaled = true,
-                   bool by_reference = false) {
+                   bool by_reference = false,
+                   std::optional<uint32_t> guard_tag = std::nullopt) {
     Sge sge{reinterpret_cast<uint64_t>(buf.data()) + offset, len, mr->lkey()};
     SendWr wr;
     wr.wr_id = wr_id;
@@ -98,6 +100,8 @@ struct Side {
     wr.imm_data = imm;
     wr.signaled = signaled;
     wr.payload_stable = by_reference;
+    wr.tagged = guard_tag.has_value();
+    wr.guard_tag = guard_tag.value_or(0);
     return qp->post_send(&wr, nullptr);
   }
 

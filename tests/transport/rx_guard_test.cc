@@ -2,6 +2,7 @@
 // the guard refuses places nothing, staged or about to be placed directly.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -13,20 +14,37 @@ namespace {
 // Refuses the immediates in `refuse`; records what it was asked and told.
 class TestGuard final : public RxGuard {
  public:
-  bool admits(uint32_t qpn, uint32_t imm) const override {
+  bool admits(uint32_t qpn, const Fragment& f) const override {
     ++asked;
     asked_qpns.insert(qpn);
-    return refuse.count(imm) == 0;
+    asked_frags.push_back(f);
+    return refuse.count(f.imm) == 0;
   }
-  void refused(uint32_t qpn, uint32_t imm) override {
+  void refused(uint32_t qpn, const Fragment& f) override {
     refused_qpns.push_back(qpn);
-    refused_imms.push_back(imm);
+    refused_imms.push_back(f.imm);
+    refused_frags.push_back(f);
   }
   std::set<uint32_t> refuse;
   mutable int asked = 0;
   mutable std::set<uint32_t> asked_qpns;
+  mutable std::vector<Fragment> asked_frags;
   std::vector<uint32_t> refused_qpns, refused_imms;
+  std::vector<Fragment> refused_frags;
 };
+
+// Whether every fragment in `v` carried the tag `tag` (nullopt: none).
+::testing::AssertionResult all_tagged(const std::vector<RxGuard::Fragment>& v,
+                                      std::optional<uint32_t> tag) {
+  for (size_t k = 0; k < v.size(); ++k) {
+    if (v[k].tagged != tag.has_value() || (tag && v[k].tag != *tag)) {
+      return ::testing::AssertionFailure()
+             << "fragment " << k << " tagged " << v[k].tagged << " tag 0x"
+             << std::hex << v[k].tag;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
 
 DeviceOptions direct_opts(bool direct) {
   DeviceOptions o = Side::no_faults();
@@ -98,6 +116,55 @@ TEST_P(RxGuardTest, ARefusedWriteWithImmPlacesNothingAndIsCounted) {
   }
   EXPECT_EQ(find_pattern_mismatch(b->buf.data(), len, 33), -1);
   EXPECT_EQ(cnt(b.get()).drop_bad_rkey, 0u);
+}
+
+// The guard sees the sender's tag (SendWr::guard_tag) with every fragment,
+// asked at the peek or staged, and with a refusal; an untagged write says
+// it has none, and a tag on another opcode does not travel.
+TEST_P(RxGuardTest, TheSendersTagComesWithEveryFragment) {
+  TestGuard guard;
+  guard.refuse = {7};
+  QpConfig gq;
+  gq.rx_guard = &guard;
+  auto a = Side::make(QpType::kUC, 2 << 20, direct_opts(GetParam()));
+  auto b = Side::make(QpType::kUC, 2 << 20, direct_opts(GetParam()), gq);
+  ASSERT_TRUE(a && b);
+  connect_pair(a.get(), b.get());
+  const uint32_t len = 1 << 20;
+  const uint32_t frags = (len + mtu_of(a.get()) - 1) / mtu_of(a.get());
+  auto write = [&](uint32_t imm, std::optional<uint32_t> tag) {
+    guard.asked_frags.clear();
+    ASSERT_TRUE(a->post_send(WrOpcode::kWriteWithImm, imm, 0, len, b->addr(),
+                             b->mr->rkey(), imm, true, false, tag)
+                    .ok());
+    const size_t sent = a->send_wcs.size();
+    ASSERT_TRUE(drive({a.get(), b.get()}, [&] {
+      return a->send_wcs.size() == sent + 1 &&
+             udp_rx(b.get()) == cnt(a.get()).tx_packets;
+    }));
+    b->poll();
+  };
+  for (uint32_t r = 1; r <= 3; ++r) ASSERT_TRUE(b->post_recv(r, 0, 0).ok());
+  write(5, 0xC0FFEE05u);
+  EXPECT_GE(guard.asked_frags.size(), frags);
+  EXPECT_TRUE(all_tagged(guard.asked_frags, 0xC0FFEE05u));
+  write(6, std::nullopt);
+  EXPECT_GE(guard.asked_frags.size(), frags);
+  EXPECT_TRUE(all_tagged(guard.asked_frags, std::nullopt));
+  write(7, 0xC0FFEE07u);
+  ASSERT_EQ(guard.refused_frags.size(), 1u);
+  EXPECT_TRUE(all_tagged(guard.refused_frags, 0xC0FFEE07u));
+  ASSERT_EQ(b->recv_wcs.size(), 2u);  // the refused one did not complete
+  EXPECT_EQ(b->recv_wcs[1].imm_data, 6u);
+  // A plain WRITE is not asked, tagged or not.
+  const int asked = guard.asked;
+  ASSERT_TRUE(a->post_send(WrOpcode::kWrite, 8, 0, 4096, b->addr(),
+                           b->mr->rkey(), 0, true, false, 0xC0FFEE08u)
+                  .ok());
+  ASSERT_TRUE(drive({a.get(), b.get()}, [&] {
+    return udp_rx(b.get()) == cnt(a.get()).tx_packets;
+  }));
+  EXPECT_EQ(guard.asked, asked);
 }
 
 INSTANTIATE_TEST_SUITE_P(Placement, RxGuardTest, ::testing::Values(false, true),

@@ -124,10 +124,23 @@ TEST(FaultSpecTest, ParsesAndRejects) {
   EXPECT_DOUBLE_EQ(s->duplicate, 0.5);
   EXPECT_EQ(s->delay_us, 250u);
   EXPECT_DOUBLE_EQ(s->corrupt, 1e-4);
+  EXPECT_EQ(s->reorder_max_us, 1000u);  // the default longest hold
   EXPECT_TRUE(s->any());
+  auto held = FaultSpec::parse("reorder=0.5:1400:250000");
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->reorder_window, 1400u);
+  EXPECT_EQ(held->reorder_max_us, 250000u);
+  FaultOptions ho;
+  ho.rx = *held;
+  FaultInjector hi(ho);
+  FaultDecision d;
+  while (d.reorder_after == 0) d = hi.decide(Direction::kRx);
+  EXPECT_EQ(d.reorder_max_ns, 250000000u);
   EXPECT_FALSE(FaultSpec::parse("")->any());
-  for (const char* bad : {"drop", "drop=2", "drop=-0.1", "drop=x", "loss=0.1",
-                          "drop=0.1:3", "burst=0.1:0", "reorder=0.1:x"}) {
+  for (const char* bad :
+       {"drop", "drop=2", "drop=-0.1", "drop=x", "loss=0.1", "drop=0.1:3",
+        "burst=0.1:0", "reorder=0.1:x", "reorder=0.1:4:0", "reorder=0.1:4:x",
+        "drop=0.1:3:4"}) {
     auto r = FaultSpec::parse(bad);
     EXPECT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);

@@ -15,8 +15,9 @@ namespace uccl::transport {
 UCCL_KNOB(std::string, knob_fault_tx, "UCCL_FAULT_TX", "",
           "Faults injected on packets this process sends, e.g. "
           "'drop=0.01,burst=0.001:8,reorder=0.01:4,dup=0.001,delay=0.01:200,"
-          "corrupt=0.0001' (burst=P:packets, reorder=P:window packets, "
-          "delay=P:microseconds). Empty = none.");
+          "corrupt=0.0001' (burst=P:packets, reorder=P:window packets"
+          "[:longest hold in microseconds, 1000], delay=P:microseconds). "
+          "Empty = none.");
 UCCL_KNOB(std::string, knob_fault_rx, "UCCL_FAULT_RX", "",
           "Faults injected on packets this process receives (UCCL_FAULT_TX "
           "syntax).");
@@ -91,6 +92,15 @@ Result<FaultSpec> FaultSpec::parse(const std::string& text) {
       return InvalidArgument("fault '" + key + "': probability '" + val +
                              "' is not a number in [0, 1]");
     }
+    std::string arg2;  // reorder's longest hold
+    if (key == "reorder" && arg.find(':') != std::string::npos) {
+      arg2 = arg.substr(arg.find(':') + 1);
+      arg = arg.substr(0, arg.find(':'));
+      if (!parse_u32(arg2, &spec.reorder_max_us) || spec.reorder_max_us == 0) {
+        return InvalidArgument("fault 'reorder': longest hold '" + arg2 +
+                               "' is not a positive number of microseconds");
+      }
+    }
     if (!arg.empty()) {
       if (param == nullptr) {
         return InvalidArgument("fault '" + key + "' takes no ':' argument");
@@ -108,10 +118,10 @@ std::string FaultSpec::to_string() const {
   if (!any()) return "none";
   char buf[256];
   std::snprintf(buf, sizeof(buf),
-                "drop=%g,burst=%g:%u,reorder=%g:%u,dup=%g,delay=%g:%u,"
+                "drop=%g,burst=%g:%u,reorder=%g:%u:%u,dup=%g,delay=%g:%u,"
                 "corrupt=%g",
-                drop, burst, burst_len, reorder, reorder_window, duplicate,
-                delay, delay_us, corrupt);
+                drop, burst, burst_len, reorder, reorder_window, reorder_max_us,
+                duplicate, delay, delay_us, corrupt);
   return buf;
 }
 
@@ -175,6 +185,7 @@ FaultDecision FaultInjector::decide(Direction d, uint64_t now_ns) {
     ++c.delayed;
   } else if (s.reorder > 0 && uniform(dir) < s.reorder) {
     out.reorder_after = s.reorder_window;
+    out.reorder_max_ns = static_cast<uint64_t>(s.reorder_max_us) * 1000;
     ++c.reordered;
   }
   return out;

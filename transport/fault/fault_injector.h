@@ -17,14 +17,16 @@ struct FaultSpec {
   uint32_t burst_len = 8;       // packets dropped per burst (see kBurstMaxNs)
   double reorder = 0;           // P(hold this packet back ...)
   uint32_t reorder_window = 4;  // ... until this many later packets passed
-  double duplicate = 0;         // P(deliver twice)
-  double delay = 0;             // P(delay this packet ...)
-  uint32_t delay_us = 100;      // ... by this long
-  double corrupt = 0;           // P(flip one random bit)
+  uint32_t reorder_max_us = 1000;  // ... or this long, so none waits forever
+  double duplicate = 0;            // P(deliver twice)
+  double delay = 0;                // P(delay this packet ...)
+  uint32_t delay_us = 100;         // ... by this long
+  double corrupt = 0;              // P(flip one random bit)
 
   bool any() const;
   // "drop=0.01,burst=0.001:8,reorder=0.01:4,dup=0.001,delay=0.01:200,
-  //  corrupt=0.0001" (every key optional; "" = no faults).
+  //  corrupt=0.0001" (every key optional; "" = no faults). reorder takes
+  //  the longest hold in microseconds third: "reorder=0.01:4:1000".
   static Result<FaultSpec> parse(const std::string& text);
   std::string to_string() const;
 };
@@ -44,9 +46,10 @@ struct FaultDecision {
   bool drop = false;
   bool duplicate = false;
   bool corrupt = false;
-  uint64_t corrupt_bit = 0;    // which bit to flip (mod packet bits)
-  uint64_t delay_ns = 0;       // > 0: hold for this long
-  uint32_t reorder_after = 0;  // > 0: hold until this many packets passed
+  uint64_t corrupt_bit = 0;     // which bit to flip (mod packet bits)
+  uint64_t delay_ns = 0;        // > 0: hold for this long
+  uint32_t reorder_after = 0;   // > 0: hold until this many packets passed
+  uint64_t reorder_max_ns = 0;  // ... or this long
 };
 
 struct FaultCounters {

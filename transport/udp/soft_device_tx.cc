@@ -217,8 +217,11 @@ bool SoftDevice::hold(Direction dir, const FaultDecision& d,
     h.fd = fd;
     h.connected = dest == nullptr;
     if (dest) h.addr = *dest;
-    // Reordered packets also leave after 1 ms so they never wait forever.
-    h.release_ns = now + (d.delay_ns ? d.delay_ns : 1000000);
+    // Reordered packets also leave after a time (FaultSpec::reorder_max_us)
+    // so that none waits forever.
+    h.release_ns = now + (d.delay_ns              ? d.delay_ns
+                          : d.reorder_max_ns != 0 ? d.reorder_max_ns
+                                                  : 1000000);
     h.release_after = d.delay_ns ? 0 : d.reorder_after;
     h.used = true;
     ++held_count_;

@@ -96,7 +96,9 @@ struct SqEntry {
   bool is_inline = false;
   bool retransmit = false;    // SendWr::retransmit: kFlagRetransmit on the wire
   bool by_reference = false;  // SendWr::payload_stable: may be spliced
+  bool tagged = false;        // SendWr::tagged: kFlagTagged, aux = guard_tag
   uint32_t imm = 0;
+  uint32_t guard_tag = 0;
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
   uint32_t length = 0;
@@ -293,7 +295,11 @@ class SoftQp final : public QueuePair {
   bool guard_admits(const WireHeader& h) const {
     return cfg_.rx_guard == nullptr ||
            h.opcode != static_cast<uint8_t>(WireOp::kWriteImm) ||
-           cfg_.rx_guard->admits(qpn_, h.imm_data);
+           cfg_.rx_guard->admits(qpn_, guarded(h));
+  }
+  static RxGuard::Fragment guarded(const WireHeader& h) {
+    const bool tagged = h.flags & kFlagTagged;
+    return RxGuard::Fragment{h.imm_data, tagged, tagged ? h.aux : 0};
   }
   RxMessage msg_;
   bool spare_recv_valid_ = false;  // receive taken by an aborted SEND

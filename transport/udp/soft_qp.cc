@@ -264,6 +264,8 @@ Status SoftQp::post_send(const SendWr* wr, const SendWr** bad_wr) {
     e.by_reference = wr->payload_stable && !wr->retransmit && !e.is_inline &&
                      (op == WrOpcode::kWrite || op == WrOpcode::kWriteWithImm);
     e.imm = wr->imm_data;
+    e.tagged = wr->tagged && op == WrOpcode::kWriteWithImm;
+    e.guard_tag = wr->guard_tag;
     e.remote_addr = wr->remote_addr;
     e.rkey = wr->rkey;
     e.length = static_cast<uint32_t>(total);

@@ -245,7 +245,7 @@ bool SoftQp::place_fragment(const WireHeader& h, const uint8_t* payload,
     // A copy of bytes the QP's owner has accounted (QpConfig::rx_guard).
     if (!direct && !guard_admits(h)) {
       ++c.drop_refused;
-      cfg_.rx_guard->refused(qpn_, h.imm_data);
+      cfg_.rx_guard->refused(qpn_, guarded(h));
       return false;
     }
     if (h.payload_len == 0) return true;

@@ -142,6 +142,10 @@ void SoftQp::emit_fragment(SqEntry& e, uint64_t now) {
     h.payload_len = frag;
     if (off == 0) h.flags |= kFlagFirst;
     if (e.retransmit) h.flags |= kFlagRetransmit;
+    if (e.tagged) {
+      h.flags |= kFlagTagged;
+      h.aux = e.guard_tag;
+    }
     if (off + frag == e.length) {
       h.flags |= kFlagLast;
       if (type_ == QpType::kRC) h.flags |= kFlagAckReq;

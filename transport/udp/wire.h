@@ -14,7 +14,8 @@ namespace uccl::transport::udp {
 // (payload bytes). Each fragment carries the whole message's metadata so the
 // receiver can validate and place it on its own:
 //   WRITE*    remote_addr/rkey of the message, msg_len, frag_offset: the
-//             fragment lands at remote_addr + frag_offset.
+//             fragment lands at remote_addr + frag_offset. WRITE_IMM with
+//             kFlagTagged: aux = the sender's guard tag (SendWr::guard_tag).
 //   SEND*     frag_offset into the receive buffer's scatter list.
 //   READ_REQ  remote_addr/rkey/msg_len of the read, frag_offset = first byte
 //             still wanted (a resumed read asks for the rest only).
@@ -112,6 +113,9 @@ enum WireFlags : uint8_t {
   // the ACK a reply takes back instead of a datagram of its own). Only
   // QPs configured to hold ACKs send it.
   kFlagAck = 1u << 5,
+  // WRITE_WITH_IMM: aux carries the sender's guard tag (SendWr::guard_tag),
+  // which the receiving QP's guard is shown with the immediate (RxGuard).
+  kFlagTagged = 1u << 6,
 };
 
 enum class AckSyndrome : uint32_t {
@@ -137,7 +141,7 @@ struct WireHeader {
   uint64_t remote_addr;  // WRITE/READ target of the message start
   uint32_t rkey;         // WRITE/READ key
   uint32_t imm_data;     // *_IMM immediate
-  uint32_t aux;          // ACK: syndrome; UD: qkey
+  uint32_t aux;          // ACK: syndrome; UD: qkey; tagged WRITE_IMM: tag
   uint32_t aux2;         // ACK: PSN of the syndrome; UD: sender's UDP port
   uint32_t hdr_crc;      // see above
   uint32_t payload_crc;  // see above

@@ -228,7 +228,8 @@ class UcclRDMAEngine {
     // asked for them) are lost, as a lossy path loses them; the peer learns
     // those grants from a later ACK, or by asking.
     kLoseGrantAcks = 11,
-    kLast = kLoseGrantAcks,
+    kChunkTagContradicts = 12,  // the next chunk's tag not its immediate's CSN
+    kLast = kChunkTagContradicts,
   };
   void inject_wire_fault(WireFault f) {
     wire_fault_.store(static_cast<uint32_t>(f), std::memory_order_release);

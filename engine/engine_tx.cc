@@ -321,6 +321,11 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path, bool retx,
   // a copy delayed past the CSN space's wrap by it (RxWindow::holds_csn).
   wr.tagged = true;
   wr.guard_tag = csn;
+  if (__builtin_expect(wire_fault_.load(std::memory_order_relaxed) != 0, 0) &&
+      take_wire_fault(WireFault::kChunkTagContradicts,
+                      WireFault::kChunkTagContradicts) != WireFault::kNone) {
+    wr.guard_tag ^= 1;  // test hook: a tag no peer engine sends
+  }
   wr.remote_addr = m.raddr + ch.off;
   wr.rkey = m.rkey;
   // The receiver may have these bytes already (only the ACK was lost): a

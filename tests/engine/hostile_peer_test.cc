@@ -283,6 +283,40 @@ namespace {
 
 // ACKs arrive on a UD QP that anyone can send to: ud_source_is() takes one
 // only from the connection's peer UD QP, GID and (software NIC) UDP port.
+// A chunk whose tag (its whole CSN, SendWr::guard_tag) contradicts its
+// immediate's CSN was not sent by a peer engine: the target's guard refuses
+// it before a byte lands and counts it, and touches no window state (no
+// ACK names it). The writer resends the chunk and the write completes
+// byte-exact.
+TEST(HostilePeerTest, AChunkWhoseTagContradictsItsImmediateIsRefused) {
+  auto p = Pair::make(test_config(1, 1));
+  ASSERT_TRUE(p);
+  constexpr size_t kLen = 256 << 10;  // four chunks
+  Buf region(p->server.get(), kLen), local(p->client.get(), kLen);
+  auto adv = p->server->advertise(region.mh, region.ptr(), kLen);
+  ASSERT_TRUE(adv.ok()) << adv.status();
+  std::memset(region.ptr(), 0, kLen);
+  fill_pattern(local.ptr(), kLen, 61);
+  const uint64_t errors = protocol_errors(p->server.get());
+  ASSERT_TRUE(EndpointTestAccess::inject_wire_fault(
+                  p->client.get(), 0,
+                  static_cast<uint32_t>(Fault::kChunkTagContradicts))
+                  .ok());
+  Request w;
+  ASSERT_TRUE(p->client
+                  ->write_async(p->c_conns[0], local.ptr(), kLen, local.mh,
+                                *adv, 0, &w, true)
+                  .ok());
+  ASSERT_TRUE(p->client->wait(&w, 30000).ok()) << w.status();
+  EXPECT_EQ(find_pattern_mismatch(region.ptr(), kLen, 61), -1);
+  EXPECT_EQ(*p->server->writes_landed(p->s_conns[0]), 1u);
+  EXPECT_EQ(protocol_errors(p->server.get()), errors + 1);
+  const std::string nic = p->server->nic_counters();
+  EXPECT_EQ(transport::counter_sum(nic, "drop_refused"), 1u) << nic;
+  const FlowStats cs = stats(p->client.get(), p->c_conns[0]);
+  EXPECT_GE(cs.tlp_retransmits + cs.rto_retransmits + cs.fast_retransmits, 1u);
+}
+
 TEST(UdSourceTest, AnAckCountsOnlyFromThePeersQpAddressAndPort) {
   transport::PortAddress peer;
   transport::ipv4_to_gid(htonl(0x7f000001), peer.gid);

@@ -33,15 +33,19 @@ constexpr size_t kRegion = 64 * 1024;
 constexpr uint8_t kCanary = 0xA5;
 
 // The UC QP's receive guard (QpConfig::rx_guard): refuses immediates with
-// the top bit set; no message it refused may complete.
+// the top bit set, and tagged fragments whose tag has it; no message with
+// such an immediate may complete, and nothing else may be refused.
 class TopBitGuard final : public RxGuard {
  public:
   static constexpr uint32_t kRefused = 1u << 31;
+  static bool refuses(const Fragment& f) {
+    return (f.imm & kRefused) || (f.tagged && (f.tag & kRefused));
+  }
   bool admits(uint32_t, const Fragment& f) const override {
-    return !(f.imm & kRefused);
+    return !refuses(f);
   }
   void refused(uint32_t, const Fragment& f) override {
-    if (!(f.imm & kRefused)) std::abort();  // refused what it admits
+    if (!refuses(f)) std::abort();  // refused what it admits
   }
 };
 

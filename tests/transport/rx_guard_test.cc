@@ -54,34 +54,45 @@ DeviceOptions direct_opts(bool direct) {
 
 // Param: direct placement on (a refused fragment is declined at the peek,
 // before the kernel copies it anywhere) or off (refused when staged).
-class RxGuardTest : public ::testing::TestWithParam<bool> {};
-
-TEST_P(RxGuardTest, ARefusedWriteWithImmPlacesNothingAndIsCounted) {
-  TestGuard guard;
-  guard.refuse = {2};
-  QpConfig gq;
-  gq.rx_guard = &guard;
-  auto a = Side::make(QpType::kUC, 2 << 20, direct_opts(GetParam()));
-  auto b = Side::make(QpType::kUC, 2 << 20, direct_opts(GetParam()), gq);
-  ASSERT_TRUE(a && b);
-  connect_pair(a.get(), b.get());
-  const uint32_t b_qpn = b->qp->local_info().qpn;
-  const uint32_t len = 1 << 20;
-  const uint32_t frags =
-      (len + mtu_of(a.get()) - 1) / mtu_of(a.get());  // several
-  ASSERT_GT(frags, 2u);
-  auto write = [&](uint32_t imm, uint32_t pattern) {
-    fill_pattern(a->buf.data(), len, pattern);
+// a writes 1 MiB WRITE_WITH_IMMs to b, whose UC QP has `guard`.
+class RxGuardTest : public ::testing::TestWithParam<bool> {
+ protected:
+  static constexpr uint32_t kLen = 1 << 20;
+  void SetUp() override {
+    QpConfig gq;
+    gq.rx_guard = &guard;
+    a = Side::make(QpType::kUC, 2 << 20, direct_opts(GetParam()));
+    b = Side::make(QpType::kUC, 2 << 20, direct_opts(GetParam()), gq);
+    ASSERT_TRUE(a && b);
+    connect_pair(a.get(), b.get());
+    frags = (kLen + mtu_of(a.get()) - 1) / mtu_of(a.get());
+  }
+  // One write of a's first kLen bytes, driven until it completed at a and
+  // every datagram of it reached b; then b's completions polled.
+  void write_imm(uint32_t imm, std::optional<uint32_t> tag = std::nullopt) {
     const size_t sent = a->send_wcs.size();
-    ASSERT_TRUE(a->post_send(WrOpcode::kWriteWithImm, imm, 0, len, b->addr(),
-                             b->mr->rkey(), imm)
+    ASSERT_TRUE(a->post_send(WrOpcode::kWriteWithImm, imm, 0, kLen, b->addr(),
+                             b->mr->rkey(), imm, true, false, tag)
                     .ok());
-    ASSERT_TRUE(drive({a.get(), b.get()},
-                      [&] { return a->send_wcs.size() == sent + 1; }));
     ASSERT_TRUE(drive({a.get(), b.get()}, [&] {
-      return udp_rx(b.get()) == cnt(a.get()).tx_packets;
+      return a->send_wcs.size() == sent + 1 &&
+             udp_rx(b.get()) == cnt(a.get()).tx_packets;
     }));
     b->poll();  // the completion of what the last progress placed
+  }
+  TestGuard guard;
+  std::unique_ptr<Side> a, b;
+  uint32_t frags = 0;
+};
+
+TEST_P(RxGuardTest, ARefusedWriteWithImmPlacesNothingAndIsCounted) {
+  guard.refuse = {2};
+  const uint32_t b_qpn = b->qp->local_info().qpn;
+  const uint32_t len = kLen;
+  ASSERT_GT(frags, 2u);  // several
+  auto write = [&](uint32_t imm, uint32_t pattern) {
+    fill_pattern(a->buf.data(), len, pattern);
+    write_imm(imm);
   };
   // Admitted: placed, completed.
   ASSERT_TRUE(b->post_recv(1, 0, 0).ok());
@@ -122,27 +133,10 @@ TEST_P(RxGuardTest, ARefusedWriteWithImmPlacesNothingAndIsCounted) {
 // asked at the peek or staged, and with a refusal; an untagged write says
 // it has none, and a tag on another opcode does not travel.
 TEST_P(RxGuardTest, TheSendersTagComesWithEveryFragment) {
-  TestGuard guard;
   guard.refuse = {7};
-  QpConfig gq;
-  gq.rx_guard = &guard;
-  auto a = Side::make(QpType::kUC, 2 << 20, direct_opts(GetParam()));
-  auto b = Side::make(QpType::kUC, 2 << 20, direct_opts(GetParam()), gq);
-  ASSERT_TRUE(a && b);
-  connect_pair(a.get(), b.get());
-  const uint32_t len = 1 << 20;
-  const uint32_t frags = (len + mtu_of(a.get()) - 1) / mtu_of(a.get());
   auto write = [&](uint32_t imm, std::optional<uint32_t> tag) {
     guard.asked_frags.clear();
-    ASSERT_TRUE(a->post_send(WrOpcode::kWriteWithImm, imm, 0, len, b->addr(),
-                             b->mr->rkey(), imm, true, false, tag)
-                    .ok());
-    const size_t sent = a->send_wcs.size();
-    ASSERT_TRUE(drive({a.get(), b.get()}, [&] {
-      return a->send_wcs.size() == sent + 1 &&
-             udp_rx(b.get()) == cnt(a.get()).tx_packets;
-    }));
-    b->poll();
+    write_imm(imm, tag);
   };
   for (uint32_t r = 1; r <= 3; ++r) ASSERT_TRUE(b->post_recv(r, 0, 0).ok());
   write(5, 0xC0FFEE05u);

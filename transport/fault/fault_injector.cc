@@ -92,12 +92,12 @@ Result<FaultSpec> FaultSpec::parse(const std::string& text) {
       return InvalidArgument("fault '" + key + "': probability '" + val +
                              "' is not a number in [0, 1]");
     }
-    std::string arg2;  // reorder's longest hold
-    if (key == "reorder" && arg.find(':') != std::string::npos) {
-      arg2 = arg.substr(arg.find(':') + 1);
-      arg = arg.substr(0, arg.find(':'));
-      if (!parse_u32(arg2, &spec.reorder_max_us) || spec.reorder_max_us == 0) {
-        return InvalidArgument("fault 'reorder': longest hold '" + arg2 +
+    const size_t colon2 = arg.find(':');
+    if (key == "reorder" && colon2 != std::string::npos) {  // longest hold
+      const std::string hold = arg.substr(colon2 + 1);
+      arg.resize(colon2);
+      if (!parse_u32(hold, &spec.reorder_max_us) || spec.reorder_max_us == 0) {
+        return InvalidArgument("fault 'reorder': longest hold '" + hold +
                                "' is not a positive number of microseconds");
       }
     }

@@ -229,7 +229,11 @@ class UcclRDMAEngine {
     // those grants from a later ACK, or by asking.
     kLoseGrantAcks = 11,
     kChunkTagContradicts = 12,  // the next chunk's tag not its immediate's CSN
-    kLast = kChunkTagContradicts,
+    // The next message's last chunk is resent as soon as it is posted, as a
+    // spurious loss would resend it: the resend may still wait in the NIC
+    // (behind a rate limit) when the first copy's ACK arrives.
+    kResendLastChunk = 13,
+    kLast = kResendLastChunk,
   };
   void inject_wire_fault(WireFault f) {
     wire_fault_.store(static_cast<uint32_t>(f), std::memory_order_release);
@@ -333,6 +337,7 @@ class UcclRDMAEngine {
                   uint64_t now);
   void ack_chunk(Conn* c, uint32_t csn);
   void complete_tx_msg(Conn* c, TxMsg& m);
+  void resend_left_nic(Conn* c, uint32_t msg);
   // The connection's RTT sample, window and rate into a completing request.
   void fill_cc(const Conn* c, RequestCc* out) const;
   void timers(uint64_t now);

@@ -42,8 +42,10 @@ constexpr uint64_t kLivenessIntervalNs = 1000000;
 constexpr uint32_t kChunksPerTransmit = 32;  // per connection per loop
 
 // Work-request ids: kind(2) | conn(10) | path(8) | batch(8) | csn(32).
-// `batch` on a signaled WR counts the WRs its completion retires.
-enum class WrKind : uint64_t { kData = 0, kCtrl = 1, kAck = 2 };
+// `batch` on a signaled WR counts the WRs its completion retires. A resent
+// chunk (kResend) carries its message's counter where others carry the CSN:
+// the message is not complete until the resend has left the NIC.
+enum class WrKind : uint64_t { kData = 0, kCtrl = 1, kAck = 2, kResend = 3 };
 
 inline uint64_t make_wr_id(WrKind kind, uint32_t conn, uint32_t path,
                            uint32_t batch, uint32_t csn) {

@@ -64,7 +64,7 @@ void count_wait(TxFlow& tx, const PendingSend& p, uint64_t now) {
 // Every chunk sent and acknowledged, and (eager) a receive assigned to it.
 bool ready_to_complete(const TxMsg& m) {
   return !m.is_inline && m.all_chunked && m.chunks_acked == m.chunks_total &&
-         !m.done && (!m.eager || m.paid);
+         !m.done && (!m.eager || m.paid) && m.resends_in_nic == 0;
 }
 
 // Drops descriptors whose buffers are all taken from the ring's head.
@@ -344,7 +344,14 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path, bool retx,
   const uint32_t unsig = c->qp_unsignaled[path] + 1;
   wr.signaled = cfg_.rc_mode || unsig >= kDataSignalEvery;
   const uint32_t batch = cfg_.rc_mode ? 1 : (wr.signaled ? unsig : 0);
-  wr.wr_id = make_wr_id(WrKind::kData, c->index, path, batch, csn);
+  // A resend is counted on its message until its completion (TxMsg::
+  // resends_in_nic), which then names the message, not the chunk: the
+  // chunk's record may be reused by then, the message's may not.
+  const bool counted = retx && !cfg_.rc_mode;
+  if (counted) wr.signaled = true;
+  wr.wr_id = counted
+                 ? make_wr_id(WrKind::kResend, c->index, path, batch, ch.msg)
+                 : make_wr_id(WrKind::kData, c->index, path, batch, csn);
   Status st = c->qps[path]->post_send(&wr, nullptr);
   if (!st.ok()) {
     if (st.code() != StatusCode::kResourceExhausted) {
@@ -361,6 +368,7 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path, bool retx,
   }
   ++c->qp_outstanding[path];
   ++nic_queued_;
+  if (counted) ++m.resends_in_nic;
   if (!retx) {
     tx.tx_bytes += ch.len;
     ++tx.tx_chunks;
@@ -371,7 +379,26 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path, bool retx,
   trace(retx ? "retx" : "tx", c->index, csn, now);
   VLOG(kVlogChunk) << "conn " << c->index << (retx ? " retx" : " tx") << " csn "
                    << csn << " len " << ch.len << " path " << path;
+  if (__builtin_expect(wire_fault_.load(std::memory_order_relaxed) != 0, 0) &&
+      !retx && ch.last &&
+      take_wire_fault(WireFault::kResendLastChunk,
+                      WireFault::kResendLastChunk) != WireFault::kNone) {
+    (void)post_chunk(c, csn, path, true, now);  // test hook: a spurious resend
+  }
   return true;
+}
+
+// A resend of message `msg` (its counter) left the NIC, or was flushed.
+void UcclRDMAEngine::resend_left_nic(Conn* c, uint32_t msg) {
+  TxFlow& tx = c->tx;
+  // A message's slot is reused only once it completed, which waits for
+  // this: anything else is not ours (a connection that failed and reset).
+  if (c->failed || csn_lt(msg, tx.msg_head) || !csn_lt(msg, tx.msg_tail)) {
+    return;
+  }
+  TxMsg& m = tx.msg(msg);
+  if (m.resends_in_nic > 0) --m.resends_in_nic;
+  if (ready_to_complete(m)) complete_tx_msg(c, m);
 }
 
 // The scoreboard saw `csn` acknowledged for the first time.
@@ -523,13 +550,17 @@ int UcclRDMAEngine::poll_send_cq(uint64_t now) {
         c->tx.inline_outstanding && !c->failed) {
       complete_inline(c, wr_csn(w.wr_id));
     }
-    if (kind != WrKind::kData) continue;
+    if (kind != WrKind::kData && kind != WrKind::kResend) continue;
     const uint32_t path = wr_path(w.wr_id);
     if (path < c->qp_outstanding.size()) {
       const uint32_t done =
           std::min<uint32_t>(c->qp_outstanding[path], wr_batch(w.wr_id));
       c->qp_outstanding[path] -= done;
       nic_queued_ -= std::min(nic_queued_, done);
+    }
+    if (kind == WrKind::kResend) {
+      resend_left_nic(c, wr_csn(w.wr_id));
+      continue;
     }
     if (cfg_.rc_mode && w.status == WcStatus::kSuccess && !c->failed) {
       c->tx.sb->ack_delivered(

@@ -86,7 +86,12 @@ struct TxMsg {
   bool all_chunked;
   uint64_t post_ns;
   uint32_t retx_chunks;  // resends of its chunks (RequestCc)
-  uint64_t paths_mask;   // bit p: a chunk went on path p
+  // Resends of its chunks still inside the NIC. A resend reads the
+  // application's buffer when the NIC sends it, which may be after the
+  // first copy's ACK: the message completes (the buffer goes back to the
+  // application, which may deregister or free it) once none is left.
+  uint32_t resends_in_nic;
+  uint64_t paths_mask;  // bit p: a chunk went on path p
 };
 
 // What a chunk carries (its recovery state is in TxFlow::sb).

@@ -8,7 +8,12 @@
 
 namespace uccl {
 UCCL_DECLARE_KNOB(int64_t, knob_window_kb);
+UCCL_DECLARE_KNOB(int64_t, knob_rto_max_us);
+UCCL_DECLARE_KNOB(bool, knob_tlp);
 }  // namespace uccl
+namespace uccl::transport::udp {
+UCCL_DECLARE_KNOB(int64_t, knob_softnic_tx_budget);
+}  // namespace uccl::transport::udp
 
 namespace uccl::testing {
 namespace {
@@ -105,6 +110,58 @@ TEST(EngineWindowTest, UnacknowledgedBytesStayWithinTheWindow) {
               256u * 1024 + 65536)
         << "flow " << i;
   }
+}
+
+// A resend reads the sender's buffer when its NIC sends it. Here one waits
+// behind the NIC's rate limit (20 Mb/s: a 64 KiB datagram's tokens take
+// 25 ms) while the first copy's ACK comes back, so the message is
+// acknowledged well before its resend leaves. The send must not complete
+// until then: the application may deregister (or free) the buffer once it
+// has. Completed early, the deregistration turned the queued resend into a
+// local protection error, which failed the connection. (No timer resends
+// the chunks that wait for tokens in the NIC: they would add to the wait.
+// One datagram per QP per round, so the tokens are asked before each.)
+TEST(ResendLifetimeTest, ASendCompletesOnlyOnceItsResendsLeftTheNic) {
+  KnobOverride budget(transport::udp::knob_softnic_tx_budget(), int64_t{1});
+  KnobOverride rto_min(knob_rto_min_us(), 2000000);
+  KnobOverride rto_max(knob_rto_max_us(), 4000000);
+  KnobOverride tlp(knob_tlp(), false);
+  EndpointConfig sc = test_config(1, 1), cc = test_config(1, 1);
+  cc.nic_rate_gbps = 0.02;
+  auto p = Pair::make(sc, cc);
+  ASSERT_TRUE(p);
+  // Past the 256 KiB token bucket: the last chunk and its resend wait.
+  constexpr size_t kLen = 6 * 64 * 1024, kSmall = 4096;
+  auto sb = std::make_unique<Buf>(p->client.get(), kLen);
+  Buf rb(p->server.get(), kLen), sb2(p->client.get(), kSmall),
+      rb2(p->server.get(), kSmall);
+  fill_pattern(sb->ptr(), kLen, 71);
+  fill_pattern(sb2.ptr(), kSmall, 72);
+  Request rr, sr, rr2, sr2;
+  ASSERT_TRUE(
+      p->server->recv_async(p->s_conns[0], rb.ptr(), kLen, rb.mh, &rr).ok());
+  ASSERT_TRUE(EndpointTestAccess::inject_wire_fault(
+                  p->client.get(), 0,
+                  static_cast<uint32_t>(
+                      engine::UcclRDMAEngine::WireFault::kResendLastChunk))
+                  .ok());
+  ASSERT_TRUE(
+      p->client->send_async(p->c_conns[0], sb->ptr(), kLen, sb->mh, &sr).ok());
+  ASSERT_TRUE(p->client->wait(&sr, 30000).ok()) << sr.status();
+  EXPECT_GE(sr.cc().retransmits, 1u) << "the hook resent no chunk";
+  sb.reset();  // deregistered and freed, as the completion allows
+  ASSERT_TRUE(p->server->wait(&rr, 30000).ok()) << rr.status();
+  EXPECT_EQ(find_pattern_mismatch(rb.ptr(), kLen, 71), -1);
+  // The connection lives on: the next message goes through whole.
+  ASSERT_TRUE(
+      p->server->recv_async(p->s_conns[0], rb2.ptr(), kSmall, rb2.mh, &rr2)
+          .ok());
+  ASSERT_TRUE(
+      p->client->send_async(p->c_conns[0], sb2.ptr(), kSmall, sb2.mh, &sr2)
+          .ok());
+  ASSERT_TRUE(p->client->wait(&sr2, 30000).ok()) << sr2.status();
+  ASSERT_TRUE(p->server->wait(&rr2, 30000).ok()) << rr2.status();
+  EXPECT_EQ(find_pattern_mismatch(rb2.ptr(), kSmall, 72), -1);
 }
 
 }  // namespace

@@ -65,10 +65,12 @@ class StripedRequest {
   bool finishing() const { return finishing_; }
   // Its parts' congestion state, once done: resends and paths added up,
   // the slowest part's RTT, the windows and rates of their connections
-  // added up.
+  // added up. Only parts already done count: one still finishing (an empty
+  // part, see finishing()) has its state written by its engine meanwhile.
   RequestCc cc() const {
     RequestCc t;
     for (int i = 0; i < posted_; ++i) {
+      if (!reqs_[i].done()) continue;
       const RequestCc& c = reqs_[i].cc();
       t.retransmits += c.retransmits;
       t.paths += c.paths;

@@ -64,9 +64,11 @@ inline ProxyConfig test_proxy_config() {
 
 // Two proxies over one p2p connection; memory 0 of each side: `bytes`.
 struct ProxyPair {
+  // Declared first, so freed last: the engines may still place a peer's
+  // datagrams into registered memory until the endpoints are gone.
+  std::vector<uint8_t> mem_a, mem_b;
   std::unique_ptr<p2p::Pair> p2p;
   std::unique_ptr<ChannelProxy> a, b;  // client side, server side
-  std::vector<uint8_t> mem_a, mem_b;
   device::ChannelHandle ha{}, hb{};
 
   static std::unique_ptr<ProxyPair> make(

@@ -65,9 +65,9 @@ TEST(ChannelSetup, AProxyOnAnEnginesCoreSaysSo) {
 }
 
 struct Sides {
+  std::vector<uint8_t> mem_a, mem_b;  // first, so freed last (ProxyPair)
   std::unique_ptr<p2p::Pair> p2p;
   std::unique_ptr<ChannelProxy> a, b;
-  std::vector<uint8_t> mem_a, mem_b;
 };
 
 Sides make_sides(size_t bytes, int extra_mems_b) {

@@ -164,7 +164,9 @@ struct Host {
 
 class Sim {
  public:
+  // Keeps a reference to `c`, which must outlive it: no temporaries.
   explicit Sim(const SimConfig& c) : c_(c) {}
+  explicit Sim(SimConfig&&) = delete;
   friend class SimTestPeer;  // tests/cc/sim_fabric_test.cc
   Status build();
   SimResult run();

@@ -111,7 +111,8 @@ TEST(SimRoutes, FatTreePathsClimbOnlyAsHighAsNeeded) {
 
 TEST(SimRoutes, BadFatTreesAreRefused) {
   for (uint32_t k : {0u, 3u, 258u}) {
-    Sim s(fat_tree(k, 0));
+    const SimConfig c = fat_tree(k, 0);  // a Sim keeps a reference to it
+    Sim s(c);
     EXPECT_FALSE(s.build().ok()) << k;
   }
 }

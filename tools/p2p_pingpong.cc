@@ -62,13 +62,15 @@ bool udp_pingpong(size_t n, uint32_t iters, Row* row) {
       connect(b, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
     return false;
   }
-  std::vector<char> buf(std::max<size_t>(n, 1));
+  // A buffer per side: the two threads are ordered only through the
+  // sockets, which a race detector cannot see.
+  std::vector<char> buf(std::max<size_t>(n, 1)), echo_buf(buf.size());
   // A lost datagram (loopback drops under memory pressure) must not spin
   // forever: each wait gives up after kTimeoutMs and fails the run.
   std::atomic<bool> failed{false};
-  auto spin_recv = [&](int fd) {
+  auto spin_recv = [&](int fd, std::vector<char>* into) {
     const auto deadline = Clock::now() + std::chrono::milliseconds(kTimeoutMs);
-    for (uint32_t k = 1; recv(fd, buf.data(), buf.size(), MSG_DONTWAIT) < 0;
+    for (uint32_t k = 1; recv(fd, into->data(), into->size(), MSG_DONTWAIT) < 0;
          ++k) {
       if (k % 1024 == 0 &&
           (failed.load(std::memory_order_relaxed) || Clock::now() > deadline)) {
@@ -80,7 +82,7 @@ bool udp_pingpong(size_t n, uint32_t iters, Row* row) {
   };
   std::thread echo([&] {
     for (uint32_t i = 0; i < iters; ++i) {
-      if (!spin_recv(b) || send(b, buf.data(), n, 0) < 0) {
+      if (!spin_recv(b, &echo_buf) || send(b, echo_buf.data(), n, 0) < 0) {
         failed = true;
         return;
       }
@@ -88,7 +90,7 @@ bool udp_pingpong(size_t n, uint32_t iters, Row* row) {
   });
   for (uint32_t i = 0; i < iters; ++i) {
     const auto t0 = Clock::now();
-    if (send(a, buf.data(), n, 0) < 0 || !spin_recv(a)) {
+    if (send(a, buf.data(), n, 0) < 0 || !spin_recv(a, &buf)) {
       failed = true;
       break;
     }

@@ -8,6 +8,10 @@
 //    once every put this channel's FIFO took before it has landed in the
 //    peer's memory (FIFO order is claim order: a thread's own puts always
 //    precede its signal; other threads' puts need their own ordering).
+//    A signal orders nothing else the thread did: it is published without
+//    a fence (fifo.h, step 3). A signal that tells the peer it may now
+//    overwrite memory this kernel has read needs those reads ordered
+//    first (__threadfence_system() before it).
 //  - wait(sem, value): spins until this side's semaphore `sem` >= value.
 //  - flush(): returns once every put taken before it is in the peer's
 //    memory.

@@ -341,14 +341,13 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path, bool retx,
   wr.payload_stable = !retx && windows_ && !m.onesided && !m.eager;
   // UC: signal every kSignalEvery WRs to retire SQ slots. RC: every chunk,
   // its completion is its acknowledgement.
-  const uint32_t unsig = c->qp_unsignaled[path] + 1;
-  wr.signaled = cfg_.rc_mode || unsig >= kDataSignalEvery;
-  const uint32_t batch = cfg_.rc_mode ? 1 : (wr.signaled ? unsig : 0);
   // A resend is counted on its message until its completion (TxMsg::
   // resends_in_nic), which then names the message, not the chunk: the
   // chunk's record may be reused by then, the message's may not.
   const bool counted = retx && !cfg_.rc_mode;
-  if (counted) wr.signaled = true;
+  const uint32_t unsig = c->qp_unsignaled[path] + 1;
+  wr.signaled = cfg_.rc_mode || counted || unsig >= kDataSignalEvery;
+  const uint32_t batch = cfg_.rc_mode ? 1 : (wr.signaled ? unsig : 0);
   wr.wr_id = counted
                  ? make_wr_id(WrKind::kResend, c->index, path, batch, ch.msg)
                  : make_wr_id(WrKind::kData, c->index, path, batch, csn);

@@ -24,21 +24,30 @@ struct IntHop {
 // Feedback from one ACK (engine: a chunk; simulator: a packet).
 struct CcSample {
   uint64_t now_ns = 0;
-  uint64_t rtt_ns = 0;             // send -> ACK, everything included
-  uint64_t endpoint_delay_ns = 0;  // receiver-side part (host queuing)
-  uint64_t fabric_delay_ns = 0;    // rtt_ns - endpoint_delay_ns
-  uint32_t acked_bytes = 0;        // newly acknowledged
-  uint32_t acked_packets = 0;      // same, in packets (chunks)
-  uint32_t hops = 0;               // network hops of the path, 0 = unknown
-  uint32_t segment_bytes = 0;      // size of the sampled packet (chunk), 0 =
-                                   // unknown; its serialization time at line
-                                   // rate is not queueing (TIMELY, 4.1)
-  bool ecn = false;                // congestion-experienced mark
+  uint64_t rtt_ns = 0;  // send -> ACK, everything included
+  // With delay_split, the sender measured the round trip's parts: the
+  // receiver's (host queuing) and the fabric's (the rest). Without it only
+  // rtt_ns is known.
+  uint64_t endpoint_delay_ns = 0;
+  uint64_t fabric_delay_ns = 0;
+  bool delay_split = false;
+  uint32_t acked_bytes = 0;    // newly acknowledged
+  uint32_t acked_packets = 0;  // same, in packets (chunks)
+  uint32_t hops = 0;           // network hops of the path, 0 = unknown
+  uint32_t segment_bytes = 0;  // size of the sampled packet (chunk), 0 =
+                               // unknown; its serialization time at line
+                               // rate is not queueing (TIMELY, 4.1)
+  bool ecn = false;            // congestion-experienced mark
   // The data packet's telemetry, one record per switch on its path in
   // order (simulator only, for controllers that ask for it); valid during
   // on_ack.
   const IntHop* int_hops = nullptr;
   uint32_t int_count = 0;
+
+  // The fabric's part of the round trip, or all of it where the parts are
+  // unknown. A measured 0 is 0 (the receiver's time was the whole trip),
+  // not a sign to fall back to rtt_ns, which is mostly that receiver time.
+  uint64_t fabric_ns() const { return delay_split ? fabric_delay_ns : rtt_ns; }
 };
 
 // One flow's (or path's) congestion controller. The engine enforces both

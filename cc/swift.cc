@@ -103,9 +103,7 @@ void Swift::on_ack(const CcSample& s) {
   };
   const double ser_us =
       line_rate_bps_ > 0 ? s.segment_bytes * 8e6 / line_rate_bps_ : 0;
-  const double fabric_us = std::max(
-      (s.fabric_delay_ns ? s.fabric_delay_ns : s.rtt_ns) / 1000.0 - ser_us,
-      0.0);
+  const double fabric_us = std::max(s.fabric_ns() / 1000.0 - ser_us, 0.0);
   floor_.observe(fabric_us);
   update(&fcwnd_, fabric_us, effective_target_us(s.hops));
   update(&ecwnd_, s.endpoint_delay_ns / 1000.0, p_.endpoint_target_us);

@@ -63,7 +63,7 @@ void Timely::on_ack(const CcSample& s) {
       line_rate_bps_ > 0 ? s.segment_bytes * 8e6 / line_rate_bps_ : 0;
   // Like the paper's NIC-generated ACKs, the RTT excludes the time the
   // receiver held the ACK (coalescing, its engine loop): the fabric part.
-  const uint64_t rtt_ns = s.fabric_delay_ns ? s.fabric_delay_ns : s.rtt_ns;
+  const uint64_t rtt_ns = s.fabric_ns();
   const double raw = std::max(rtt_ns / 1000.0 - ser_us, 0.0);
   floor_.observe(raw);
   const double floor = floor_.us();

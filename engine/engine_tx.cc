@@ -501,6 +501,7 @@ void UcclRDMAEngine::on_ack(const AckPacket& a,
     s.fabric_delay_ns = wire_rtt - remote;
     s.endpoint_delay_ns = endpoint;
     s.rtt_ns = s.fabric_delay_ns + endpoint;
+    s.delay_split = true;
     s.acked_bytes = o.newly_bytes ? o.newly_bytes : seg.len;
     s.acked_packets = o.newly_packets ? o.newly_packets : 1;
     s.segment_bytes = seg.len;

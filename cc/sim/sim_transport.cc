@@ -267,6 +267,7 @@ void Sim::on_ack(const Packet& a) {
     s.rtt_ns = rtt - std::min<uint64_t>(a.host_wait_ns, rtt);
     s.endpoint_delay_ns = std::min(a.aux, s.rtt_ns);
     s.fabric_delay_ns = s.rtt_ns - s.endpoint_delay_ns;
+    s.delay_split = true;
     s.acked_bytes = o.newly_bytes ? o.newly_bytes : payload_of(f, a.seq);
     s.acked_packets = o.newly_packets ? o.newly_packets : 1;
     s.hops = a.hops;

@@ -36,7 +36,6 @@ CcSample rtt_sample(uint64_t now_ns, double rtt_us) {
   CcSample s;
   s.now_ns = now_ns;
   s.rtt_ns = static_cast<uint64_t>(rtt_us * 1000);
-  s.fabric_delay_ns = s.rtt_ns;
   s.acked_bytes = kMss;
   s.acked_packets = 1;
   return s;
@@ -58,6 +57,21 @@ TEST(TimelyTest, DecreasesAboveThighByThighOverRtt) {
   t.set_rate_for_testing(10e9);
   t.on_ack(rtt_sample(1000, 1000));  // 2x Thigh
   EXPECT_DOUBLE_EQ(t.rate_bps(), 10e9 * (1 - p.beta * (1 - 500.0 / 1000.0)));
+}
+
+// A sample whose parts were measured (delay_split) and whose fabric part
+// is 0: the receiver's time was the whole round trip. TIMELY hears 0, not
+// the round trip (which is mostly that receiver time).
+TEST(TimelyTest, AMeasuredFabricDelayOfZeroIsZero) {
+  TimelyParams p = paper_timely();
+  Timely t(p, false, kLine, kMss);
+  t.set_rate_for_testing(10e9);
+  CcSample s = rtt_sample(1000, 1000);  // 2x Thigh, all of it the receiver's
+  s.delay_split = true;
+  s.endpoint_delay_ns = s.rtt_ns;
+  s.fabric_delay_ns = 0;
+  t.on_ack(s);
+  EXPECT_DOUBLE_EQ(t.rate_bps(), 10e9 + p.add_rate_bps);
 }
 
 TEST(TimelyTest, GradientDecidesBetweenThresholds) {
@@ -334,6 +348,21 @@ TEST(SwiftTest, TargetCountsFromFloorAndLeavesRoomForPackets) {
   EXPECT_GT(s.fabric_cwnd(), w);
 }
 
+// As for TIMELY: a measured fabric delay of 0 leaves the fabric window
+// growing, however long the receiver held the packet.
+TEST(SwiftTest, AMeasuredFabricDelayOfZeroIsZero) {
+  SwiftParams p = swift_params();
+  p.endpoint_target_us = 1000;  // the endpoint window is not under test
+  Swift s(p, kMss);
+  const double w0 = s.fabric_cwnd();
+  CcSample x = rtt_sample(1000, 300);
+  x.delay_split = true;
+  x.endpoint_delay_ns = x.rtt_ns;
+  x.fabric_delay_ns = 0;
+  s.on_ack(x);
+  EXPECT_NEAR(s.fabric_cwnd(), w0 + 1.0 / w0, 1e-9);
+}
+
 TEST(SwiftTest, EndpointWindowSeesOnlyEndpointDelay) {
   SwiftParams p = swift_params();
   p.endpoint_target_us = 50;
@@ -341,6 +370,7 @@ TEST(SwiftTest, EndpointWindowSeesOnlyEndpointDelay) {
   CcSample x = rtt_sample(0, 300);
   x.endpoint_delay_ns = 290000;  // receiver host is the bottleneck
   x.fabric_delay_ns = 10000;
+  x.delay_split = true;
   s.on_ack(x);
   EXPECT_GT(s.fabric_cwnd(), p.init_cwnd) << "fabric is fine";
   EXPECT_LT(s.endpoint_cwnd(), p.init_cwnd) << "endpoint is not";

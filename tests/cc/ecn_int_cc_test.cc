@@ -22,7 +22,6 @@ CcSample ack(uint64_t now_ns, bool ecn) {
   CcSample s;
   s.now_ns = now_ns;
   s.rtt_ns = kRttNs;
-  s.fabric_delay_ns = kRttNs;
   s.acked_bytes = kMss;
   s.acked_packets = 1;
   s.ecn = ecn;

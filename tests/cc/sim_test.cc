@@ -134,7 +134,7 @@ TEST(Timely, SegmentBytesUpdatesOncePerSegment) {
   p.init_rate_bps = 10e9;
   cc::Timely t(p, false, 100e9, 4096);
   cc::CcSample s;
-  s.rtt_ns = s.fabric_delay_ns = 10000;  // below T_low: increase
+  s.rtt_ns = 10000;  // below T_low: increase
   s.acked_bytes = 4096;
   s.acked_packets = 1;
   for (int i = 0; i < 15; ++i) {

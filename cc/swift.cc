@@ -105,6 +105,7 @@ void Swift::on_ack(const CcSample& s) {
       line_rate_bps_ > 0 ? s.segment_bytes * 8e6 / line_rate_bps_ : 0;
   const double fabric_us = std::max(s.fabric_ns() / 1000.0 - ser_us, 0.0);
   floor_.observe(fabric_us);
+  sfabric_us_ = sfabric_us_ < 0 ? fabric_us : (7 * sfabric_us_ + fabric_us) / 8;
   update(&fcwnd_, fabric_us, effective_target_us(s.hops));
   update(&ecwnd_, s.endpoint_delay_ns / 1000.0, p_.endpoint_target_us);
   if (decreased) {
@@ -141,12 +142,12 @@ uint64_t Swift::pacing_gap_ns(uint32_t bytes) const {
 }
 
 std::string Swift::state() const {
-  char buf[160];
+  char buf[192];
   std::snprintf(buf, sizeof(buf),
                 "cwnd_pkts=%.3f fcwnd=%.3f ecwnd=%.3f "
-                "target_us=%.1f floor_us=%.1f srtt_us=%.1f",
+                "target_us=%.1f floor_us=%.1f srtt_us=%.1f fabric_us=%.1f",
                 cwnd_pkts(), fcwnd_, ecwnd_, effective_target_us(last_hops_),
-                floor_us(), srtt_ns_ / 1000.0);
+                floor_us(), srtt_ns_ / 1000.0, std::max(sfabric_us_, 0.0));
   return buf;
 }
 

@@ -307,6 +307,7 @@ Result<transport::DeviceOptions> device_options(EndpointConfig* c) {
   } else if (dopt.faults.rx.any()) {
     c->fault_rx = dopt.faults.rx.to_string();
   }
+  UCCL_RETURN_IF_ERROR(dopt.faults.validate().with_context("fault_rx"));
   if (c->fault_seed) dopt.faults.seed = c->fault_seed;
   c->fault_seed = dopt.faults.seed;
   dopt.faults_from_knobs = false;

@@ -355,6 +355,7 @@ void UcclRDMAEngine::run() {
     }
     // The loop's posts, data first.
     const uint32_t tx_io = cfg_.drive_nic ? dev_->flush() : 0;
+    if (round_.chunks != 0) time_lone_chunk();
     if (work || tx_io) busy_.mark_busy();
     ++loops_;
     if (work == 0) {

@@ -343,6 +343,20 @@ class UcclRDMAEngine {
   void timers(uint64_t now);
   void check_rto(Conn* c, uint64_t now);
   void report_losses(Conn* c, const cc::LossReport& r, uint64_t now);
+  void sample_delay(Conn* c, const AckPacket& a,
+                    const transport::WorkCompletion& w, const cc::AckOutcome& o,
+                    uint64_t now);
+  void time_lone_chunk();
+  // The NIC round being filled (chunks posted since the last flush), and
+  // the last first transmission among them.
+  struct NicRound {
+    uint32_t chunks = 0;
+    bool fresh = false;  // conn/csn/posted_ns name a first transmission
+    uint32_t conn = 0;
+    uint32_t csn = 0;
+    uint64_t posted_ns = 0;
+  };
+  NicRound round_;
   void check_liveness();
   void replenish_srq();
   // Records an event when UCCL_TRACE_FILE is set; otherwise nothing, and

@@ -94,4 +94,9 @@ struct UcclRDMAEngine::Conn {
   RxFlow rx;
 };
 
+// The controller of path `path`: its own, or the flow's one for all.
+inline PathCc& cc_for(TxFlow& tx, uint32_t path) {
+  return tx.ccs.size() == 1 ? tx.ccs[0] : tx.ccs[path];
+}
+
 }  // namespace uccl::engine

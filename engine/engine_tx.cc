@@ -17,10 +17,6 @@ using transport::WrOpcode;
 
 namespace {
 
-PathCc& cc_for(TxFlow& tx, uint32_t path) {
-  return tx.ccs.size() == 1 ? tx.ccs[0] : tx.ccs[path];
-}
-
 void pace(PathCc& pc, uint32_t bytes, uint64_t now) {
   pc.last_send_ns = now;
   pc.last_bytes = std::max<uint32_t>(bytes, 1);
@@ -359,6 +355,13 @@ bool UcclRDMAEngine::post_chunk(Conn* c, uint32_t csn, uint16_t path, bool retx,
     return false;
   }
   c->qp_unsignaled[path] = wr.signaled ? 0 : unsig;
+  ++round_.chunks;
+  if (!retx) {
+    round_.fresh = true;
+    round_.conn = c->index;
+    round_.csn = csn;
+    round_.posted_ns = now;
+  }
   trace("chunk_tx", c->index, csn, now);
   if (!c->inflight && !cfg_.rc_mode) {  // its RTO is checked from now on
     c->inflight = true;
@@ -433,100 +436,6 @@ void UcclRDMAEngine::complete_tx_msg(Conn* c, TxMsg& m) {
   }
   TxFlow& tx = c->tx;
   while (tx.msg_head != tx.msg_chunk && tx.msg(tx.msg_head).done) ++tx.msg_head;
-}
-
-void UcclRDMAEngine::on_ack(const AckPacket& a,
-                            const transport::WorkCompletion& w,
-                            const uint8_t* grh, uint64_t now) {
-  Conn* c = a.flow_id < conns_.size() ? conns_[a.flow_id].get() : nullptr;
-  if (c == nullptr || !c->established || a.nonce_lo != c->nonce_lo ||
-      !ud_source_is(w, grh, c->peer_ud_qpn,
-                    c->peer_ah ? &c->peer_ah->address() : nullptr)) {
-    ++protocol_errors_;
-    return;
-  }
-  if (c->failed) return;
-  activate(c);
-  TxFlow& tx = c->tx;
-  cc::Scoreboard& sb = *tx.sb;
-  ++tx.acks_rx;
-  trace("ack_rx", c->index, a.cum_ack, now);
-  VLOG(kVlogChunk) << "conn " << c->index << " got ack cum " << a.cum_ack
-                   << " una " << sb.snd_una() << " nxt " << sb.snd_nxt();
-  if (a.credit_bytes > tx.credit_seen) {  // cumulative: ACKs may be lost
-    tx.ccs[0].cc->on_credit(a.credit_bytes - tx.credit_seen);
-    tx.credit_seen = a.credit_bytes;
-    tx.credit_news_ns = now;
-  }
-  // Acknowledgement (UC mode; RC acknowledges through send completions):
-  // the cumulative point, then each SACKed chunk beyond it.
-  cc::AckOutcome o;
-  const uint64_t spurious_rtos = sb.counters().spurious_rtos;
-  if (!cfg_.rc_mode) {
-    auto acked = [&](uint32_t s, const cc::SegRec&) { ack_chunk(c, s); };
-    sb.ack_cumulative(a.cum_ack, now, &o, acked);
-    for (int k = 0; k < kSackWords; ++k) {
-      uint64_t bits = a.sack[k];
-      while (bits) {
-        const uint32_t s = a.cum_ack + 1 + k * 64 + __builtin_ctzll(bits);
-        bits &= bits - 1;
-        if (!cc::Scoreboard::before(s, sb.snd_nxt())) break;
-        sb.ack_selective(s, now, &o, acked);
-      }
-    }
-  }
-  // Routers on the way, from the hop limit the ACK arrived with (paths
-  // are symmetric in hop count in Clos fabrics; 0 where the NIC does not
-  // report it).
-  tx.hops = transport::hops_from_hop_limit(transport::grh_hop_limit(grh));
-  // RTT sample from the chunk that triggered this ACK (Karn: only chunks
-  // sent once). As Swift measures it with NIC timestamps, the controller
-  // hears the round trip up to the ACK's arrival at this host (where the
-  // NIC stamps arrivals; not the wait for this engine to get to it), split
-  // into endpoint delay (the receiver's time, less any time its engine was
-  // idle before it got to the chunk: no queue caused that) and fabric
-  // delay (the rest).
-  const uint32_t t = a.trigger_csn;
-  const uint64_t rtt = sb.take_rtt_sample(t, now);
-  if (rtt != 0) {
-    const cc::SegRec& seg = sb.seg(t);
-    const uint64_t wire_rtt = rtt - std::min(rtt, now - arrived_ns(w, now));
-    const uint64_t remote = std::min<uint64_t>(a.rx_delay_ns, wire_rtt);
-    const uint64_t endpoint = remote - std::min<uint64_t>(a.idle_ns, remote);
-    tx.rtt.add(rtt);
-    tx.last_rtt_ns = rtt;
-    tx.paths->on_rtt(seg.path, rtt);
-    cc::CcSample s;
-    s.now_ns = now;
-    s.fabric_delay_ns = wire_rtt - remote;
-    s.endpoint_delay_ns = endpoint;
-    s.rtt_ns = s.fabric_delay_ns + endpoint;
-    s.delay_split = true;
-    s.acked_bytes = o.newly_bytes ? o.newly_bytes : seg.len;
-    s.acked_packets = o.newly_packets ? o.newly_packets : 1;
-    s.segment_bytes = seg.len;
-    s.hops = tx.hops;
-    cc_for(tx, seg.path).cc->on_ack(s);
-  }
-  if (cfg_.rc_mode || c->failed) return;
-  // Duplicate ACKs, the F-RTO verdict, and RACK once enough duplicates came.
-  const cc::LossReport r = sb.finish_ack(o, now);
-  if (sb.counters().spurious_rtos != spurious_rtos) {
-    trace("spurious_rto", c->index, sb.snd_una(), now);
-  }
-  report_losses(c, r, now);
-}
-
-// Tells the controllers what the scoreboard declared lost.
-void UcclRDMAEngine::report_losses(Conn* c, const cc::LossReport& r,
-                                   uint64_t now) {
-  if (r.timeout) {
-    for (auto& pc : c->tx.ccs) pc.cc->on_loss(now, true);
-  }
-  if (r.fast_lost > 0) {
-    for (auto& pc : c->tx.ccs) pc.cc->on_loss(now, false);
-    trace("fast_retx", c->index, c->tx.sb->snd_una(), now);
-  }
 }
 
 int UcclRDMAEngine::poll_send_cq(uint64_t now) {

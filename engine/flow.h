@@ -100,6 +100,9 @@ struct ChunkRec {
   uint32_t len;
   uint64_t off;
   bool last;
+  // From its first post to the end of the NIC round it left alone in, which
+  // its delay sample leaves out (UcclRDMAEngine::time_lone_chunk); 0 else.
+  uint32_t send_call_ns;
 };
 
 struct PathCc {

@@ -120,6 +120,29 @@ double swift_floor_us(const FlowStats& st) {
   return at == std::string::npos ? -1 : std::stod(st.cc_state.substr(at + 9));
 }
 
+// A chunk that leaves alone in its NIC round is timed from the round's end
+// (the software NIC's send call), as a NIC's transmit timestamp times it:
+// a send call that takes long (here each of the client's stalls 30 ms, a
+// host stack run cold or preempted) is in the round trip but not in the
+// fabric delay Swift hears. One chunk in flight, so each leaves alone.
+TEST(CcInputsTest, ALoneChunksSendCallIsNoFabricDelay) {
+  KnobOverride rto_min(knob_rto_min_us(), 1000000);
+  KnobOverride tlp(knob_tlp(), false);  // no probe while the call stalls
+  EndpointConfig s = test_config(1, 1);
+  s.cc = "swift";
+  s.cc_params = "init_cwnd=1,max_cwnd=1,min_cwnd=1";
+  EndpointConfig c = s;
+  c.fault_tx = "stall=1:30000";
+  auto p = Pair::make(s, c);
+  ASSERT_TRUE(p);
+  FlowStats st;
+  transfer_seconds(p.get(), 6 * 64 * 1024, &st);
+  EXPECT_GE(st.rtt_p50_ns, 30000000u) << "the stall is in the round trip";
+  const size_t at = st.cc_state.find("fabric_us=");
+  ASSERT_NE(at, std::string::npos) << st.cc_state;
+  EXPECT_LT(std::stod(st.cc_state.substr(at + 10)), 15000) << st.cc_state;
+}
+
 // The connections to one peer share the floor Swift's target counts from
 // (UCCL_CC_SHARED_FLOOR), across engines: one that has sent nothing yet
 // aims from the floor another measured, so a flow that starts behind the

@@ -472,6 +472,9 @@ TEST(EndpointTest, BadConfigurationIsRefused) {
   c = test_config();
   c.idle_sleep_us = 2000000;
   EXPECT_EQ(Endpoint::create(c).status().code(), StatusCode::kInvalidArgument);
+  c = test_config();
+  c.fault_rx = "stall=0.1:100";  // a send call's fault, not a receive's
+  EXPECT_EQ(Endpoint::create(c).status().code(), StatusCode::kInvalidArgument);
 }
 
 // idle_sleep_us reaches every engine (0: never sleep, -1: the knob's 20 us),

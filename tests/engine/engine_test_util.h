@@ -19,6 +19,7 @@ namespace uccl {
 UCCL_DECLARE_KNOB(int64_t, knob_rto_min_us);
 UCCL_DECLARE_KNOB(int64_t, knob_ack_delay_us);
 UCCL_DECLARE_KNOB(bool, knob_cc_shared_floor);
+UCCL_DECLARE_KNOB(bool, knob_tlp);
 }  // namespace uccl
 
 namespace uccl::testing {

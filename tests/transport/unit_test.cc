@@ -147,6 +147,37 @@ TEST(FaultSpecTest, ParsesAndRejects) {
   }
 }
 
+// A stall is the send call's: transmit only, counted, and its length.
+TEST(FaultSpecTest, StallsAreTransmitOnly) {
+  auto s = FaultSpec::parse("stall=0.25:3000");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_DOUBLE_EQ(s->stall, 0.25);
+  EXPECT_EQ(s->stall_us, 3000u);
+  EXPECT_TRUE(s->any());
+  EXPECT_NE(s->to_string().find("stall=0.25:3000"), std::string::npos)
+      << s->to_string();
+  FaultOptions o;
+  o.tx = *s;
+  EXPECT_TRUE(o.validate().ok());
+  FaultInjector f(o);
+  int stalled = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const FaultDecision d = f.decide(Direction::kTx);
+    if (d.stall_ns != 0) {
+      EXPECT_EQ(d.stall_ns, 3000000u);
+      ++stalled;
+    }
+  }
+  EXPECT_EQ(f.counters(Direction::kTx).stalled, static_cast<uint64_t>(stalled));
+  EXPECT_NEAR(stalled / 4000.0, 0.25, 0.05);
+  EXPECT_NE(f.counters_text().find("fault_tx_stalled "), std::string::npos);
+  o.rx = *s;  // a receive has no send call to stall
+  const Status v = o.validate();
+  EXPECT_EQ(v.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(v.message().find("transmissions only"), std::string::npos) << v;
+  EXPECT_FALSE(FaultSpec::parse("stall=0.1:0").ok());
+}
+
 TEST(FaultInjectorTest, SameSeedSameDecisions) {
   FaultOptions o;
   o.tx = *FaultSpec::parse("drop=0.1,dup=0.1,reorder=0.1:3,corrupt=0.1");

@@ -15,12 +15,13 @@ namespace uccl::transport {
 UCCL_KNOB(std::string, knob_fault_tx, "UCCL_FAULT_TX", "",
           "Faults injected on packets this process sends, e.g. "
           "'drop=0.01,burst=0.001:8,reorder=0.01:4,dup=0.001,delay=0.01:200,"
-          "corrupt=0.0001' (burst=P:packets, reorder=P:window packets"
-          "[:longest hold in microseconds, 1000], delay=P:microseconds). "
-          "Empty = none.");
+          "corrupt=0.0001,stall=0.01:100' (burst=P:packets, "
+          "reorder=P:window packets[:longest hold in microseconds, 1000], "
+          "delay=P:microseconds, stall=P:microseconds the send call takes "
+          "before the packet leaves). Empty = none.");
 UCCL_KNOB(std::string, knob_fault_rx, "UCCL_FAULT_RX", "",
           "Faults injected on packets this process receives (UCCL_FAULT_TX "
-          "syntax).");
+          "syntax, without stall).");
 UCCL_KNOB(int64_t, knob_fault_seed, "UCCL_FAULT_SEED", 1,
           "Seed for fault injection decisions (same seed, same faults).");
 
@@ -46,7 +47,7 @@ bool parse_u32(const std::string& s, uint32_t* out) {
 
 bool FaultSpec::any() const {
   return drop > 0 || burst > 0 || reorder > 0 || duplicate > 0 || delay > 0 ||
-         corrupt > 0;
+         corrupt > 0 || stall > 0;
 }
 
 Result<FaultSpec> FaultSpec::parse(const std::string& text) {
@@ -84,9 +85,13 @@ Result<FaultSpec> FaultSpec::parse(const std::string& text) {
       param = &spec.delay_us;
     } else if (key == "corrupt") {
       prob = &spec.corrupt;
+    } else if (key == "stall") {
+      prob = &spec.stall;
+      param = &spec.stall_us;
     } else {
-      return InvalidArgument("unknown fault '" + key +
-                             "' (drop, burst, reorder, dup, delay, corrupt)");
+      return InvalidArgument(
+          "unknown fault '" + key +
+          "' (drop, burst, reorder, dup, delay, corrupt, stall)");
     }
     if (!parse_prob(val, prob)) {
       return InvalidArgument("fault '" + key + "': probability '" + val +
@@ -119,10 +124,18 @@ std::string FaultSpec::to_string() const {
   char buf[256];
   std::snprintf(buf, sizeof(buf),
                 "drop=%g,burst=%g:%u,reorder=%g:%u:%u,dup=%g,delay=%g:%u,"
-                "corrupt=%g",
+                "corrupt=%g,stall=%g:%u",
                 drop, burst, burst_len, reorder, reorder_window, reorder_max_us,
-                duplicate, delay, delay_us, corrupt);
+                duplicate, delay, delay_us, corrupt, stall, stall_us);
   return buf;
+}
+
+Status FaultOptions::validate() const {
+  if (rx.stall > 0) {
+    return InvalidArgument(
+        "fault 'stall' applies to transmissions only (a send call)");
+  }
+  return Status::OK();
 }
 
 Result<FaultOptions> FaultOptions::from_knobs() {
@@ -133,6 +146,7 @@ Result<FaultOptions> FaultOptions::from_knobs() {
   if (!rx.ok()) return rx.status().with_context("UCCL_FAULT_RX");
   o.tx = *tx;
   o.rx = *rx;
+  UCCL_RETURN_IF_ERROR(o.validate().with_context("UCCL_FAULT_RX"));
   o.seed = static_cast<uint64_t>(knob_fault_seed().get());
   return o;
 }
@@ -188,6 +202,10 @@ FaultDecision FaultInjector::decide(Direction d, uint64_t now_ns) {
     out.reorder_max_ns = static_cast<uint64_t>(s.reorder_max_us) * 1000;
     ++c.reordered;
   }
+  if (s.stall > 0 && uniform(dir) < s.stall) {
+    out.stall_ns = static_cast<uint64_t>(s.stall_us) * 1000;
+    ++c.stalled;
+  }
   return out;
 }
 
@@ -202,7 +220,8 @@ std::string FaultInjector::counters_text() const {
        << "fault_" << names[d] << "_reordered " << c.reordered << "\n"
        << "fault_" << names[d] << "_duplicated " << c.duplicated << "\n"
        << "fault_" << names[d] << "_delayed " << c.delayed << "\n"
-       << "fault_" << names[d] << "_corrupted " << c.corrupted << "\n";
+       << "fault_" << names[d] << "_corrupted " << c.corrupted << "\n"
+       << "fault_" << names[d] << "_stalled " << c.stalled << "\n";
   }
   return os.str();
 }

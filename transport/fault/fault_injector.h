@@ -22,11 +22,16 @@ struct FaultSpec {
   double delay = 0;                // P(delay this packet ...)
   uint32_t delay_us = 100;         // ... by this long
   double corrupt = 0;              // P(flip one random bit)
+  // Transmit only: P(the send call that carries this packet stalls ...
+  // (a host stack that is cold or preempted; the engine waits in it)
+  double stall = 0;
+  uint32_t stall_us = 100;  // ... this long before the packet leaves)
 
   bool any() const;
   // "drop=0.01,burst=0.001:8,reorder=0.01:4,dup=0.001,delay=0.01:200,
-  //  corrupt=0.0001" (every key optional; "" = no faults). reorder takes
-  //  the longest hold in microseconds third: "reorder=0.01:4:1000".
+  //  corrupt=0.0001,stall=0.01:100" (every key optional; "" = no faults).
+  //  reorder takes the longest hold in microseconds third:
+  //  "reorder=0.01:4:1000".
   static Result<FaultSpec> parse(const std::string& text);
   std::string to_string() const;
 };
@@ -35,6 +40,8 @@ struct FaultOptions {
   FaultSpec tx, rx;
   uint64_t seed = 1;
   bool any() const { return tx.any() || rx.any(); }
+  // What a direction cannot take (a stall of received packets).
+  Status validate() const;
   // From UCCL_FAULT_TX, UCCL_FAULT_RX (FaultSpec::parse syntax) and
   // UCCL_FAULT_SEED. Error names the knob and what is wrong with it.
   static Result<FaultOptions> from_knobs();
@@ -50,6 +57,7 @@ struct FaultDecision {
   uint64_t delay_ns = 0;        // > 0: hold for this long
   uint32_t reorder_after = 0;   // > 0: hold until this many packets passed
   uint64_t reorder_max_ns = 0;  // ... or this long
+  uint64_t stall_ns = 0;        // > 0: the send call takes this long first
 };
 
 struct FaultCounters {
@@ -60,6 +68,7 @@ struct FaultCounters {
   uint64_t duplicated = 0;
   uint64_t delayed = 0;
   uint64_t corrupted = 0;
+  uint64_t stalled = 0;
 };
 
 class FaultInjector {

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/udp.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,6 +73,13 @@ void SoftDevice::send_datagram(WireHeader* hdr, const iovec* payload, int niov,
     d = f->decide(Direction::kTx, fnow);
     if (held_count_ > 0) release_held(fnow, true, Direction::kTx);
     if (d.drop) return;
+    if (d.stall_ns) {
+      // The call that carries this packet is slow (a cold or preempted
+      // stack): the engine waits in it, and the packet leaves after.
+      const timespec ts{static_cast<time_t>(d.stall_ns / 1000000000),
+                        static_cast<long>(d.stall_ns % 1000000000)};
+      nanosleep(&ts, nullptr);
+    }
     if (d.corrupt || d.delay_ns || d.reorder_after) {
       // Work on a private copy: the payload is the application's memory.
       uint8_t* s = tx_scratch_.get();

@@ -78,8 +78,9 @@ void UcclRDMAEngine::report_losses(Conn* c, const cc::LossReport& r,
 // once), as its controller hears it. As Swift measures it with NIC
 // timestamps: the round trip up to the ACK's arrival at this host (where
 // the NIC stamps arrivals; not the wait for this engine to get to it),
-// split into endpoint delay (the receiver's time, less any time its engine
-// was idle before it got to the chunk: no queue caused that) and fabric
+// split into endpoint delay (the chunk's wait for the receiver's engine:
+// its time there less the engine's coming back from idle and its time
+// from taking the chunk to the ACK, which no queue caused) and fabric
 // delay (the rest, less the chunk's own send call where it left alone in
 // its NIC round: ChunkRec::send_call_ns).
 void UcclRDMAEngine::sample_delay(Conn* c, const AckPacket& a,
@@ -93,7 +94,8 @@ void UcclRDMAEngine::sample_delay(Conn* c, const AckPacket& a,
   const cc::SegRec& seg = sb.seg(t);
   const uint64_t wire_rtt = rtt - std::min(rtt, now - arrived_ns(w, now));
   const uint64_t remote = std::min<uint64_t>(a.rx_delay_ns, wire_rtt);
-  const uint64_t endpoint = remote - std::min<uint64_t>(a.idle_ns, remote);
+  const uint64_t endpoint =
+      remote - std::min<uint64_t>(a.not_queued_ns, remote);
   const uint64_t rest = wire_rtt - remote;
   tx.rtt.add(rtt);
   tx.last_rtt_ns = rtt;

@@ -49,7 +49,8 @@ class RxWindow {
   // rule), not a chunk that arrived an RTO ago, whose time here would read
   // as that much receiver delay and RTT.
   // `busy_from_ns` (>= arrival_ns): when the engine, idle until then, got
-  // to it; the time between is reported apart (AckPacket::idle_ns).
+  // to it; the time between is reported apart (AckPacket::not_queued_ns),
+  // and so is the time from `now`, when the engine took it, to the ACK.
   bool arrive(uint32_t imm_csn, const RxChunkInfo& info, uint64_t arrival_ns,
               uint64_t now, uint32_t* csn, uint64_t busy_from_ns = 0) {
     *csn = extend(imm_csn);
@@ -132,8 +133,10 @@ class RxWindow {
       if (at(rcv_cum_ + 1 + i).valid) a->sack[i / 64] |= 1ull << (i % 64);
     }
     a->rx_delay_ns = now > trigger_arrival_ns_ ? now - trigger_arrival_ns_ : 0;
-    a->idle_ns = static_cast<uint32_t>(
-        std::min<uint64_t>({trigger_idle_ns_, a->rx_delay_ns, UINT32_MAX}));
+    const uint64_t since_taken =
+        now > trigger_taken_ns_ ? now - trigger_taken_ns_ : 0;
+    a->not_queued_ns = static_cast<uint32_t>(std::min<uint64_t>(
+        {trigger_idle_ns_ + since_taken, a->rx_delay_ns, UINT32_MAX}));
   }
   void ack_sent() {
     unacked_ = 0;
@@ -160,6 +163,7 @@ class RxWindow {
                    uint64_t busy_from_ns) {
     trigger_csn_ = csn;
     trigger_arrival_ns_ = arrival_ns < now ? arrival_ns : now;
+    trigger_taken_ns_ = now;
     const uint64_t busy = busy_from_ns < now ? busy_from_ns : now;
     trigger_idle_ns_ =
         busy > trigger_arrival_ns_ ? busy - trigger_arrival_ns_ : 0;
@@ -176,8 +180,9 @@ class RxWindow {
   uint32_t trigger_csn_ = 0;
   uint64_t trigger_arrival_ns_ = 0;
   uint64_t trigger_idle_ns_ = 0;
-  bool ack_now_ = false;  // a hole or a duplicate: ACK at once
-  bool ack_due_ = false;  // a message completed: ACK in this loop
+  uint64_t trigger_taken_ns_ = 0;  // when the engine took the trigger
+  bool ack_now_ = false;           // a hole or a duplicate: ACK at once
+  bool ack_due_ = false;           // a message completed: ACK in this loop
   uint64_t rx_bytes_ = 0, rx_chunks_ = 0, duplicates_ = 0;
 };
 

@@ -249,11 +249,14 @@ struct AckPacket {
   uint64_t credit_bytes;      // cc=credit: credit granted on this flow so far
                               // (cumulative, so a lost ACK loses no credit)
   uint32_t nonce_lo;          // low bits of the connection's nonce
-  // Of rx_delay_ns, how long the receiver's engine was idle (asleep, or
-  // yielded its core) when the trigger chunk arrived: the time it took to
-  // come back, which is no endpoint congestion. Saturates; 0 from peers
-  // that predate it (the field was padding).
-  uint32_t idle_ns;
+  // Of rx_delay_ns, the part no queue here caused: how long the receiver's
+  // engine was idle (asleep, or yielded its core) when the trigger chunk
+  // arrived, the time it took to come back; and from when the engine took
+  // the chunk to this ACK (its handling, the ACK held for more chunks).
+  // What is left, the chunk's wait for a busy engine, is Swift's endpoint
+  // (remote queuing) delay. Saturates; 0 from peers that predate it (the
+  // field was padding); older peers report the idle part alone.
+  uint32_t not_queued_ns;
 };
 static_assert(sizeof(AckPacket) == 16 + 8 * kSackWords + 24,
               "AckPacket layout");

@@ -253,26 +253,45 @@ TEST(RxWindow, AcksCoalesceUntilTheDelayUnlessSomethingIsDue) {
   EXPECT_FALSE(w.should_ack(200 * kUs, false, false));
 }
 
-// The ACK reports the trigger's whole time here and, apart, the part the
-// engine was idle before it got to the chunk (never more than the whole).
-TEST(RxWindow, AcksReportTheIdlePartOfTheReceiverDelay) {
+// The ACK reports the trigger's whole time here and, apart, the part no
+// queue caused (never more than the whole): the engine's coming back from
+// idle before it got to the chunk, and its time from taking the chunk to
+// the ACK. What is left is the chunk's wait for a busy engine.
+TEST(RxWindow, AcksReportThePartOfTheReceiverDelayNoQueueCaused) {
   RxWindow w;
   uint32_t e = 0;
   const uint64_t t0 = 1000 * kUs;
+  // Arrived at 0, engine back from idle at 25, took it at 30, ACK at 40.
   ASSERT_TRUE(w.arrive(0, chunk(), t0, t0 + 30 * kUs, &e, t0 + 25 * kUs));
   AckPacket a{};
   w.fill_ack(&a, t0 + 40 * kUs);
   EXPECT_EQ(a.rx_delay_ns, 40 * kUs);
-  EXPECT_EQ(a.idle_ns, 25 * kUs);
-  // Busy from before the arrival, or no time given: nothing idle.
+  EXPECT_EQ(a.not_queued_ns, 35 * kUs) << "5 us in a queue";
+  // Busy from before the arrival: the wait from 50 to 60 was a queue's.
   ASSERT_TRUE(
       w.arrive(1, chunk(), t0 + 50 * kUs, t0 + 60 * kUs, &e, t0 + 40 * kUs));
   w.fill_ack(&a, t0 + 70 * kUs);
-  EXPECT_EQ(a.idle_ns, 0u);
+  EXPECT_EQ(a.rx_delay_ns, 20 * kUs);
+  EXPECT_EQ(a.not_queued_ns, 10 * kUs);
+  // No time given for the engine's return, ACK as it is taken: all queue.
   ASSERT_TRUE(w.arrive(2, chunk(), t0 + 80 * kUs, t0 + 90 * kUs, &e));
   w.fill_ack(&a, t0 + 90 * kUs);
   EXPECT_EQ(a.rx_delay_ns, 10 * kUs);
-  EXPECT_EQ(a.idle_ns, 0u);
+  EXPECT_EQ(a.not_queued_ns, 0u);
+}
+
+// An ACK held for more chunks (or the chunk's own handling) is no queue:
+// a lone chunk taken at once and acknowledged 20 us later (the ACK delay)
+// reports all 20 us apart, so the endpoint window hears none of it.
+TEST(RxWindow, AHeldAckIsNoEndpointQueue) {
+  RxWindow w;
+  uint32_t e = 0;
+  const uint64_t t0 = 1000 * kUs;
+  ASSERT_TRUE(w.arrive(0, chunk(), t0, t0, &e, t0));
+  AckPacket a{};
+  w.fill_ack(&a, t0 + 20 * kUs);
+  EXPECT_EQ(a.rx_delay_ns, 20 * kUs);
+  EXPECT_EQ(a.not_queued_ns, 20 * kUs);
 }
 
 }  // namespace

@@ -26,7 +26,8 @@ struct CcSample {
   uint64_t now_ns = 0;
   uint64_t rtt_ns = 0;  // send -> ACK, everything included
   // With delay_split, the sender measured the round trip's parts: the
-  // receiver's (host queuing) and the fabric's (the rest). Without it only
+  // receiver's (host queuing) and the fabric's (the rest, less what the
+  // engine can tell was its own host's: engine_ack.cc). Without it only
   // rtt_ns is known.
   uint64_t endpoint_delay_ns = 0;
   uint64_t fabric_delay_ns = 0;

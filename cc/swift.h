@@ -72,8 +72,6 @@ class Swift final : public CongestionControl {
   // the smallest fabric delay seen.
   double effective_target_us(uint32_t hops) const;
   uint64_t srtt_ns() const { return srtt_ns_; }
-  // Smoothed fabric delay, as srtt (the fabric window's input), us.
-  double fabric_us() const { return sfabric_us_; }
   int retransmit_count() const { return retx_count_; }
 
  private:
@@ -89,7 +87,9 @@ class Swift final : public CongestionControl {
   double fs_alpha_, fs_beta_;
   double fcwnd_, ecwnd_;
   uint64_t srtt_ns_ = 0;
-  double sfabric_us_ = -1;  // -1: no sample yet
+  // Smoothed fabric delay (the fabric window's input, as srtt) for state(),
+  // us; -1: no sample yet.
+  double sfabric_us_ = -1;
   uint64_t last_decrease_ns_ = 0;
   bool decreased_ever_ = false;
   int retx_count_ = 0;

@@ -153,9 +153,13 @@ TEST(CcInputsTest, ConnectionsToOnePeerShareTheirDelayFloor) {
   c.cc = "swift";
   c.cc_params = "min_cwnd=1";
   c.link_gbps = 1000;  // a chunk's serialization (0.5 us) is not its delay
+  // The client's packets wait 200 us in its NIC, which is fabric delay: a
+  // floor of at least that, where loopback alone may measure 0.
+  EndpointConfig client = c;
+  client.fault_tx = "delay=1:200";
   for (bool shared : {true, false}) {
     KnobOverride k(knob_cc_shared_floor(), shared);
-    auto p = Pair::make(c, 2);
+    auto p = Pair::make(c, client, 2);
     ASSERT_TRUE(p);
     FlowStats busy;
     transfer_seconds(p.get(), 1 << 20, &busy);
